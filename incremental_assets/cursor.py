@@ -1,0 +1,209 @@
+"""Cursor types and their exact text round trip. Pure Python: no Spark, no Dagster.
+
+A cursor value is held as a plain Python value:
+
+| type        | Python value                 | text form (metadata `cursor`)          |
+|-------------|------------------------------|----------------------------------------|
+| integer     | int                          | `9007199254740993`                     |
+| decimal     | Decimal                      | `12.50` (digits as stored, never float) |
+| date        | date                         | `2025-01-31`                           |
+| timestamp   | naive datetime (wall clock)  | `2025-01-31T12:00:00.000001`           |
+| timestamptz | aware datetime in UTC        | `2025-01-31T12:00:00.000001+00:00`     |
+| string      | str                          | the text itself                        |
+
+`timestamp` (without time zone) has no offset to print: it is a wall-clock value, and printing
+`+00:00` would claim a zone the database never recorded.
+
+Sources hand back bounds in a *wire* form chosen to be independent of every time zone setting
+(JVM, Spark session, database session): timestamptz as microseconds since the epoch, dates as days
+since the epoch, everything else (timestamp included) as exact text. `decode_wire` reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+
+from incremental_assets.errors import CursorError
+
+EPOCH_DATE = date(1970, 1, 1)
+EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+
+CursorValue = int | Decimal | date | datetime | str
+
+
+class CursorType(StrEnum):
+    INTEGER = "integer"
+    DECIMAL = "decimal"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+    TIMESTAMPTZ = "timestamptz"
+    STRING = "string"
+
+    @property
+    def is_temporal(self) -> bool:
+        return self in (CursorType.DATE, CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ)
+
+    @property
+    def is_timestamp(self) -> bool:
+        return self in (CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ)
+
+
+CURSOR_TYPE_ALIASES: dict[str, CursorType] = {
+    "integer": CursorType.INTEGER,
+    "int": CursorType.INTEGER,
+    "bigint": CursorType.INTEGER,
+    "long": CursorType.INTEGER,
+    "decimal": CursorType.DECIMAL,
+    "numeric": CursorType.DECIMAL,
+    "date": CursorType.DATE,
+    "timestamp": CursorType.TIMESTAMP,
+    "timestamp_ntz": CursorType.TIMESTAMP,
+    "datetime": CursorType.TIMESTAMP,
+    "timestamptz": CursorType.TIMESTAMPTZ,
+    "timestamp_ltz": CursorType.TIMESTAMPTZ,
+    "string": CursorType.STRING,
+    "text": CursorType.STRING,
+    "varchar": CursorType.STRING,
+}
+
+
+def cursor_type_from_name(name: str) -> CursorType:
+    """Map a type name (or a common alias such as `bigint`, `numeric`, `text`) to a CursorType."""
+    try:
+        return CURSOR_TYPE_ALIASES[name.strip().lower()]
+    except KeyError:
+        allowed = ", ".join(t.value for t in CursorType)
+        raise CursorError(f"'{name}' is not a cursor type; use one of {allowed}.") from None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
+    r"\s*(Z|[+-]\d{2}(?::?\d{2})?)?"
+)
+
+
+def parse_cursor(cursor_type: CursorType, text: str) -> CursorValue:
+    """Parse the exact text form of a cursor. Raises CursorError naming the value and the type."""
+    text = text.strip() if cursor_type is not CursorType.STRING else text
+    try:
+        return _PARSERS[cursor_type](text)
+    except (ValueError, InvalidOperation, OverflowError) as exc:
+        raise CursorError(
+            f"'{text}' is not a valid {cursor_type.value} cursor value ({exc})."
+        ) from None
+
+
+def _parse_integer(text: str) -> int:
+    if not _INTEGER.fullmatch(text):
+        raise ValueError("expected whole-number digits")
+    return int(text)
+
+
+def _parse_decimal(text: str) -> Decimal:
+    value = Decimal(text)
+    if not value.is_finite():
+        raise ValueError("expected a finite number")
+    return value
+
+
+def _parse_date(text: str) -> date:
+    if not _DATE.fullmatch(text):
+        raise ValueError("expected YYYY-MM-DD")
+    return date.fromisoformat(text)
+
+
+def _parse_timestamp(text: str, aware: bool) -> datetime:
+    match = _TIMESTAMP.fullmatch(text)
+    if not match:
+        raise ValueError("expected ISO 8601, e.g. 2025-01-31T12:00:00.000001+00:00")
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    if fraction and len(fraction) > 6 and set(fraction[6:]) != {"0"}:
+        raise ValueError("more precision than microseconds would be lost")
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    value = datetime(
+        int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0), micros
+    )
+    if offset is None:
+        return value.replace(tzinfo=UTC) if aware else value
+    if not aware:
+        raise ValueError("a timestamp without time zone can't carry an offset")
+    return datetime.fromisoformat(value.isoformat() + _normalise_offset(offset)).astimezone(UTC)
+
+
+def _normalise_offset(offset: str) -> str:
+    if offset == "Z":
+        return "+00:00"
+    digits = offset[1:].replace(":", "")
+    return f"{offset[0]}{digits[:2]}:{digits[2:4] or '00'}"
+
+
+_PARSERS = {
+    CursorType.INTEGER: _parse_integer,
+    CursorType.DECIMAL: _parse_decimal,
+    CursorType.DATE: _parse_date,
+    CursorType.TIMESTAMP: lambda text: _parse_timestamp(text, aware=False),
+    CursorType.TIMESTAMPTZ: lambda text: _parse_timestamp(text, aware=True),
+    CursorType.STRING: str,
+}
+
+
+def format_cursor(cursor_type: CursorType, value: CursorValue) -> str:
+    """Exact text for a cursor value; `parse_cursor` reads it back to an equal value."""
+    if cursor_type is CursorType.DECIMAL:
+        assert isinstance(value, Decimal)
+        return format(value, "f")
+    if cursor_type is CursorType.TIMESTAMP:
+        assert isinstance(value, datetime)
+        return value.isoformat(timespec="microseconds")
+    if cursor_type is CursorType.TIMESTAMPTZ:
+        assert isinstance(value, datetime)
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if cursor_type is CursorType.DATE:
+        assert isinstance(value, date)
+        return value.isoformat()
+    return str(value)
+
+
+def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
+    """Decode a bound as sources return it: epoch micros, epoch days, or exact text."""
+    try:
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return EPOCH_UTC + timedelta(microseconds=int(wire))
+        if cursor_type is CursorType.DATE:
+            return EPOCH_DATE + timedelta(days=int(wire))
+    except OverflowError:
+        raise CursorError(
+            f"the source returned a {cursor_type.value} cursor value outside years 1-9999."
+        ) from None
+    return parse_cursor(cursor_type, wire)
+
+
+def encode_wire(cursor_type: CursorType, value: CursorValue) -> int | str:
+    """The inverse of `decode_wire`, used when a bound must be compared in a wire-form query."""
+    if cursor_type is CursorType.TIMESTAMPTZ:
+        assert isinstance(value, datetime)
+        return (value - EPOCH_UTC) // timedelta(microseconds=1)
+    if cursor_type is CursorType.DATE:
+        assert isinstance(value, date)
+        return (value - EPOCH_DATE).days
+    return format_cursor(cursor_type, value)
+
+
+def later_of(
+    cursor_type: CursorType, previous: CursorValue | None, upper: CursorValue | None
+) -> CursorValue | None:
+    """The cursor after a run: it never moves backwards, and an empty delta keeps it.
+
+    Strings are ordered by the database's collation, which Python can't reproduce; the source
+    guarantees `upper >= previous` for them because the window's lower bound is `previous`.
+    """
+    if upper is None:
+        return previous
+    if previous is None or cursor_type is CursorType.STRING:
+        return upper
+    return max(previous, upper)  # type: ignore[type-var]

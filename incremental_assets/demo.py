@@ -1,0 +1,132 @@
+"""The embedded demo: a landing folder of Parquet files exported by an example shop.
+
+    python -m incremental_assets.demo seed   LANDING   # first export
+    python -m incremental_assets.demo change LANDING   # new orders, updates, soft deletes
+    python -m incremental_assets.demo report           # what each run did, from the instance
+
+No server is needed: the files source reads the landing folder, and the cursors live in the
+Dagster instance named by DAGSTER_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_T0 = datetime(2025, 1, 1, tzinfo=UTC)
+_STATUSES = ["placed", "paid", "shipped", "delivered"]
+_ORDERS = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("customer_id", pa.int64()),
+        ("amount", pa.decimal128(12, 2)),
+        ("status", pa.string()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+        ("deleted_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_EVENTS = pa.schema(
+    [
+        ("event_id", pa.int64()),
+        ("order_id", pa.int64()),
+        ("kind", pa.string()),
+        ("happened_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_CUSTOMERS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("country", pa.string())])
+
+
+def _order(rng: random.Random, order_id: int, at: datetime, deleted: bool = False) -> dict[str, object]:
+    return {
+        "id": order_id,
+        "customer_id": rng.randint(1, 200),
+        "amount": Decimal(rng.randint(100, 99_999)) / 100,
+        "status": rng.choice(_STATUSES),
+        "updated_at": at,
+        "deleted_at": at if deleted else None,
+    }
+
+
+def _write(folder: Path, name: str, rows: list[dict[str, object]], schema: pa.Schema) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / name)
+
+
+def seed(landing: Path) -> None:
+    """The first export: 1,000 orders, their events, 200 customers."""
+    shutil.rmtree(landing, ignore_errors=True)
+    rng = random.Random(7)
+    orders = [_order(rng, i, _T0 + timedelta(minutes=i, microseconds=i)) for i in range(1, 1001)]
+    _write(landing / "orders", "export-0001.parquet", orders, _ORDERS)
+    events = [
+        {"event_id": i, "order_id": i, "kind": "placed", "happened_at": _T0 + timedelta(minutes=i)}
+        for i in range(1, 1001)
+    ]
+    _write(landing / "order_events", "export-0001.parquet", events, _EVENTS)
+    customers = [{"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])} for i in range(1, 201)]
+    _write(landing / "customers", "snapshot.parquet", customers, _CUSTOMERS)
+    print(f"seeded {landing}: 1000 orders, 1000 order events, 200 customers")
+
+
+def change(landing: Path) -> None:
+    """A later export: 50 new orders, 100 updated, 10 soft-deleted; new events; 10 new customers."""
+    rng = random.Random(8)
+    later = _T0 + timedelta(days=2)
+    new = [_order(rng, i, later + timedelta(seconds=i)) for i in range(1001, 1051)]
+    updated = [_order(rng, i, later + timedelta(seconds=i)) for i in rng.sample(range(1, 1001), 100)]
+    deleted = [_order(rng, i, later + timedelta(hours=1, seconds=i), deleted=True) for i in range(1, 11)]
+    _write(landing / "orders", "export-0002.parquet", new + updated + deleted, _ORDERS)
+    events = [
+        {"event_id": 1000 + n, "order_id": row["id"], "kind": "changed", "happened_at": row["updated_at"]}
+        for n, row in enumerate(new + updated + deleted, start=1)
+    ]
+    _write(landing / "order_events", "export-0002.parquet", events, _EVENTS)
+    customers = [{"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])} for i in range(1, 211)]
+    _write(landing / "customers", "snapshot.parquet", customers, _CUSTOMERS)
+    print(f"changed {landing}: 50 new orders, 100 updated, 10 deleted; 160 new events; 10 new customers")
+
+
+def report() -> None:
+    """Per table and run: rows extracted and written, and the cursor before and after."""
+    import dagster as dg
+
+    from incremental_assets.config import load_project
+
+    project = load_project()
+    with dg.DagsterInstance.get() as instance:
+        print(f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  cursor before -> after")
+        for table in project.tables:
+            key = dg.AssetKey(list(table.asset_key_path))
+            records = instance.fetch_materializations(key, limit=100).records
+            for number, record in enumerate(reversed(records), start=1):
+                materialization = record.asset_materialization
+                assert materialization is not None
+                m = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+                print(
+                    f"{table.name:<14}{number:>4} {m['rows_extracted']:>10}{m['rows_written']:>9}"
+                    f"{m['dagster/row_count']:>9}  {m['previous_cursor']} -> {m['cursor']}"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m incremental_assets.demo", description=__doc__)
+    parser.add_argument("command", choices=["seed", "change", "report"])
+    parser.add_argument("landing", nargs="?", type=Path, default=Path(".demo/landing"))
+    args = parser.parse_args()
+    if args.command == "seed":
+        seed(args.landing)
+    elif args.command == "change":
+        change(args.landing)
+    else:
+        report()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""What every source offers the load, and the checks of a table's columns against its schema."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from incremental_assets.cursor import CursorType, CursorValue, decode_wire
+from incremental_assets.errors import ConfigError
+from incremental_assets.spec import TableSpec
+from incremental_assets.window import Dialect, Window
+
+_CURSOR_TYPES: dict[type[T.DataType], CursorType] = {
+    T.LongType: CursorType.INTEGER,
+    T.IntegerType: CursorType.INTEGER,
+    T.ShortType: CursorType.INTEGER,
+    T.ByteType: CursorType.INTEGER,
+    T.DecimalType: CursorType.DECIMAL,
+    T.DateType: CursorType.DATE,
+    T.TimestampNTZType: CursorType.TIMESTAMP,
+    T.TimestampType: CursorType.TIMESTAMPTZ,
+    T.StringType: CursorType.STRING,
+}
+# A partition column is split by value; these cursor types have a wire form that is an integer.
+SPLITTABLE = (CursorType.INTEGER, CursorType.DATE, CursorType.TIMESTAMPTZ)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The table's cursor, with its type settled against the source schema."""
+
+    column: str
+    type: CursorType
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """Split the read on `column` into value ranges; `column` is integer, date or timestamptz."""
+
+    column: str
+    type: CursorType
+
+
+@dataclass(frozen=True)
+class FreezeRequest:
+    cursor: Cursor
+    lower: CursorValue | None
+    safety_lag: timedelta | None
+    timezone: str
+    partitioning: Partitioning | None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The result of the one query that freezes the upper bound before the read."""
+
+    upper: CursorValue | None
+    rows: int
+    partition_low: int | None = None
+    partition_high: int | None = None
+
+
+class Source(Protocol):
+    dialect: Dialect
+
+    def describe(self) -> str: ...
+
+    def schema(self) -> T.StructType: ...
+
+    def freeze(self, request: FreezeRequest) -> Bounds: ...
+
+    def read(
+        self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
+    ) -> DataFrame: ...
+
+
+def cursor_type_of(data_type: T.DataType) -> CursorType | None:
+    return _CURSOR_TYPES.get(type(data_type))
+
+
+def resolve_cursor(table: TableSpec, schema: T.StructType) -> Cursor | None:
+    """Settle the cursor's type from the schema, or check the declared one against it."""
+    if table.cursor is None:
+        return None
+    field = _field(table, schema, table.cursor.column, "cursor")
+    inferred = cursor_type_of(field.dataType)
+    if inferred is None:
+        raise ConfigError(
+            f"Table '{table.name}', field 'cursor': column '{field.name}' is "
+            f"{field.dataType.simpleString()}, which can't serve as an exact cursor. Use an "
+            "integer, decimal, date, timestamp, timestamptz or text column, or cast one in `query:`."
+        )
+    declared = table.cursor.declared_type
+    if declared is not None and declared is not inferred:
+        raise ConfigError(
+            f"Table '{table.name}', field 'cursor.type': declared {declared.value}, but column "
+            f"'{field.name}' is {field.dataType.simpleString()} ({inferred.value}) in the source. "
+            f"Fix the declared type or remove it to use the source's."
+        )
+    return Cursor(field.name, inferred)
+
+
+def check_columns(table: TableSpec, schema: T.StructType) -> None:
+    """Every column the table names must exist in the source, and none may clash with ours."""
+    for column in table.primary_key:
+        _field(table, schema, column, "primary_key")
+    if table.delete_column:
+        _field(table, schema, table.delete_column, "delete_column")
+    clashes = [f.name for f in schema.fields if f.name.startswith("_")]
+    if clashes:
+        raise ConfigError(
+            f"Table '{table.name}': source columns {', '.join(clashes)} start with '_', which the "
+            "lake reserves for its bookkeeping columns. Rename them in a `query:` (e.g. "
+            "SELECT _x AS x ...)."
+        )
+
+
+def _field(table: TableSpec, schema: T.StructType, column: str, setting: str) -> T.StructField:
+    for field in schema.fields:
+        if field.name == column:
+            return field
+    available = ", ".join(schema.fieldNames())
+    raise ConfigError(
+        f"Table '{table.name}', field '{setting}': column '{column}' is not in "
+        f"{table.source_object} (columns: {available}). Fix the column name."
+    )
+
+
+def choose_partitioning(
+    table: TableSpec, schema: T.StructType, cursor: Cursor | None
+) -> Partitioning | None:
+    """Split on a single-column integer key if there is one, else on a splittable cursor."""
+    if len(table.primary_key) == 1:
+        key_type = cursor_type_of(
+            _field(table, schema, table.primary_key[0], "primary_key").dataType
+        )
+        if key_type is CursorType.INTEGER:
+            return Partitioning(table.primary_key[0], key_type)
+    if cursor is not None and cursor.type in SPLITTABLE:
+        return Partitioning(cursor.column, cursor.type)
+    return None
+
+
+def split_ranges(low: int, high: int, parts: int) -> list[tuple[int | None, int | None]]:
+    """`parts` half-open ranges covering everything: the first open below, the last above.
+
+    The open ends catch rows outside [low, high] (and NULLs, in the first range) so that no row is
+    missed when the value bounds are stale by the time a partition runs.
+    """
+    parts = max(1, min(parts, high - low + 1))
+    if parts == 1:
+        return [(None, None)]
+    step = (high - low + 1) / parts
+    cuts = [low + math.ceil(step * i) for i in range(1, parts)]
+    edges: list[int | None] = [None, *cuts, None]
+    return list(itertools.pairwise(edges))
+
+
+def partition_count(rows: int, rows_per_partition: int, max_partitions: int) -> int:
+    return max(1, min(max_partitions, math.ceil(rows / rows_per_partition)))
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext
+        return int(spark.conf.get("spark.default.parallelism", "4") or 4)
+
+
+def decode_upper(cursor: Cursor, wire: str | None) -> CursorValue | None:
+    return None if wire is None else decode_wire(cursor.type, wire)
+
+
+def join_conditions(conditions: Sequence[str]) -> str:
+    kept = [c for c in conditions if c and c != "TRUE"]
+    return " AND ".join(f"({c})" for c in kept) if kept else "TRUE"

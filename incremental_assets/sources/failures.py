@@ -1,0 +1,114 @@
+"""Turn Spark and JDBC exceptions into one-paragraph messages with a fix.
+
+Spark wraps the database's own words several layers deep (and redacts the URL in the outer
+layer). In classic mode the Java cause chain is walked for the driver's message; over Spark
+Connect only the text is available, and its first line is used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from incremental_assets.errors import IncrementalAssetsError, SourceError
+from incremental_assets.spec import JdbcSourceSpec, TableSpec
+
+_SPARK_NOISE = re.compile(r"^(An error occurred while calling [^\n]*\n: )?")
+
+
+def root_messages(exc: BaseException) -> list[str]:
+    """Messages from the outermost to the innermost cause, without Java stack frames."""
+    java = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    messages: list[str] = []
+    seen = 0
+    while java is not None and seen < 10:
+        try:
+            message = str(java.getMessage() or "")
+            name = str(java.getClass().getSimpleName())
+            java = java.getCause()
+        except Exception:
+            break
+        messages.append(f"{name}: {message}".strip())
+        seen += 1
+    if not messages:
+        text = _SPARK_NOISE.sub("", str(exc)).strip()
+        messages.append(text.splitlines()[0] if text else type(exc).__name__)
+    return [m.split("\n\tat ")[0].strip() for m in messages]
+
+
+def _driver_message(messages: list[str]) -> str:
+    """The database's own words if present, with the innermost cause when it adds something."""
+    driver = [m for m in messages if m.startswith("PSQLException")]
+    chosen = driver[0].removeprefix("PSQLException: ") if driver else messages[-1]
+    inner = messages[-1]
+    if driver and inner not in driver and inner.split(": ", 1)[-1] not in chosen:
+        chosen += f" ({inner})"
+    return " ".join(chosen.split())
+
+
+def source_error(table: TableSpec, exc: BaseException, doing: str) -> SourceError:
+    messages = root_messages(exc)
+    detail = _driver_message(messages)
+    everything = " ".join(messages)
+    source = table.source
+    where = (
+        source.redacted_url() if isinstance(source, JdbcSourceSpec) else getattr(source, "path", "")
+    )
+    fix = _fix(table, everything)
+    return SourceError(
+        f"Table '{table.name}' (source '{source.name}', {where}): {doing} failed: {detail}. {fix}"
+    )
+
+
+def _fix(table: TableSpec, text: str) -> str:
+    source = table.source
+    lowered = text.lower()
+    if any(
+        s in lowered
+        for s in (
+            "password authentication failed",
+            'role "',
+            "no pg_hba.conf entry",
+            "authentication",
+        )
+    ):
+        user = getattr(source, "user", None)
+        return (
+            f"Fix: check the user ({user}) and password of source '{source.name}' (or the ${{VAR}} "
+            "they come from); the database refused them."
+        )
+    if any(
+        s in lowered
+        for s in (
+            "connection refused",
+            "unknownhost",
+            "connection attempt failed",
+            "couldn't connect",
+            "timed out",
+        )
+    ):
+        return (
+            f"Fix: check that the database is running and reachable, and that host and port in "
+            f"source '{source.name}' url are right."
+        )
+    if "relation" in lowered and "does not exist" in lowered:
+        return f"Fix: `table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
+    if "column" in lowered and "does not exist" in lowered:
+        return f"Fix: a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."
+    if "path_not_found" in lowered or "path does not exist" in lowered:
+        return f"Fix: `table:` of table '{table.name}' must name an existing folder under the source path."
+    if table.query is not None:
+        return f"Fix: the `query:` of table '{table.name}' must run on its own in the database."
+    return "Fix the cause above and run again; the cursor did not move."
+
+
+@contextmanager
+def failures_of(table: TableSpec, doing: str) -> Iterator[None]:
+    """Re-raise anything but our own errors as a SourceError that says what was being done."""
+    try:
+        yield
+    except IncrementalAssetsError:
+        raise
+    except Exception as exc:
+        raise source_error(table, exc, doing) from None

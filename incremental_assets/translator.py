@@ -1,0 +1,48 @@
+"""Table config -> AssetSpec. Subclass and override `get_asset_spec` to change keys, groups, tags."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from incremental_assets.spec import JdbcSourceSpec, LakeSpec, Mode, TableSpec
+
+
+class IncrementalAssetsTranslator:
+    def __init__(self, lake: LakeSpec) -> None:
+        self.lake = lake
+
+    def get_asset_spec(self, table: TableSpec) -> dg.AssetSpec:
+        return dg.AssetSpec(
+            key=dg.AssetKey(list(table.asset_key_path)),
+            group_name=table.source.name,
+            kinds={"spark", table.source.kind, "parquet"},
+            description=table.description or self.describe(table),
+            metadata={
+                "dagster/uri": dg.MetadataValue.text(self.lake.table_uri(table.name)),
+                "mode": table.mode.value,
+                "cursor_column": table.cursor.column if table.cursor else "",
+                "source": self.source_text(table),
+            },
+            tags={"incremental_assets/mode": table.mode.value},
+        )
+
+    def source_text(self, table: TableSpec) -> str:
+        if isinstance(table.source, JdbcSourceSpec):
+            what = f"the query of table {table.name}" if table.query else table.table
+            return f"{what} in {table.source.redacted_url()}"
+        return f"{table.source.format} files at {table.source.path}/{table.table}"
+
+    def describe(self, table: TableSpec) -> str:
+        if table.cursor is None:
+            how = "Fully refreshed on every run (no cursor)"
+        else:
+            how = f"Loaded incrementally on cursor `{table.cursor.column}`"
+        mode = {
+            Mode.APPEND: "append (every row version kept once)",
+            Mode.MERGE: f"merge on key ({', '.join(table.primary_key)})",
+            Mode.FULL_REFRESH: "full refresh",
+        }[table.mode]
+        return (
+            f"{how} from {self.source_text(table)} into the Parquet lake at "
+            f"{self.lake.table_uri(table.name)}; mode: {mode}."
+        )

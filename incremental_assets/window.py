@@ -1,0 +1,183 @@
+"""The extraction window and its SQL. Pure Python: no Spark, no Dagster.
+
+Boundary semantics (the README states the same):
+
+* the lower bound is **inclusive**: `cursor >= previous cursor` (minus `lookback`). Rows that tie
+  with the last cursor value are read again, so a row that commits later with the same value is
+  not lost. Merge mode absorbs the re-read rows by key; append mode drops rows already in the lake
+  by (primary key, cursor) or by whole-row identity.
+* the upper bound is **inclusive** and frozen before the read: `cursor <= max(cursor)` as measured
+  by one query, capped at `now - safety_lag` (and, for PostgreSQL, at the oldest open transaction).
+  Rows that arrive later above it wait for the next run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Protocol
+
+from incremental_assets.cursor import CursorType, CursorValue, format_cursor
+
+Lookback = int | Decimal | timedelta
+
+
+@dataclass(frozen=True)
+class Window:
+    """`lower <= column <= upper`, each bound optional."""
+
+    column: str
+    cursor_type: CursorType
+    lower: CursorValue | None = None
+    upper: CursorValue | None = None
+    # Nothing was below the cap when the bound was frozen: a full refresh then reads no rows.
+    empty: bool = False
+
+
+def lower_bound(
+    cursor_type: CursorType,
+    previous: CursorValue | None,
+    start: CursorValue | None,
+    lookback: Lookback | None,
+) -> CursorValue | None:
+    """Where the next read starts: the previous cursor minus the lookback, else `start`."""
+    if previous is None:
+        return start
+    if lookback is None:
+        return previous
+    return subtract_lookback(cursor_type, previous, lookback)
+
+
+def subtract_lookback(
+    cursor_type: CursorType, value: CursorValue, lookback: Lookback
+) -> CursorValue:
+    if cursor_type is CursorType.DATE:
+        assert isinstance(value, date) and isinstance(lookback, timedelta)
+        whole_days = -(-lookback // timedelta(days=1))
+        return value - timedelta(days=whole_days)
+    if cursor_type.is_timestamp:
+        assert isinstance(value, datetime) and isinstance(lookback, timedelta)
+        return value - lookback
+    if cursor_type is CursorType.INTEGER:
+        assert isinstance(value, int) and isinstance(lookback, int)
+        return value - lookback
+    if cursor_type is CursorType.DECIMAL:
+        assert isinstance(value, Decimal)
+        return value - Decimal(lookback)  # type: ignore[arg-type]
+    raise ValueError(f"lookback does not apply to {cursor_type.value} cursors")
+
+
+class Dialect(Protocol):
+    """How one SQL engine spells identifiers, literals and the wire form of a value."""
+
+    name: str
+
+    def quote(self, identifier: str) -> str: ...
+
+    def literal(self, cursor_type: CursorType, value: CursorValue) -> str: ...
+
+    def wire(self, cursor_type: CursorType, expression: str) -> str: ...
+
+    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str: ...
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _micros(lag: timedelta) -> int:
+    return lag // timedelta(microseconds=1)
+
+
+class PostgresDialect:
+    name = "postgres"
+
+    def quote(self, identifier: str) -> str:
+        return '"' + identifier.replace('"', '""') + '"'
+
+    def literal(self, cursor_type: CursorType, value: CursorValue) -> str:
+        text = format_cursor(cursor_type, value)
+        if cursor_type in (CursorType.INTEGER, CursorType.DECIMAL):
+            return text
+        if cursor_type is CursorType.DATE:
+            return f"DATE '{text}'"
+        if cursor_type is CursorType.TIMESTAMP:
+            return f"TIMESTAMP '{text.replace('T', ' ')}'"
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return f"TIMESTAMPTZ '{text.replace('T', ' ')}'"
+        return _sql_string(text)
+
+    def wire(self, cursor_type: CursorType, expression: str) -> str:
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return f"CAST(CAST(EXTRACT(EPOCH FROM {expression}) * 1000000 AS BIGINT) AS TEXT)"
+        if cursor_type is CursorType.TIMESTAMP:
+            return f"to_char({expression}, 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+        if cursor_type is CursorType.DATE:
+            return f"CAST({expression} - DATE '1970-01-01' AS TEXT)"
+        return f"CAST({expression} AS TEXT)"
+
+    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str:
+        now = "now()"
+        if cursor_type is CursorType.TIMESTAMP:
+            now = f"(now() AT TIME ZONE {_sql_string(timezone)})"
+        elif cursor_type is CursorType.DATE:
+            now = f"CAST(now() AT TIME ZONE {_sql_string(timezone)} AS DATE)"
+        return f"{now} - INTERVAL '{_micros(lag)} microseconds'"
+
+
+class SparkSqlDialect:
+    """Spark SQL, used to push windows into file scans. `now` is this process's clock."""
+
+    name = "spark"
+
+    def quote(self, identifier: str) -> str:
+        return "`" + identifier.replace("`", "``") + "`"
+
+    def literal(self, cursor_type: CursorType, value: CursorValue) -> str:
+        text = format_cursor(cursor_type, value)
+        if cursor_type is CursorType.INTEGER:
+            return f"{text}L"
+        if cursor_type is CursorType.DECIMAL:
+            return f"{text}BD"
+        if cursor_type is CursorType.DATE:
+            return f"DATE '{text}'"
+        if cursor_type is CursorType.TIMESTAMP:
+            return f"TIMESTAMP_NTZ '{text.replace('T', ' ')}'"
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return f"TIMESTAMP_LTZ '{text.replace('T', ' ')}'"
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    def wire(self, cursor_type: CursorType, expression: str) -> str:
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return f"CAST(unix_micros({expression}) AS STRING)"
+        if cursor_type is CursorType.DATE:
+            return f"CAST(unix_date({expression}) AS STRING)"
+        return f"CAST({expression} AS STRING)"
+
+    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        now = datetime.now(ZoneInfo(timezone)) - lag
+        if cursor_type is CursorType.TIMESTAMPTZ:
+            return self.literal(cursor_type, now)
+        if cursor_type is CursorType.DATE:
+            return self.literal(cursor_type, now.date())
+        return self.literal(cursor_type, now.replace(tzinfo=None))
+
+
+POSTGRES = PostgresDialect()
+SPARK_SQL = SparkSqlDialect()
+
+
+def render_window(window: Window, dialect: Dialect) -> str:
+    """The predicate every partition of the read uses; `TRUE` when the window is unbounded."""
+    if window.empty:
+        return "FALSE"
+    column = dialect.quote(window.column)
+    parts = []
+    if window.lower is not None:
+        parts.append(f"{column} >= {dialect.literal(window.cursor_type, window.lower)}")
+    if window.upper is not None:
+        parts.append(f"{column} <= {dialect.literal(window.cursor_type, window.upper)}")
+    return " AND ".join(parts) if parts else "TRUE"

@@ -1,0 +1,85 @@
+"""What the writers share: the plan of one write, staging with Spark, and counting in one pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+
+from incremental_assets.results import WriteOutcome
+from incremental_assets.window import Window
+from incremental_assets.writers.lake import LakeTable
+
+BATCH_COLUMN = "_batch"
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    lake: LakeTable
+    txn: str
+    batch: int
+    # Replace the whole table (full refresh, first run, or a table without a cursor).
+    replace_all: bool
+    primary_key: tuple[str, ...]
+    cursor_column: str | None
+    delete_column: str | None
+    buckets: int
+    compression: str
+    max_rows_per_file: int
+    # Append mode: the part of this read that earlier batches may already hold.
+    boundary: Window | None = None
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A run's rows, written under `_staging/<txn>/` and not yet visible to readers."""
+
+    rows_extracted: int
+    rows_written: int
+    subdir: str
+    columns: tuple[tuple[str, str], ...] = ()
+
+
+class Writer(Protocol):
+    def stage(self, delta: DataFrame, plan: WritePlan) -> Staged: ...
+
+    def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome: ...
+
+
+def write_parquet(
+    frame: DataFrame, uri: str, plan: WritePlan, partition_by: str | None = None
+) -> None:
+    spark = frame.sparkSession
+    # INT96 (Spark's legacy default) loses the time zone flag and is deprecated in Parquet.
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    writer = (
+        frame.write.mode("overwrite")
+        .option("compression", plan.compression)
+        .option("maxRecordsPerFile", plan.max_rows_per_file)
+    )
+    if partition_by is not None:
+        writer = writer.partitionBy(partition_by)
+    writer.parquet(uri)
+
+
+def counted(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    """Count rows as they stream through the next action, without a second scan."""
+    observation = Observation(name)
+    return frame.observe(observation, F.count(F.lit(1)).alias("rows")), observation
+
+
+def observed(observation: Observation, key: str = "rows") -> int:
+    return int(observation.get.get(key) or 0)
+
+
+def null_safe_match(left: str, right: str, columns: list[str]) -> Column:
+    condition = F.lit(True)
+    for column in columns:
+        condition = condition & F.col(f"{left}.`{column}`").eqNullSafe(F.col(f"{right}.`{column}`"))
+    return condition
+
+
+def column_types(frame: DataFrame) -> tuple[tuple[str, str], ...]:
+    return tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)

@@ -1,0 +1,248 @@
+"""A lake table: a flat directory of Parquet files, changed only by journaled commits.
+
+Layout of `<lake>/<table>/`:
+
+    part-<group>-<txn>-<n>.parquet   data files; <group> says which batch or bucket they hold
+    _staging/<txn>/                  Spark's output for a run that has not committed yet
+    _journal/<txn>.json              a commit in progress: files to add, files to remove
+    _lock                            the writer lock (local file systems)
+
+Names starting with `_` are skipped by Spark and pyarrow readers, so the table always reads as one
+dataset of complete files. A commit writes its journal, renames the staged files into place, then
+removes the files they replace. If the process dies part way, the next run rolls the journal
+forward before doing anything else; runs that died before journaling leave only staging behind,
+which is deleted. File operations go through pyarrow's file systems, so a lake on s3a:// or
+hdfs:// works the same way, without the JVM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from incremental_assets.errors import ConcurrentRunError, WriteError
+
+_DATA_FILE = re.compile(
+    r"^part-(?P<group>b\d{12}|h\d{5}of\d{5}|s)-(?P<txn>[0-9A-Za-z]+)-\d{5}\.parquet$"
+)
+STAGING = "_staging"
+JOURNAL = "_journal"
+LOCK = "_lock"
+
+
+def new_txn() -> str:
+    """Sortable, unique commit id: UTC time then random hex."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + secrets.token_hex(4)
+
+
+def batch_group(batch: int) -> str:
+    return f"b{batch:012d}"
+
+
+def bucket_group(bucket: int, buckets: int) -> str:
+    return f"h{bucket:05d}of{buckets:05d}"
+
+
+SNAPSHOT_GROUP = "s"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    name: str
+    group: str
+
+    @property
+    def batch(self) -> int | None:
+        return int(self.group[1:]) if self.group.startswith("b") else None
+
+    @property
+    def bucket(self) -> tuple[int, int] | None:
+        if not self.group.startswith("h"):
+            return None
+        bucket, _, buckets = self.group[1:].partition("of")
+        return int(bucket), int(buckets)
+
+
+def _arrow_uri(uri: str) -> str:
+    return "s3://" + uri[len("s3a://") :] if uri.startswith("s3a://") else uri
+
+
+class LakeTable:
+    """One table's directory in the lake."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri.rstrip("/")
+        self.fs, self.path = pafs.FileSystem.from_uri(_arrow_uri(self.uri))
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def _join(self, *parts: str) -> str:
+        return "/".join([self.path, *parts])
+
+    def spark_uri(self, *parts: str) -> str:
+        return "/".join([self.uri, *parts])
+
+    def data_files(self) -> list[DataFile]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        files = []
+        for info in infos:
+            match = _DATA_FILE.match(info.base_name)
+            if info.type == pafs.FileType.File and match:
+                files.append(DataFile(info.base_name, match.group("group")))
+        return sorted(files, key=lambda f: f.name)
+
+    def file_uris(self, files: list[DataFile]) -> list[str]:
+        return [self.spark_uri(f.name) for f in files]
+
+    def staging_uri(self, txn: str) -> str:
+        return self.spark_uri(STAGING, txn)
+
+    def staged_parquet(self, txn: str, subdir: str) -> list[str]:
+        """Staged Parquet files under `_staging/<txn>/<subdir>`, as paths relative to it."""
+        root = self._join(STAGING, txn, subdir)
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        return sorted(
+            info.path[len(root) + 1 :]
+            for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
+        )
+
+    def count_rows(self) -> int:
+        files = [self._join(f.name) for f in self.data_files()]
+        if not files:
+            return 0
+        return int(pads.dataset(files, filesystem=self.fs, format="parquet").count_rows())
+
+    def commit(self, txn: str, adds: list[tuple[str, str]], removes: list[str]) -> None:
+        """Atomically (by roll-forward) add staged files and remove replaced ones.
+
+        `adds` pairs a path relative to `_staging/<txn>/` with a final file name.
+        """
+        journal = {"txn": txn, "adds": adds, "removes": removes}
+        self.fs.create_dir(self._join(JOURNAL), recursive=True)
+        self._write_durably(self._join(JOURNAL, f"{txn}.json"), json.dumps(journal).encode())
+        self._apply(journal)
+
+    def recover(self) -> list[str]:
+        """Finish commits a dead run journaled, and drop staging no commit refers to."""
+        done = []
+        selector = pafs.FileSelector(self._join(JOURNAL), allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            if info.base_name.endswith(".json"):
+                with self.fs.open_input_stream(info.path) as stream:
+                    journal = json.loads(stream.read())
+                self._apply(journal)
+                done.append(f"rolled forward commit {journal['txn']}")
+            else:
+                self.fs.delete_file(info.path)
+        staging = self.fs.get_file_info(
+            pafs.FileSelector(self._join(STAGING), allow_not_found=True)
+        )
+        for info in staging:
+            self.fs.delete_dir(info.path)
+            done.append(f"removed uncommitted staging {info.base_name}")
+        return done
+
+    def discard(self, txn: str) -> None:
+        """Remove a run's staging after a failure; the table itself is untouched."""
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.fs.delete_dir(self._join(STAGING, txn))
+
+    def _apply(self, journal: dict[str, object]) -> None:
+        txn = str(journal["txn"])
+        for staged, final in journal["adds"]:  # type: ignore[attr-defined]
+            source = self._join(STAGING, txn, staged)
+            if self.fs.get_file_info(source).type == pafs.FileType.File:
+                self.fs.move(source, self._join(final))
+        for name in journal["removes"]:  # type: ignore[attr-defined]
+            target = self._join(name)
+            if self.fs.get_file_info(target).type == pafs.FileType.File:
+                self.fs.delete_file(target)
+        self._sync_dir(self.path)
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.fs.delete_dir(self._join(STAGING, txn))
+        self.fs.delete_file(self._join(JOURNAL, f"{txn}.json"))
+
+    def _write_durably(self, path: str, data: bytes) -> None:
+        temporary = path + ".tmp"
+        if self.is_local:
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+            self._sync_dir(os.path.dirname(path))
+            return
+        with self.fs.open_output_stream(path) as stream:  # object stores publish on close
+            stream.write(data)
+
+    def _sync_dir(self, path: str) -> None:
+        if not self.is_local:
+            return
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    @contextlib.contextmanager
+    def lock(self, table_name: str, owner: str, timeout: timedelta) -> Iterator[None]:
+        """Hold the table's writer lock; wait up to `timeout`, then fail naming the holder.
+
+        The lock is an OS file lock, released by the kernel if the process dies. It only works
+        where the lake is a local or shared POSIX file system; for object stores, Dagster's
+        concurrency pool on the asset is the guard.
+        """
+        if not self.is_local:
+            yield
+            return
+        self.fs.create_dir(self.path, recursive=True)
+        with open(self._join(LOCK), "a+") as handle:
+            self._acquire(handle, table_name, timeout)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(
+                f"{owner} (pid {os.getpid()} on {socket.gethostname()}, since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ})"
+            )
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.truncate(0)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _acquire(self, handle: object, table_name: str, timeout: timedelta) -> None:
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        with open(self._join(LOCK)) as reader:
+            holder = reader.read().strip() or "another process"
+        raise ConcurrentRunError(
+            f"Table '{table_name}': another run is writing {self.uri} and still holds its lock "
+            f"after {timeout}: {holder}. Wait for that run to finish, or raise lake.lock_timeout "
+            "to queue behind it."
+        )
+
+
+def lake_error(table_name: str, uri: str, exc: BaseException) -> WriteError:
+    return WriteError(
+        f"Table '{table_name}': writing to the lake at {uri} failed: {exc}. Nothing was committed "
+        "and the cursor did not move; fix the cause and run again."
+    )

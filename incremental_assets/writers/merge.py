@@ -1,0 +1,199 @@
+"""Merge (upsert by primary key) into hash buckets of the key.
+
+Each data file belongs to one bucket, `pmod(xxhash64(key), buckets)`, named in the file name. A
+merge reads the staged delta, finds the buckets it touches, reads only those buckets' files, and
+rewrites them: per key, the latest version by cursor wins (the delta wins a tie with the lake, and
+a hash of the row breaks any tie left), and rows whose delete column is set are removed. Buckets
+the delta doesn't touch are not read or rewritten.
+
+A full refresh is the same merge with the whole table as "touched" and the delta as a complete
+snapshot: the snapshot always wins, and keys missing from it are removed.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Window as W
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.results import MergeCounts, WriteOutcome
+from incremental_assets.writers.base import (
+    BATCH_COLUMN,
+    Staged,
+    WritePlan,
+    column_types,
+    counted,
+    observed,
+    write_parquet,
+)
+from incremental_assets.writers.lake import DataFile, bucket_group
+
+_DELTA = "delta"
+_MERGED = "merged"
+_BUCKET = "__bucket"
+_SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH = (
+    "__src",
+    "__h",
+    "__rn",
+    "__in_lake",
+    "__in_delta",
+    "__lake_h",
+)
+
+
+class MergeWriter:
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def stage(self, delta: DataFrame, plan: WritePlan) -> Staged:
+        # The delta is written once so the source is read once, whatever the merge does next.
+        frame, extracted = counted(delta, "extracted")
+        write_parquet(frame, f"{plan.lake.staging_uri(plan.txn)}/{_DELTA}", plan)
+        rows = observed(extracted)
+        return Staged(rows, rows, _DELTA)
+
+    def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
+        existing = plan.lake.data_files()
+        buckets = _bucket_count(existing, plan)
+        delta = self._read(f"{plan.lake.staging_uri(plan.txn)}/{_DELTA}")
+        delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, buckets))
+        if plan.replace_all:
+            replaced = existing
+        else:
+            touched = {row[0] for row in delta.select(_BUCKET).distinct().collect()}
+            replaced = [f for f in existing if f.bucket is not None and f.bucket[0] in touched]
+        lake_rows = self._read_bucketed(plan, replaced, buckets)
+        merged, counts = _merge(delta, lake_rows, plan)
+        merged, rewritten = counted(merged, "rewritten")
+        write_parquet(
+            merged.repartition(_BUCKET).sortWithinPartitions(*plan.primary_key),
+            f"{plan.lake.staging_uri(plan.txn)}/{_MERGED}",
+            plan,
+            partition_by=_BUCKET,
+        )
+        adds = _named_adds(plan, buckets)
+        plan.lake.commit(plan.txn, adds, [f.name for f in replaced])
+        merge = MergeCounts(
+            observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
+        )
+        return WriteOutcome(
+            rows_extracted=staged.rows_extracted,
+            rows_written=merge.inserted + merge.updated,
+            files_written=len(adds),
+            rows_rewritten=observed(rewritten),
+            merge=merge,
+            columns=column_types(merged.drop(_BUCKET)),
+        )
+
+    def _read(self, *uris: str) -> DataFrame:
+        # Files written before a source column was added lack it; merge their schemas.
+        return self.spark.read.option("mergeSchema", "true").parquet(*uris)
+
+    def _read_bucketed(
+        self, plan: WritePlan, files: list[DataFile], buckets: int
+    ) -> DataFrame | None:
+        if not files:
+            return None
+        rows = self._read(*plan.lake.file_uris(files))
+        return rows.withColumn(_BUCKET, bucket_of(rows, plan.primary_key, buckets))
+
+
+def bucket_of(frame: DataFrame, key: tuple[str, ...], buckets: int) -> Column:
+    """The key's bucket, stable across int widths and independent of the session time zone."""
+    parts = [_canonical(F.col(f"`{c}`"), frame.schema[c].dataType) for c in key]
+    return F.pmod(F.xxhash64(*parts), F.lit(buckets)).cast("int")
+
+
+def _canonical(column: Column, data_type: T.DataType) -> Column:
+    if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
+        return column.cast("bigint")
+    if isinstance(data_type, T.TimestampType):
+        return F.unix_micros(column)
+    if isinstance(data_type, T.TimestampNTZType):
+        return column.cast("string")
+    if isinstance(data_type, T.DateType):
+        return F.unix_date(column)
+    return column
+
+
+def _bucket_count(existing: list[DataFile], plan: WritePlan) -> int:
+    """The lake's own bucket count wins over the config until the next full refresh."""
+    if not plan.replace_all:
+        for f in existing:
+            if f.bucket is not None:
+                return f.bucket[1]
+    return plan.buckets
+
+
+def _merge(
+    delta: DataFrame, lake_rows: DataFrame | None, plan: WritePlan
+) -> tuple[DataFrame, Observation]:
+    data_columns = [c for c in delta.columns if c != _BUCKET]
+    incoming = delta.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")).withColumn(
+        _SOURCE, F.lit(1)
+    )
+    combined = incoming
+    if lake_rows is not None:
+        combined = incoming.unionByName(
+            lake_rows.withColumn(_SOURCE, F.lit(0)), allowMissingColumns=True
+        )
+    combined = combined.withColumn(_HASH, F.xxhash64(*[F.col(f"`{c}`") for c in data_columns]))
+    by_key = W.partitionBy(*[F.col(f"`{c}`") for c in plan.primary_key])
+    ranked = (
+        combined.withColumn(_RANK, F.row_number().over(by_key.orderBy(*_precedence(plan))))
+        .withColumn(_IN_LAKE, F.max((F.col(_SOURCE) == 0).cast("int")).over(by_key))
+        .withColumn(_IN_DELTA, F.max(F.col(_SOURCE)).over(by_key))
+        .withColumn(_LAKE_HASH, F.max(F.when(F.col(_SOURCE) == 0, F.col(_HASH))).over(by_key))
+    )
+    winners = ranked.where(F.col(_RANK) == 1)
+    deleted = _deleted(winners, plan)
+    from_delta, in_lake = F.col(_SOURCE) == 1, F.col(_IN_LAKE) == 1
+    counts = Observation("merge")
+    winners = winners.observe(
+        counts,
+        F.sum((from_delta & ~in_lake & ~deleted).cast("long")).alias("inserted"),
+        F.sum(
+            (from_delta & in_lake & ~deleted & (F.col(_HASH) != F.col(_LAKE_HASH))).cast("long")
+        ).alias("updated"),
+        F.sum((deleted & in_lake).cast("long")).alias("deleted"),
+    )
+    kept = winners.where(~deleted)
+    ordered = [
+        *data_columns,
+        *[c for c in kept.columns if c not in data_columns and not c.startswith("__")],
+    ]
+    ordered = [c for c in ordered if c != BATCH_COLUMN] + [BATCH_COLUMN, _BUCKET]
+    return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
+
+
+def _precedence(plan: WritePlan) -> list[Column]:
+    cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
+    newest_source = F.col(_SOURCE).desc()
+    if plan.replace_all:
+        return [newest_source, *cursor, F.col(_HASH).desc()]
+    return [*cursor, newest_source, F.col(_HASH).desc()]
+
+
+def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
+    deleted = F.lit(False)
+    if plan.delete_column:
+        column = F.col(f"`{plan.delete_column}`")
+        is_flag = isinstance(winners.schema[plan.delete_column].dataType, T.BooleanType)
+        deleted = F.coalesce(column, F.lit(False)) if is_flag else column.isNotNull()
+    if plan.replace_all:
+        deleted = deleted | (F.col(_IN_DELTA) == 0)
+    return deleted
+
+
+def _named_adds(plan: WritePlan, buckets: int) -> list[tuple[str, str]]:
+    adds = []
+    for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _MERGED)):
+        bucket = int(path.split("/", 1)[0].split("=", 1)[1])
+        adds.append(
+            (
+                f"{_MERGED}/{path}",
+                f"part-{bucket_group(bucket, buckets)}-{plan.txn}-{i:05d}.parquet",
+            )
+        )
+    return adds
