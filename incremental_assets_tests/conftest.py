@@ -1,0 +1,77 @@
+"""Session-wide PostgreSQL and Spark; a fresh schema, lake and Dagster instance per test."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from pyspark.sql import SparkSession
+
+from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.spec import SparkSpec
+from incremental_assets_tests.harness import Schema, fresh_schema
+from incremental_assets_tests.postgres import PostgresServer, postgres_server
+
+TEST_SPARK_CONF = {
+    "spark.jars.packages": POSTGRES_PACKAGE,
+    "spark.jars.excludes": POSTGRES_EXCLUDES,
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg(postgres: PostgresServer) -> Iterator[Schema]:
+    with fresh_schema(postgres) as schema:
+        yield schema
+
+
+@pytest.fixture(scope="session")
+def spark_resource() -> Iterator[IncrementalSparkResource]:
+    """The resource the assets use, started once; tests share its session."""
+    resource = IncrementalSparkResource.from_spec(SparkSpec(master="local[2]", conf=TEST_SPARK_CONF))
+    session = resource.spark_session
+    yield resource
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_resource: IncrementalSparkResource) -> SparkSession:
+    return spark_resource.spark_session
+
+
+@pytest.fixture
+def spark_conf_restored(spark: SparkSession) -> Iterator[SparkSession]:
+    """For tests that change session settings: put them back afterwards."""
+    keys = ["spark.sql.session.timeZone"]
+    saved = {k: spark.conf.get(k) for k in keys}
+    yield spark
+    for key, value in saved.items():
+        spark.conf.set(key, value)
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    """A real instance on disk (SQLite), as DAGSTER_HOME would give."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        yield instance
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ia-test-") as directory:
+        yield Path(directory)

@@ -1,0 +1,254 @@
+"""End to end against real PostgreSQL, real Spark and a Dagster instance on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.compute as pc
+import pytest
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import (
+    Schema,
+    lake_files,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+    write_project,
+)
+
+ORDERS = """
+CREATE TABLE orders (
+    id bigint PRIMARY KEY,
+    amount numeric(12, 2) NOT NULL,
+    status text NOT NULL,
+    updated_at timestamptz NOT NULL
+)
+"""
+
+
+def _project(tmp_path: Path, pg: Schema, source: dict[str, Any] | None = None, **table: Any) -> Any:
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"shop": pg.source(**(source or {}))},
+        "tables": [{"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **table}],
+    }
+    return write_project(tmp_path, config)
+
+
+def _seed(pg: Schema, ids: range, at: str = "2025-01-01 00:00:00+00") -> None:
+    pg.execute(
+        f"INSERT INTO orders SELECT i, i * 1.25, 'placed', TIMESTAMPTZ '{at}' + i * INTERVAL '1 second' "
+        f"FROM generate_series({ids.start}, {ids.stop - 1}) AS i"
+    )
+
+
+def _source_rows(pg: Schema) -> list[tuple[Any, ...]]:
+    return sorted(pg.query("SELECT id, amount, status, updated_at FROM orders"))
+
+
+def test_first_run_extracts_every_row_and_second_run_only_the_delta(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 101))
+    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    assert first.metadata["rows_extracted"] == 100
+    assert first.metadata["previous_cursor"] is None
+    assert first.metadata["cursor"] == "2025-01-01T00:01:40.000000+00:00"
+
+    _seed(pg, range(101, 111), at="2025-01-02 00:00:00+00")
+    pg.execute("UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' WHERE id <= 5")
+    second = materialize(project, "orders", instance, spark_resource)
+
+    assert second.success, second.failure
+    assert second.metadata["previous_cursor"] == first.metadata["cursor"]
+    assert second.metadata["cursor"] == "2025-01-03T00:00:00.000000+00:00"
+    # 10 inserted, 5 updated, and the one row tied with the previous cursor read again.
+    assert second.metadata["rows_extracted"] == 16
+    assert (second.metadata["rows_inserted"], second.metadata["rows_updated"]) == (10, 5)
+    lake = read_lake(tmp_path / "lake", "orders")
+    assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == _source_rows(pg)
+    assert second.metadata["dagster/row_count"] == 110
+
+
+def test_append_keeps_every_version_exactly_once(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 51))
+    project = _project(tmp_path, pg, mode="append", cursor="updated_at", primary_key=["id"])
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10")
+    _seed(pg, range(51, 56), at="2025-02-01 00:00:00+00")
+
+    second = materialize(project, "orders", instance, spark_resource)
+
+    assert second.success, second.failure
+    assert second.metadata["rows_written"] == 15
+    lake = read_lake(tmp_path / "lake", "orders")
+    versions = rows_by(lake, ["id", "updated_at"])
+    assert len(versions) == len(set(versions)) == 65  # 50 originals + 10 new versions + 5 new rows
+    latest = {row[0]: row[1] for row in versions}
+    assert sorted(latest.items()) == sorted(pg.query("SELECT id, updated_at FROM orders"))
+    assert sorted(set(pc.unique(lake["_batch"]).to_pylist())) == [1, 2]
+
+
+def test_the_window_predicate_is_what_reaches_the_server(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource, postgres: Any
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 2001))
+    project = _project(
+        tmp_path,
+        pg,
+        source={"rows_per_partition": 500, "max_partitions": 4},
+        mode="merge",
+        cursor="updated_at",
+        primary_key=["id"],
+        start="2025-01-01T00:00:10Z",
+    )
+    run = materialize(project, "orders", instance, spark_resource)
+    assert run.success, run.failure
+
+    window = run.metadata["extract_filter"]
+    assert window == (
+        "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:10.000000+00:00' AND "
+        "\"updated_at\" <= TIMESTAMPTZ '2025-01-01 00:33:20.000000+00:00'"
+    )
+    log = postgres.log_text().splitlines()
+    reads = [line for line in log if f'SELECT "id","amount","status","updated_at" FROM {pg.name}.orders' in line]
+    # Four parallel partitions of the key, every one with the same window, pushed down verbatim.
+    assert len(reads) == 4
+    assert all(f"WHERE ({window}) AND (" in line for line in reads), reads
+    assert any('"id" IS NULL' in line for line in reads)
+    bounds = [line for line in log if pg.name in line and "max(\"updated_at\")" in line and "1=0" not in line]
+    assert len(bounds) == 1 and "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:10.000000+00:00'" in bounds[0]
+    assert run.metadata["rows_extracted"] == 1991
+
+
+@pytest.mark.parametrize(
+    ("column_type", "values", "expected_cursor"),
+    [
+        ("bigint", ["9007199254740993", "9007199254740995"], "9007199254740995"),
+        ("numeric(30, 10)", ["12345678901234567890.0000000001", "12345678901234567890.0000000003"], "12345678901234567890.0000000003"),
+        ("date", ["DATE '0001-01-01'", "DATE '9999-12-30'"], "9999-12-30"),
+        ("timestamp", ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"], "2025-10-26T02:59:59.999999"),
+        ("timestamptz", ["TIMESTAMPTZ '2025-01-01 00:00:00.000001+05:30'", "TIMESTAMPTZ '2025-06-30 23:59:59.999999-07'"], "2025-07-01T06:59:59.999999+00:00"),
+    ],
+)
+def test_every_cursor_type_round_trips_exactly(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    column_type: str,
+    values: list[str],
+    expected_cursor: str,
+) -> None:
+    pg.execute(f"CREATE TABLE orders (id int PRIMARY KEY, c {column_type})")
+    pg.execute(f"INSERT INTO orders VALUES (1, {values[0]})")
+    project = _project(tmp_path, pg, mode="append", cursor="c", primary_key=["id"])
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute(f"INSERT INTO orders VALUES (2, {values[1]})")
+
+    run = materialize(project, "orders", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["cursor"] == expected_cursor
+    assert run.metadata["rows_written"] == 1
+    lake = read_lake(tmp_path / "lake", "orders")
+    source = dict(pg.query("SELECT id, c FROM orders"))
+    in_lake = dict(rows_by(lake, ["id", "c"]))
+    if column_type == "timestamp":
+        source = {k: v.replace(tzinfo=None) for k, v in source.items()}
+        in_lake = {k: v.replace(tzinfo=None) for k, v in in_lake.items()}
+    assert in_lake == source
+
+
+def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 11))
+    project = _project(tmp_path, pg, mode="append", cursor="updated_at")
+    first = materialize(project, "orders", instance, spark_resource)
+    files = lake_files(tmp_path / "lake", "orders")
+
+    second = materialize(project, "orders", instance, spark_resource)
+
+    assert second.success, second.failure
+    assert second.metadata["cursor"] == first.metadata["cursor"]
+    assert second.metadata["rows_written"] == 0
+    assert second.run_id != first.run_id
+    assert lake_files(tmp_path / "lake", "orders") == files
+
+
+def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, updated_at timestamptz)")
+    pg.execute("INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i")
+    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    before = read_lake(tmp_path / "lake", "orders")
+    files = lake_files(tmp_path / "lake", "orders")
+    # A value Spark can't hold as decimal(38,18) makes the job fail half way through the write.
+    pg.execute("INSERT INTO orders VALUES (21, 1e30, TIMESTAMPTZ '2025-02-01 00:00:00+00')")
+
+    failed = materialize(project, "orders", instance, spark_resource)
+
+    assert not failed.success
+    assert "Table 'orders'" in (failed.failure or "")
+    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
+    assert lake_files(tmp_path / "lake", "orders") == files
+    assert read_lake(tmp_path / "lake", "orders").equals(before)
+    assert not list((tmp_path / "lake" / "orders" / "_staging").glob("*"))
+
+
+def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 21))
+    project = _project(tmp_path, pg, mode="append", cursor="updated_at", primary_key=["id"])
+    assert materialize(project, "orders", instance, spark_resource).success
+    # Rows an incremental run can never see: deleted, and changed without moving the cursor.
+    pg.execute("DELETE FROM orders WHERE id > 15")
+    pg.execute("UPDATE orders SET status = 'fixed' WHERE id = 1")
+
+    refresh = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+
+    assert refresh.success, refresh.failure
+    assert refresh.metadata["full_refresh"] is True
+    assert refresh.metadata["rows_extracted"] == 15
+    assert refresh.metadata["cursor"] == "2025-01-01T00:00:15.000000+00:00"
+    lake = read_lake(tmp_path / "lake", "orders")
+    assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == _source_rows(pg)
+
+
+def test_metadata_carries_every_documented_key(
+    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 6))
+    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+    run = materialize(project, "orders", instance, spark_resource)
+    keys = {
+        "cursor", "previous_cursor", "cursor_column", "mode", "full_refresh", "rows_extracted",
+        "rows_written", "rows_inserted", "rows_updated", "rows_deleted", "dagster/row_count",
+        "dagster/column_schema", "dagster/uri", "extract_filter", "extract_seconds", "write_seconds",
+    }
+    assert keys <= set(run.metadata)
+    assert run.metadata["cursor_column"] == "updated_at"
+    assert run.metadata["mode"] == "merge"
+    assert run.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
+    columns = [c.name for c in run.metadata["dagster/column_schema"].columns]
+    assert columns == ["id", "amount", "status", "updated_at", "_batch"]

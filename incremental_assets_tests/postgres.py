@@ -1,0 +1,125 @@
+"""A real PostgreSQL server for the tests.
+
+Started from the binaries on PATH (initdb, pg_ctl) in a temporary directory on a free loopback
+port, with password authentication over TCP and every statement logged, so tests can check the
+SQL that reached the server. PostgreSQL refuses to run as root; then the server runs as the
+`postgres` user. Set INCREMENTAL_ASSETS_TEST_PG=postgresql://user:password@host:port/db to use an
+existing server instead (the role must be allowed to create schemas and roles).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psycopg
+
+EXTERNAL_ENV = "INCREMENTAL_ASSETS_TEST_PG"
+SUPERUSER = "postgres"
+PASSWORD = "test-password"
+
+
+@dataclass
+class PostgresServer:
+    host: str
+    port: int
+    user: str
+    password: str
+    dbname: str
+    log_path: Path | None = None
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}"
+
+    @property
+    def conninfo(self) -> str:
+        return f"host={self.host} port={self.port} user={self.user} password={self.password} dbname={self.dbname}"
+
+    def connect(self, autocommit: bool = True, **overrides: object) -> psycopg.Connection:
+        params: dict[str, object] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "dbname": self.dbname,
+            **overrides,
+        }
+        return psycopg.connect(autocommit=autocommit, **params)  # type: ignore[arg-type]
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres(command: list[str]) -> list[str]:
+    return ["runuser", "-u", SUPERUSER, "--", *command] if os.geteuid() == 0 else command
+
+
+@contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    external = os.environ.get(EXTERNAL_ENV)
+    if external:
+        url = urlparse(external)
+        yield PostgresServer(
+            host=url.hostname or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or SUPERUSER,
+            password=url.password or "",
+            dbname=(url.path or "/postgres").lstrip("/") or "postgres",
+        )
+        return
+    root = Path(tempfile.mkdtemp(prefix="ia-pg-"))
+    data, log, pwfile = root / "data", root / "server.log", root / "pw"
+    pwfile.write_text(PASSWORD)
+    if os.geteuid() == 0:
+        shutil.chown(root, SUPERUSER)
+        shutil.chown(pwfile, SUPERUSER)
+    port = _free_port()
+    try:
+        subprocess.run(
+            _as_postgres(
+                ["initdb", "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}", "--auth-local=trust",
+                 "--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        options = (
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c log_statement=all "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        subprocess.run(
+            _as_postgres(["pg_ctl", "-D", str(data), "-o", options, "-l", str(log), "-w", "-t", "60", "start"]),
+            check=True,
+            capture_output=True,
+        )
+        yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
+    finally:
+        subprocess.run(
+            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]), capture_output=True
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise TimeoutError("condition not met in time")
