@@ -447,7 +447,7 @@ def _resolve_source(
     )
 
 
-def _option_text(value: str | int | bool) -> str:
+def _option_text(value: str | int | float | bool) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

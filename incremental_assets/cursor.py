@@ -22,6 +22,7 @@ since the epoch, everything else (timestamp included) as exact text. `decode_wir
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -142,7 +143,7 @@ def _normalise_offset(offset: str) -> str:
     return f"{offset[0]}{digits[:2]}:{digits[2:4] or '00'}"
 
 
-_PARSERS = {
+_PARSERS: dict[CursorType, Callable[[str], CursorValue]] = {
     CursorType.INTEGER: _parse_integer,
     CursorType.DECIMAL: _parse_decimal,
     CursorType.DATE: _parse_date,

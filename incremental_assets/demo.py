@@ -43,7 +43,9 @@ _EVENTS = pa.schema(
 _CUSTOMERS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("country", pa.string())])
 
 
-def _order(rng: random.Random, order_id: int, at: datetime, deleted: bool = False) -> dict[str, object]:
+def _order(
+    rng: random.Random, order_id: int, at: datetime, deleted: bool = False
+) -> dict[str, object]:
     return {
         "id": order_id,
         "customer_id": rng.randint(1, 200),
@@ -70,7 +72,10 @@ def seed(landing: Path) -> None:
         for i in range(1, 1001)
     ]
     _write(landing / "order_events", "export-0001.parquet", events, _EVENTS)
-    customers = [{"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])} for i in range(1, 201)]
+    customers = [
+        {"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])}
+        for i in range(1, 201)
+    ]
     _write(landing / "customers", "snapshot.parquet", customers, _CUSTOMERS)
     print(f"seeded {landing}: 1000 orders, 1000 order events, 200 customers")
 
@@ -80,17 +85,31 @@ def change(landing: Path) -> None:
     rng = random.Random(8)
     later = _T0 + timedelta(days=2)
     new = [_order(rng, i, later + timedelta(seconds=i)) for i in range(1001, 1051)]
-    updated = [_order(rng, i, later + timedelta(seconds=i)) for i in rng.sample(range(1, 1001), 100)]
-    deleted = [_order(rng, i, later + timedelta(hours=1, seconds=i), deleted=True) for i in range(1, 11)]
+    updated = [
+        _order(rng, i, later + timedelta(seconds=i)) for i in rng.sample(range(1, 1001), 100)
+    ]
+    deleted = [
+        _order(rng, i, later + timedelta(hours=1, seconds=i), deleted=True) for i in range(1, 11)
+    ]
     _write(landing / "orders", "export-0002.parquet", new + updated + deleted, _ORDERS)
     events = [
-        {"event_id": 1000 + n, "order_id": row["id"], "kind": "changed", "happened_at": row["updated_at"]}
+        {
+            "event_id": 1000 + n,
+            "order_id": row["id"],
+            "kind": "changed",
+            "happened_at": row["updated_at"],
+        }
         for n, row in enumerate(new + updated + deleted, start=1)
     ]
     _write(landing / "order_events", "export-0002.parquet", events, _EVENTS)
-    customers = [{"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])} for i in range(1, 211)]
+    customers = [
+        {"id": i, "name": f"Customer {i}", "country": rng.choice(["FR", "DE", "US"])}
+        for i in range(1, 211)
+    ]
     _write(landing / "customers", "snapshot.parquet", customers, _CUSTOMERS)
-    print(f"changed {landing}: 50 new orders, 100 updated, 10 deleted; 160 new events; 10 new customers")
+    print(
+        f"changed {landing}: 50 new orders, 100 updated, 10 deleted; 160 new events; 10 new customers"
+    )
 
 
 def report() -> None:
@@ -101,7 +120,9 @@ def report() -> None:
 
     project = load_project()
     with dg.DagsterInstance.get() as instance:
-        print(f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  cursor before -> after")
+        print(
+            f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  cursor before -> after"
+        )
         for table in project.tables:
             key = dg.AssetKey(list(table.asset_key_path))
             records = instance.fetch_materializations(key, limit=100).records

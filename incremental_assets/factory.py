@@ -5,7 +5,6 @@ materialization *while still holding the lock*: Dagster stores the event before 
 resumes, so a second run that was waiting for the lock always sees the first run's cursor.
 """
 
-
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -212,7 +212,7 @@ def _failure(table: TableSpec, lake: LakeTable, exc: Exception) -> IncrementalAs
     messages = " ".join(root_messages(exc))
     if "PSQLException" in messages or "FAILED_JDBC" in messages:
         return source_error(table, exc, "reading the rows")
-    return lake_error(table.name, lake.uri, " ".join(root_messages(exc)[-1:]))
+    return lake_error(table.name, lake.uri, root_messages(exc)[-1])
 
 
 @dataclass(frozen=True)

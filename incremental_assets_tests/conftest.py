@@ -41,7 +41,9 @@ def pg(postgres: PostgresServer) -> Iterator[Schema]:
 @pytest.fixture(scope="session")
 def spark_resource() -> Iterator[IncrementalSparkResource]:
     """The resource the assets use, started once; tests share its session."""
-    resource = IncrementalSparkResource.from_spec(SparkSpec(master="local[2]", conf=TEST_SPARK_CONF))
+    resource = IncrementalSparkResource.from_spec(
+        SparkSpec(master="local[2]", conf=TEST_SPARK_CONF)
+    )
     session = resource.spark_session
     yield resource
     session.stop()

@@ -93,8 +93,20 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         subprocess.run(
             _as_postgres(
-                ["initdb", "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}", "--auth-local=trust",
-                 "--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"]
+                [
+                    "initdb",
+                    "-D",
+                    str(data),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                ]
             ),
             check=True,
             capture_output=True,
@@ -104,14 +116,29 @@ def postgres_server() -> Iterator[PostgresServer]:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         subprocess.run(
-            _as_postgres(["pg_ctl", "-D", str(data), "-o", options, "-l", str(log), "-w", "-t", "60", "start"]),
+            _as_postgres(
+                [
+                    "pg_ctl",
+                    "-D",
+                    str(data),
+                    "-o",
+                    options,
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
             check=True,
             capture_output=True,
         )
         yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
     finally:
         subprocess.run(
-            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]), capture_output=True
+            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            capture_output=True,
         )
         shutil.rmtree(root, ignore_errors=True)
 

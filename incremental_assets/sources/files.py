@@ -15,13 +15,13 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import FilesSourceSpec, TableSpec
-from incremental_assets.window import SPARK_SQL, Window, render_window
+from incremental_assets.window import SPARK_SQL, Dialect, Window, render_window
 
 _FORMAT_DEFAULTS = {"csv": {"header": "true"}}
 
 
 class FilesSource:
-    dialect = SPARK_SQL
+    dialect: Dialect = SPARK_SQL
 
     def __init__(self, spark: SparkSession, table: TableSpec) -> None:
         assert isinstance(table.source, FilesSourceSpec)

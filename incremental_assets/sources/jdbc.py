@@ -27,18 +27,18 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import JdbcSourceSpec, TableSpec
-from incremental_assets.window import POSTGRES, Window, render_window
+from incremental_assets.window import POSTGRES, Dialect, Window, render_window
 
 
 class JdbcSource:
-    dialect = POSTGRES
+    dialect: Dialect = POSTGRES
 
     def __init__(self, spark: SparkSession, table: TableSpec) -> None:
         assert isinstance(table.source, JdbcSourceSpec)
         self.spark = spark
         self.table = table
         self.source: JdbcSourceSpec = table.source
-        self.relation = table.table if table.query is None else f"({table.query}) AS src"
+        self.relation = f"({table.query}) AS src" if table.query is not None else str(table.table)
 
     def describe(self) -> str:
         return f"{self.table.source_object} in {self.source.redacted_url()}"

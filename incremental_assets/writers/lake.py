@@ -25,9 +25,10 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
@@ -159,13 +160,13 @@ class LakeTable:
         with contextlib.suppress(FileNotFoundError, OSError):
             self.fs.delete_dir(self._join(STAGING, txn))
 
-    def _apply(self, journal: dict[str, object]) -> None:
+    def _apply(self, journal: Mapping[str, Any]) -> None:
         txn = str(journal["txn"])
-        for staged, final in journal["adds"]:  # type: ignore[attr-defined]
+        for staged, final in journal["adds"]:
             source = self._join(STAGING, txn, staged)
             if self.fs.get_file_info(source).type == pafs.FileType.File:
                 self.fs.move(source, self._join(final))
-        for name in journal["removes"]:  # type: ignore[attr-defined]
+        for name in journal["removes"]:
             target = self._join(name)
             if self.fs.get_file_info(target).type == pafs.FileType.File:
                 self.fs.delete_file(target)
@@ -241,8 +242,8 @@ class LakeTable:
         )
 
 
-def lake_error(table_name: str, uri: str, exc: BaseException) -> WriteError:
+def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
     return WriteError(
-        f"Table '{table_name}': writing to the lake at {uri} failed: {exc}. Nothing was committed "
+        f"Table '{table_name}': writing to the lake at {uri} failed: {cause}. Nothing was committed "
         "and the cursor did not move; fix the cause and run again."
     )

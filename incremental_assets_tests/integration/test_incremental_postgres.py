@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.harness import (
     Schema,
     lake_files,
@@ -30,9 +32,15 @@ CREATE TABLE orders (
 """
 
 
-def _project(tmp_path: Path, pg: Schema, source: dict[str, Any] | None = None, **table: Any) -> Any:
+def _project(
+    tmp_path: Path,
+    pg: Schema,
+    source: dict[str, Any] | None = None,
+    lake: dict[str, Any] | None = None,
+    **table: Any,
+) -> Any:
     config = {
-        "lake": {"path": str(tmp_path / "lake")},
+        "lake": {"path": str(tmp_path / "lake"), **(lake or {})},
         "sources": {"shop": pg.source(**(source or {}))},
         "tables": [{"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **table}],
     }
@@ -51,7 +59,10 @@ def _source_rows(pg: Schema) -> list[tuple[Any, ...]]:
 
 
 def test_first_run_extracts_every_row_and_second_run_only_the_delta(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 101))
@@ -64,7 +75,9 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
     assert first.metadata["cursor"] == "2025-01-01T00:01:40.000000+00:00"
 
     _seed(pg, range(101, 111), at="2025-01-02 00:00:00+00")
-    pg.execute("UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' WHERE id <= 5")
+    pg.execute(
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' WHERE id <= 5"
+    )
     second = materialize(project, "orders", instance, spark_resource)
 
     assert second.success, second.failure
@@ -79,13 +92,18 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
 
 
 def test_append_keeps_every_version_exactly_once(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 51))
     project = _project(tmp_path, pg, mode="append", cursor="updated_at", primary_key=["id"])
     assert materialize(project, "orders", instance, spark_resource).success
-    pg.execute("UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10")
+    pg.execute(
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10"
+    )
     _seed(pg, range(51, 56), at="2025-02-01 00:00:00+00")
 
     second = materialize(project, "orders", instance, spark_resource)
@@ -101,7 +119,11 @@ def test_append_keeps_every_version_exactly_once(
 
 
 def test_the_window_predicate_is_what_reaches_the_server(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource, postgres: Any
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    postgres: Any,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 2001))
@@ -123,13 +145,24 @@ def test_the_window_predicate_is_what_reaches_the_server(
         "\"updated_at\" <= TIMESTAMPTZ '2025-01-01 00:33:20.000000+00:00'"
     )
     log = postgres.log_text().splitlines()
-    reads = [line for line in log if f'SELECT "id","amount","status","updated_at" FROM {pg.name}.orders' in line]
+    reads = [
+        line
+        for line in log
+        if f'SELECT "id","amount","status","updated_at" FROM {pg.name}.orders' in line
+    ]
     # Four parallel partitions of the key, every one with the same window, pushed down verbatim.
     assert len(reads) == 4
     assert all(f"WHERE ({window}) AND (" in line for line in reads), reads
     assert any('"id" IS NULL' in line for line in reads)
-    bounds = [line for line in log if pg.name in line and "max(\"updated_at\")" in line and "1=0" not in line]
-    assert len(bounds) == 1 and "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:10.000000+00:00'" in bounds[0]
+    bounds = [
+        line
+        for line in log
+        if pg.name in line and 'max("updated_at")' in line and "1=0" not in line
+    ]
+    assert (
+        len(bounds) == 1
+        and "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:10.000000+00:00'" in bounds[0]
+    )
     assert run.metadata["rows_extracted"] == 1991
 
 
@@ -137,10 +170,25 @@ def test_the_window_predicate_is_what_reaches_the_server(
     ("column_type", "values", "expected_cursor"),
     [
         ("bigint", ["9007199254740993", "9007199254740995"], "9007199254740995"),
-        ("numeric(30, 10)", ["12345678901234567890.0000000001", "12345678901234567890.0000000003"], "12345678901234567890.0000000003"),
+        (
+            "numeric(30, 10)",
+            ["12345678901234567890.0000000001", "12345678901234567890.0000000003"],
+            "12345678901234567890.0000000003",
+        ),
         ("date", ["DATE '0001-01-01'", "DATE '9999-12-30'"], "9999-12-30"),
-        ("timestamp", ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"], "2025-10-26T02:59:59.999999"),
-        ("timestamptz", ["TIMESTAMPTZ '2025-01-01 00:00:00.000001+05:30'", "TIMESTAMPTZ '2025-06-30 23:59:59.999999-07'"], "2025-07-01T06:59:59.999999+00:00"),
+        (
+            "timestamp",
+            ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"],
+            "2025-10-26T02:59:59.999999",
+        ),
+        (
+            "timestamptz",
+            [
+                "TIMESTAMPTZ '2025-01-01 00:00:00.000001+05:30'",
+                "TIMESTAMPTZ '2025-06-30 23:59:59.999999-07'",
+            ],
+            "2025-07-01T06:59:59.999999+00:00",
+        ),
     ],
 )
 def test_every_cursor_type_round_trips_exactly(
@@ -173,7 +221,10 @@ def test_every_cursor_type_round_trips_exactly(
 
 
 def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
@@ -191,10 +242,17 @@ def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
 
 
 def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, updated_at timestamptz)")
-    pg.execute("INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i")
+    pg.execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, updated_at timestamptz)"
+    )
+    pg.execute(
+        "INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i"
+    )
     project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
@@ -214,7 +272,10 @@ def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
 
 
 def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 21))
@@ -235,16 +296,32 @@ def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
 
 
 def test_metadata_carries_every_documented_key(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 6))
     project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
     run = materialize(project, "orders", instance, spark_resource)
     keys = {
-        "cursor", "previous_cursor", "cursor_column", "mode", "full_refresh", "rows_extracted",
-        "rows_written", "rows_inserted", "rows_updated", "rows_deleted", "dagster/row_count",
-        "dagster/column_schema", "dagster/uri", "extract_filter", "extract_seconds", "write_seconds",
+        "cursor",
+        "previous_cursor",
+        "cursor_column",
+        "mode",
+        "full_refresh",
+        "rows_extracted",
+        "rows_written",
+        "rows_inserted",
+        "rows_updated",
+        "rows_deleted",
+        "dagster/row_count",
+        "dagster/column_schema",
+        "dagster/uri",
+        "extract_filter",
+        "extract_seconds",
+        "write_seconds",
     }
     assert keys <= set(run.metadata)
     assert run.metadata["cursor_column"] == "updated_at"
@@ -252,3 +329,26 @@ def test_metadata_carries_every_documented_key(
     assert run.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
     columns = [c.name for c in run.metadata["dagster/column_schema"].columns]
     assert columns == ["id", "amount", "status", "updated_at", "_batch"]
+
+
+def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 11))
+    project = _project(
+        tmp_path, pg, lake={"lock_timeout": "1s"}, mode="append", cursor="updated_at"
+    )
+    table = LakeTable(project.lake.table_uri("orders"))
+
+    with table.lock("orders", "run 1234-other", timedelta(seconds=1)):
+        blocked = materialize(project, "orders", instance, spark_resource)
+
+    assert not blocked.success
+    assert "Table 'orders': another run is writing" in (blocked.failure or "")
+    assert "run 1234-other" in (blocked.failure or "")
+    assert latest_metadata(instance, "orders") == {}
+    assert materialize(project, "orders", instance, spark_resource).success

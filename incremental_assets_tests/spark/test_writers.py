@@ -1,0 +1,248 @@
+"""The writers on tiny DataFrames in a real local lake directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from incremental_assets.cursor import CursorType
+from incremental_assets.results import WriteOutcome
+from incremental_assets.window import Window
+from incremental_assets.writers.append import AppendWriter
+from incremental_assets.writers.base import WritePlan
+from incremental_assets.writers.lake import LakeTable, new_txn
+from incremental_assets.writers.merge import MergeWriter
+
+SCHEMA = "id long, v string, c long, gone boolean"
+
+
+def _plan(lake: LakeTable, batch: int, **changes: object) -> WritePlan:
+    values: dict[str, object] = {
+        "lake": lake,
+        "txn": new_txn(),
+        "batch": batch,
+        "replace_all": False,
+        "primary_key": ("id",),
+        "cursor_column": "c",
+        "delete_column": "gone",
+        "buckets": 4,
+        "compression": "zstd",
+        "max_rows_per_file": 1_000_000,
+    }
+    values.update(changes)
+    return WritePlan(**values)  # type: ignore[arg-type]
+
+
+def _write(writer: AppendWriter | MergeWriter, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
+    return writer.commit(writer.stage(frame, plan), plan)
+
+
+def _lake(spark: SparkSession, lake: LakeTable) -> DataFrame:
+    return spark.read.parquet(lake.uri).select("id", "v", "c")
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> LakeTable:
+    return LakeTable(str(tmp_path / "orders"))
+
+
+def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = AppendWriter()
+    _write(
+        writer,
+        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+    _write(writer, spark.createDataFrame([(2, "b", 20, None)], SCHEMA), _plan(lake, 2))
+    # The run that wrote batch 2 died before recording it; the rerun reads a little more.
+    rerun = _write(
+        writer,
+        spark.createDataFrame([(2, "b", 20, None), (3, "c", 21, None)], SCHEMA),
+        _plan(lake, 2),
+    )
+
+    assert rerun.rows_written == 2
+    assertDataFrameEqual(
+        _lake(spark, lake),
+        spark.createDataFrame(
+            [(1, "a", 10), (2, "b", 20), (3, "c", 21)], "id long, v string, c long"
+        ),
+    )
+
+
+def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = AppendWriter()
+    _write(
+        writer,
+        spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+    boundary = Window("c", CursorType.INTEGER, 10, 10)
+    delta = spark.createDataFrame(
+        [(2, "b", 10, None), (3, "late", 10, None), (4, "d", 11, None)], SCHEMA
+    )
+
+    outcome = _write(writer, delta, _plan(lake, 2, boundary=boundary))
+
+    assert (outcome.rows_extracted, outcome.rows_written) == (3, 2)
+    assert sorted(r.id for r in _lake(spark, lake).collect()) == [1, 2, 3, 4]
+
+
+def test_append_without_a_key_dedupes_whole_rows_including_nulls(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = AppendWriter()
+    first = spark.createDataFrame([(1, None, 10, None)], SCHEMA)
+    _write(writer, first, _plan(lake, 1, replace_all=True, primary_key=()))
+    again = spark.createDataFrame([(1, None, 10, None), (1, "other", 10, None)], SCHEMA)
+
+    outcome = _write(
+        writer,
+        again,
+        _plan(lake, 2, primary_key=(), boundary=Window("c", CursorType.INTEGER, 10, 10)),
+    )
+
+    assert outcome.rows_written == 1
+
+
+def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = MergeWriter(spark)
+    _write(
+        writer,
+        spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None), (3, "c", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+    delta = spark.createDataFrame(
+        [
+            (1, "a2", 11, None),
+            (1, "a1", 9, None),
+            (2, "stale", 5, None),
+            (3, "c", 12, True),
+            (4, "new", 12, None),
+        ],
+        SCHEMA,
+    )
+
+    outcome = _write(writer, delta, _plan(lake, 2))
+
+    assert outcome.merge is not None
+    assert (outcome.merge.inserted, outcome.merge.updated, outcome.merge.deleted) == (1, 1, 1)
+    expected = spark.createDataFrame(
+        [(1, "a2", 11), (2, "b", 10), (4, "new", 12)], "id long, v string, c long"
+    )
+    assertDataFrameEqual(_lake(spark, lake), expected)
+
+
+def test_merge_breaks_ties_the_same_way_whatever_the_input_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rows = [(1, "x", 10, None), (1, "y", 10, None), (1, "z", 10, None)]
+    winners = set()
+    for attempt, order in enumerate([rows, rows[::-1], [rows[1], rows[2], rows[0]]]):
+        lake = LakeTable(str(tmp_path / f"t{attempt}"))
+        _write(
+            MergeWriter(spark),
+            spark.createDataFrame(order, SCHEMA),
+            _plan(lake, 1, replace_all=True),
+        )
+        winners.add(_lake(spark, lake).collect()[0].v)
+    assert len(winners) == 1
+
+
+def test_merge_rewrites_only_the_buckets_the_delta_touches(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = MergeWriter(spark)
+    initial = spark.createDataFrame([(i, "v", 1, None) for i in range(1, 201)], SCHEMA)
+    _write(writer, initial, _plan(lake, 1, replace_all=True))
+    before = {f.group: f.name for f in lake.data_files()}
+    assert len(before) == 4
+
+    outcome = _write(
+        writer, spark.createDataFrame([(7, "changed", 2, None)], SCHEMA), _plan(lake, 2)
+    )
+
+    after = {f.group: f.name for f in lake.data_files()}
+    changed = [group for group in before if before[group] != after[group]]
+    assert len(changed) == 1
+    assert outcome.rows_rewritten < 200
+    assert _lake(spark, lake).count() == 200
+
+
+def test_full_refresh_merge_replaces_the_table_and_counts_removed_keys(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = MergeWriter(spark)
+    _write(
+        writer,
+        spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+
+    # A snapshot wins even where its cursor is older: it is what the source holds now.
+    outcome = _write(
+        writer,
+        spark.createDataFrame([(1, "restored", 5, None)], SCHEMA),
+        _plan(lake, 2, replace_all=True),
+    )
+
+    assert outcome.merge is not None and outcome.merge.deleted == 1
+    assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "restored")]
+
+
+def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = AppendWriter()
+    _write(
+        writer,
+        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+    _write(writer, spark.createDataFrame([(2, "b", 11, None)], SCHEMA), _plan(lake, 2))
+    # Leftovers a crashed run may leave must stay invisible to readers.
+    Path(lake.path, "_staging", "dead").mkdir(parents=True)
+    spark.createDataFrame([(99, "ghost", 0, None)], SCHEMA).write.parquet(
+        str(Path(lake.path, "_staging", "dead", "x"))
+    )
+
+    arrow = pads.dataset(lake.path, partitioning="hive", format="parquet").to_table()
+    assert sorted(arrow["id"].to_pylist()) == [1, 2]
+    assert sorted(arrow["_batch"].to_pylist()) == [1, 2]
+    assert sorted(r.id for r in spark.read.parquet(lake.uri).collect()) == [1, 2]
+
+
+def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging(
+    tmp_path: Path,
+) -> None:
+    lake = LakeTable(str(tmp_path / "t"))
+    root = Path(lake.path)
+    (root / "_staging" / "tx1" / "data").mkdir(parents=True)
+    (root / "_staging" / "tx1" / "data" / "a.parquet").write_bytes(b"new")
+    (root / "_staging" / "tx2").mkdir(parents=True)
+    (root / "part-b000000000001-tx0-00000.parquet").write_bytes(b"old")
+    (root / "_journal").mkdir()
+    journal = {
+        "txn": "tx1",
+        "adds": [["data/a.parquet", "part-b000000000001-tx1-00000.parquet"]],
+        "removes": ["part-b000000000001-tx0-00000.parquet"],
+    }
+    (root / "_journal" / "tx1.json").write_text(json.dumps(journal))
+
+    notes = lake.recover()
+
+    assert [f.name for f in lake.data_files()] == ["part-b000000000001-tx1-00000.parquet"]
+    assert (root / "part-b000000000001-tx1-00000.parquet").read_bytes() == b"new"
+    assert not list((root / "_journal").iterdir()) and not list((root / "_staging").iterdir())
+    assert notes == ["rolled forward commit tx1", "removed uncommitted staging tx2"]

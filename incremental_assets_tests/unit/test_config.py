@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from incremental_assets.config import POSTGRES_PACKAGE, load_project, parse_duration
+from incremental_assets.cursor import CursorType
+from incremental_assets.errors import ConfigError
+from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, Mode
+
+VALID: dict[str, Any] = {
+    "spark": {"master": "local[2]", "conf": {"spark.sql.session.timeZone": "UTC"}},
+    "lake": {"path": "./lake", "compression": "zstd"},
+    "sources": {
+        "shop": {
+            "type": "jdbc",
+            "url": "jdbc:postgresql://127.0.0.1:5432/shop",
+            "user": "app",
+            "password": "${SHOP_PASSWORD}",
+        },
+        "landing": {"type": "files", "path": "./landing", "format": "parquet"},
+    },
+    "tables": [
+        {
+            "name": "orders",
+            "source": "shop",
+            "table": "public.orders",
+            "mode": "merge",
+            "cursor": {"column": "updated_at", "type": "timestamptz"},
+            "primary_key": ["id"],
+            "start": "2025-01-01T00:00:00Z",
+            "lookback": "5m",
+            "safety_lag": "30s",
+            "delete_column": "deleted_at",
+            "schedule": "0 */2 * * *",
+        },
+        {"name": "events", "source": "landing", "table": "events", "cursor": "at"},
+    ],
+}
+
+
+def _write(tmp_path: Path, config: Any) -> Path:
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _with_table(**changes: Any) -> dict[str, Any]:
+    table = {**VALID["tables"][0], **changes}
+    return {**VALID, "tables": [{k: v for k, v in table.items() if v is not None}]}
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHOP_PASSWORD", "s3cret")
+
+
+def test_the_documented_example_loads_and_resolves(tmp_path: Path) -> None:
+    project = load_project(_write(tmp_path, VALID))
+
+    orders, events = project.tables
+    assert isinstance(orders.source, JdbcSourceSpec) and orders.source.password == "s3cret"
+    assert orders.mode is Mode.MERGE and orders.primary_key == ("id",)
+    assert orders.cursor is not None and orders.cursor.declared_type is CursorType.TIMESTAMPTZ
+    assert orders.safety_lag == timedelta(seconds=30)
+    assert project.lake.uri == str(tmp_path / "lake")  # relative to the file, not the cwd
+    assert isinstance(events.source, FilesSourceSpec) and events.source.path == str(
+        tmp_path / "landing"
+    )
+    assert events.mode is Mode.APPEND  # no primary key: append by default
+    assert POSTGRES_PACKAGE in project.spark.conf["spark.jars.packages"]
+    assert "org.checkerframework:checker-qual" in project.spark.conf["spark.jars.excludes"]
+
+
+def test_config_file_is_found_through_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "elsewhere.yaml"
+    other.write_text(yaml.safe_dump(VALID))
+    monkeypatch.setenv("INCREMENTAL_ASSETS_CONFIG", str(other))
+    monkeypatch.chdir(tmp_path)
+    assert load_project().path == str(other)
+
+
+# Each bad input, and the words its message must contain: the place, the field and the fix.
+BAD_INPUTS = [
+    (
+        _with_table(mode="upsert"),
+        "table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'",
+    ),
+    (
+        _with_table(primary_key=None),
+        "table 'orders', field 'primary_key': merge mode needs the primary key columns",
+    ),
+    (
+        _with_table(cursor={"column": "x", "type": "float"}),
+        "table 'orders', field 'cursor.type': 'float' is not a cursor type",
+    ),
+    (
+        _with_table(lookback="5 minutes"),
+        "table 'orders', field 'lookback': '5 minutes' is not a duration; write a number and a unit",
+    ),
+    (
+        _with_table(safety_lag="soon"),
+        "table 'orders', field 'safety_lag': 'soon' is not a duration",
+    ),
+    (
+        _with_table(start="tomorrow"),
+        "table 'orders', field 'start': 'tomorrow' is not a valid timestamptz cursor value",
+    ),
+    (
+        _with_table(cursor={"column": "id", "type": "integer"}, lookback="5m", safety_lag=None),
+        "field 'lookback': a integer cursor looks back by a number",
+    ),
+    (
+        _with_table(cursor={"column": "id", "type": "bigint"}, lookback=None, start=None),
+        "field 'safety_lag': applies to date and timestamp cursors, not integer",
+    ),
+    (
+        _with_table(source="nope"),
+        "table 'orders', field 'source': 'nope' is not a source (sources: landing, shop)",
+    ),
+    (
+        _with_table(table=None),
+        "table 'orders', field 'table': give exactly one of `table` (schema.table) or `query` (a SELECT)",
+    ),
+    (_with_table(query="SELECT 1"), "give exactly one of `table`"),
+    (
+        _with_table(mode="append", delete_column="deleted_at"),
+        "field 'delete_column': only merge mode removes deleted rows",
+    ),
+    (_with_table(schedule="every day"), "field 'schedule': 'every day' is not a cron expression"),
+    (
+        _with_table(timezone="Mars/Olympus"),
+        "field 'timezone': 'Mars/Olympus' is not an IANA time zone",
+    ),
+    (_with_table(name="1st table"), "field 'name': use letters, digits and underscores"),
+    (_with_table(colour="red"), "table 'orders', field 'colour': is not a known setting"),
+    ({**VALID, "lake": {"compression": "zstd"}}, "lake, field 'path': is required"),
+    ({**VALID, "lake": {"path": "x", "compression": "brotli"}}, "lake, field 'compression'"),
+    (
+        {**VALID, "sources": {"shop": {"type": "jdbc", "url": "jdbc:mysql://h/db"}}},
+        "source 'shop', field 'url': 'jdbc:mysql://h/db' is not a PostgreSQL JDBC URL",
+    ),
+    (
+        {**VALID, "sources": {"shop": {"url": "jdbc:postgresql://h/db"}}},
+        "source 'shop': needs `type: jdbc` or `type: files`",
+    ),
+    (
+        {
+            **VALID,
+            "sources": {
+                **VALID["sources"],
+                "landing": {"type": "files", "path": ".", "format": "xml"},
+            },
+        },
+        "source 'landing', field 'format'",
+    ),
+    ({**VALID, "tables": []}, "top level, field 'tables': list at least one table to load"),
+    ({**VALID, "tabels": []}, "top level, field 'tabels': is not a known setting"),
+    (
+        {**VALID, "tables": [VALID["tables"][0], VALID["tables"][0]]},
+        "table 'orders', field 'name': is used by another table",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), BAD_INPUTS)
+def test_each_bad_input_gets_the_documented_message(
+    tmp_path: Path, config: Any, message: str
+) -> None:
+    path = _write(tmp_path, config)
+    with pytest.raises(ConfigError) as raised:
+        load_project(path)
+    text = str(raised.value)
+    assert text.startswith(f"Invalid configuration in {path} (")
+    assert message in text
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    config = {
+        **VALID,
+        "lake": {"path": "./lake", "compresion": "zstd"},
+        "tables": [
+            {**VALID["tables"][0], "mode": "upsert"},
+            {"name": "events", "source": "missing", "table": "e"},
+            {"name": "more", "source": "shop", "query": "SELECT 1", "mode": "merge"},
+        ],
+    }
+    with pytest.raises(ConfigError) as raised:
+        load_project(_write(tmp_path, config))
+    text = str(raised.value)
+    assert "(4 problems)" in text
+    for expected in (
+        "lake, field 'compresion'",
+        "table 'orders', field 'mode'",
+        "table 'events', field 'source'",
+        "table 'more', field 'primary_key'",
+    ):
+        assert expected in text
+
+
+def test_an_unset_secret_names_the_variable_and_the_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SHOP_PASSWORD")
+    with pytest.raises(ConfigError) as raised:
+        load_project(_write(tmp_path, VALID))
+    assert "source 'shop', field 'password': environment variable SHOP_PASSWORD is not set" in str(
+        raised.value
+    )
+
+
+def test_a_dollar_brace_can_be_written_literally(tmp_path: Path) -> None:
+    config = {
+        **VALID,
+        "sources": {**VALID["sources"], "shop": {**VALID["sources"]["shop"], "password": "a$${b}"}},
+    }
+    project = load_project(_write(tmp_path, config))
+    assert project.tables[0].source.password == "a${b}"  # type: ignore[union-attr]
+
+
+def test_a_missing_file_says_where_it_looked_and_how_to_point_elsewhere(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"No configuration file at .*INCREMENTAL_ASSETS_CONFIG"):
+        load_project(tmp_path / "absent.yaml")
+
+
+def test_broken_yaml_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"is not valid YAML at line 3, column 1: expected ',' or ']'"
+    ):
+        load_project(_write(tmp_path, "lake:\n  path: [unclosed\n"))
+
+
+def test_unquoted_yaml_dates_are_kept_as_cursor_text(tmp_path: Path) -> None:
+    text = yaml.safe_dump(_with_table(start=None, lookback=None), sort_keys=False)
+    path = _write(
+        tmp_path, text.replace("- name: orders\n", "- name: orders\n  start: 2025-01-01\n", 1)
+    )
+    assert load_project(path).tables[0].start == "2025-01-01"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("5m", timedelta(minutes=5)),
+        ("1.5h", timedelta(minutes=90)),
+        ("250ms", timedelta(milliseconds=250)),
+        ("2d", timedelta(days=2)),
+        ("1w", timedelta(weeks=1)),
+    ],
+)
+def test_durations(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected

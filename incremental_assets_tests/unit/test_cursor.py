@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from incremental_assets.cursor import (
+    CursorType,
+    cursor_type_from_name,
+    decode_wire,
+    encode_wire,
+    format_cursor,
+    later_of,
+    parse_cursor,
+)
+from incremental_assets.errors import CursorError
+
+ROUND_TRIPS = [
+    (CursorType.INTEGER, 9007199254740993, "9007199254740993"),
+    (CursorType.INTEGER, -5, "-5"),
+    (
+        CursorType.DECIMAL,
+        Decimal("12345678901234567890.0000000001"),
+        "12345678901234567890.0000000001",
+    ),
+    (CursorType.DECIMAL, Decimal("1.50"), "1.50"),
+    (CursorType.DATE, date(1, 1, 1), "0001-01-01"),
+    (CursorType.DATE, date(9999, 12, 31), "9999-12-31"),
+    (CursorType.TIMESTAMP, datetime(2025, 3, 30, 2, 30, 0, 1), "2025-03-30T02:30:00.000001"),
+    (CursorType.TIMESTAMP, datetime(1, 1, 1), "0001-01-01T00:00:00.000000"),
+    (
+        CursorType.TIMESTAMPTZ,
+        datetime(2025, 1, 1, 0, 0, 0, 999999, tzinfo=UTC),
+        "2025-01-01T00:00:00.999999+00:00",
+    ),
+    (CursorType.STRING, "ÄÖ it's", "ÄÖ it's"),
+]
+
+
+@pytest.mark.parametrize(("cursor_type", "value", "text"), ROUND_TRIPS)
+def test_format_gives_exact_text_and_parse_reads_it_back(
+    cursor_type: CursorType, value: object, text: str
+) -> None:
+    assert format_cursor(cursor_type, value) == text  # type: ignore[arg-type]
+    parsed = parse_cursor(cursor_type, text)
+    assert parsed == value
+    assert type(parsed) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2025-01-01T05:30:00+05:30", datetime(2025, 1, 1, tzinfo=UTC)),
+        ("2025-01-01 00:00:00Z", datetime(2025, 1, 1, tzinfo=UTC)),
+        ("2024-12-31T19:00:00.5-05", datetime(2025, 1, 1, 0, 0, 0, 500000, tzinfo=UTC)),
+        ("2025-01-01", datetime(2025, 1, 1, tzinfo=UTC)),
+        ("2025-01-01T00:00:00.123456000", datetime(2025, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)),
+    ],
+)
+def test_timestamptz_text_is_normalised_to_utc(text: str, expected: datetime) -> None:
+    value = parse_cursor(CursorType.TIMESTAMPTZ, text)
+    assert value == expected
+    assert value.utcoffset() == timedelta(0)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("cursor_type", "text", "complaint"),
+    [
+        (CursorType.INTEGER, "1.5", "whole-number"),
+        (CursorType.INTEGER, "1e3", "whole-number"),
+        (CursorType.DECIMAL, "NaN", "finite"),
+        (CursorType.DECIMAL, "abc", "not a valid decimal"),
+        (CursorType.DATE, "2025-13-01", "not a valid date"),
+        (CursorType.DATE, "01/02/2025", "YYYY-MM-DD"),
+        (CursorType.TIMESTAMP, "2025-01-01T00:00:00+02:00", "can't carry an offset"),
+        (CursorType.TIMESTAMPTZ, "2025-01-01T00:00:00.1234567", "microseconds"),
+        (CursorType.TIMESTAMPTZ, "yesterday", "ISO 8601"),
+    ],
+)
+def test_bad_values_are_refused_with_the_reason(
+    cursor_type: CursorType, text: str, complaint: str
+) -> None:
+    with pytest.raises(CursorError, match=complaint) as raised:
+        parse_cursor(cursor_type, text)
+    assert repr(text)[1:-1] in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("cursor_type", "value"),
+    [
+        (
+            CursorType.TIMESTAMPTZ,
+            datetime(2025, 6, 1, 12, 0, 0, 1, tzinfo=timezone(timedelta(hours=-7))),
+        ),
+        (CursorType.DATE, date(2025, 6, 1)),
+        (CursorType.INTEGER, 2**62),
+        (CursorType.DECIMAL, Decimal("0.0000000001")),
+        (CursorType.TIMESTAMP, datetime(2025, 3, 30, 2, 30)),
+    ],
+)
+def test_wire_form_decodes_to_the_same_value(cursor_type: CursorType, value: object) -> None:
+    assert decode_wire(cursor_type, str(encode_wire(cursor_type, value))) == value  # type: ignore[arg-type]
+
+
+def test_wire_timestamp_outside_python_years_is_a_clear_error() -> None:
+    with pytest.raises(CursorError, match="outside years 1-9999"):
+        decode_wire(CursorType.TIMESTAMPTZ, str(10**18))
+
+
+@pytest.mark.parametrize(
+    ("cursor_type", "previous", "upper", "expected"),
+    [
+        (CursorType.INTEGER, None, 5, 5),
+        (CursorType.INTEGER, 7, None, 7),
+        (CursorType.INTEGER, 7, 5, 7),  # never backwards, e.g. a lookback read only older rows
+        (CursorType.INTEGER, 7, 9, 9),
+        (CursorType.DATE, date(2025, 1, 2), date(2025, 1, 1), date(2025, 1, 2)),
+        (
+            CursorType.STRING,
+            "b",
+            "a",
+            "a",
+        ),  # the database's order, not Python's, decided "a" >= "b"
+    ],
+)
+def test_the_cursor_only_moves_forward(
+    cursor_type: CursorType, previous: object, upper: object, expected: object
+) -> None:
+    assert later_of(cursor_type, previous, upper) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("bigint", CursorType.INTEGER),
+        ("NUMERIC", CursorType.DECIMAL),
+        ("timestamp_ntz", CursorType.TIMESTAMP),
+        ("timestamptz", CursorType.TIMESTAMPTZ),
+        ("text", CursorType.STRING),
+        ("date", CursorType.DATE),
+    ],
+)
+def test_type_names_and_aliases(name: str, expected: CursorType) -> None:
+    assert cursor_type_from_name(name) is expected
+
+
+def test_unknown_type_names_list_the_allowed_ones() -> None:
+    with pytest.raises(
+        CursorError, match="use one of integer, decimal, date, timestamp, timestamptz, string"
+    ):
+        cursor_type_from_name("float")

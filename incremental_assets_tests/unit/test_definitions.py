@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from incremental_assets.config import load_project
+from incremental_assets.definitions import ALL_TABLES_JOB, build_definitions
+
+CONFIG = {
+    "key_prefix": ["raw"],
+    "lake": {"path": "./lake"},
+    "sources": {
+        "shop": {"type": "jdbc", "url": "jdbc:postgresql://db:5432/shop", "user": "app"},
+        "landing": {"type": "files", "path": "./landing", "format": "csv"},
+    },
+    "tables": [
+        {
+            "name": "orders",
+            "source": "shop",
+            "table": "public.orders",
+            "cursor": "updated_at",
+            "primary_key": ["id"],
+            "schedule": "0 */2 * * *",
+        },
+        {
+            "name": "events",
+            "source": "landing",
+            "table": "events",
+            "mode": "append",
+            "cursor": "at",
+        },
+        {
+            "name": "countries",
+            "source": "shop",
+            "table": "public.countries",
+            "mode": "full_refresh",
+        },
+    ],
+}
+
+
+@pytest.fixture
+def defs(tmp_path: Path) -> dg.Definitions:
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    return build_definitions(load_project(path))
+
+
+def test_one_asset_per_table_grouped_by_source_with_kinds(defs: dg.Definitions) -> None:
+    specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+    orders = specs[dg.AssetKey(["raw", "orders"])]
+    assert orders.group_name == "shop"
+    assert orders.kinds == {"spark", "postgres", "parquet"}
+    assert "public.orders" in (orders.description or "")
+    assert "merge on key (id)" in (orders.description or "")
+    events = specs[dg.AssetKey(["raw", "events"])]
+    assert events.group_name == "landing" and events.kinds == {"spark", "csv", "parquet"}
+    assert "Fully refreshed on every run" in (
+        specs[dg.AssetKey(["raw", "countries"])].description or ""
+    )
+
+
+def test_a_job_for_all_tables_and_a_schedule_per_scheduled_table(defs: dg.Definitions) -> None:
+    job = defs.resolve_job_def(ALL_TABLES_JOB)
+    assert len(job.asset_layer.executable_asset_keys) == 3
+    schedules = list(defs.schedules or [])
+    assert [s.name for s in schedules] == ["raw__orders_schedule"]  # type: ignore[union-attr]
+    assert schedules[0].cron_schedule == "0 */2 * * *"  # type: ignore[union-attr]
+
+
+def test_assets_accept_full_refresh_config_and_share_one_process(defs: dg.Definitions) -> None:
+    repository = defs.get_repository_def()
+    job = repository.get_implicit_job_def_for_assets([dg.AssetKey(["raw", "orders"])])
+    assert job is not None
+    assert job.executor_def.name == "in_process"
+    config_fields = job.run_config_schema.config_type.fields["ops"].config_type.fields  # type: ignore[attr-defined]
+    assert (
+        "full_refresh"
+        in config_fields["raw__orders"].config_type.fields["config"].config_type.fields
+    )
