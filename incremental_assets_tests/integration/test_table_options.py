@@ -1,0 +1,155 @@
+"""Per-table options against real PostgreSQL: lag, soft deletes, queries, no cursor, bad columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+
+
+def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+    table = {"name": "items", "source": "shop", "table": f"{pg.name}.items", **table}
+    if "query" in table:
+        table.pop("table")
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"shop": pg.source()},
+        "tables": [table],
+    }
+    return write_project(tmp_path, config)
+
+
+def test_safety_lag_leaves_recent_rows_for_the_next_run(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute(
+        "INSERT INTO items VALUES (1, now() - INTERVAL '2 hours'), (2, now() - INTERVAL '10 minutes'), (3, now())"
+    )
+    project = _project(tmp_path, pg, mode="append", cursor="at", safety_lag="30m")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert rows_by(read_lake(tmp_path / "lake", "items"), ["id"]) == [(1,)]
+    (expected,) = pg.query(
+        "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US+00:00') FROM items WHERE id = 1"
+    )
+    assert run.metadata["cursor"] == expected[0]
+
+
+def test_merge_removes_rows_whose_delete_column_is_set(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, v text, at int NOT NULL, deleted_at timestamptz)"
+    )
+    pg.execute("INSERT INTO items SELECT i, 'v', i, NULL FROM generate_series(1, 10) i")
+    project = _project(
+        tmp_path, pg, mode="merge", cursor="at", primary_key=["id"], delete_column="deleted_at"
+    )
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("UPDATE items SET deleted_at = now(), at = 20 WHERE id IN (2, 3)")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["rows_deleted"] == 2
+    assert [r[0] for r in rows_by(read_lake(tmp_path / "lake", "items"), ["id"])] == [
+        1,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+    ]
+    assert run.metadata["dagster/row_count"] == 8
+
+
+def test_a_query_source_is_windowed_on_its_output_columns(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, price numeric(10, 2), at bigint NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i, i FROM generate_series(1, 10) i")
+    query = f"SELECT id, price * 2 AS doubled, at AS seq FROM {pg.name}.items WHERE id % 2 = 0"
+    project = _project(tmp_path, pg, query=query, mode="append", cursor="seq", primary_key=["id"])
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("INSERT INTO items VALUES (12, 6, 12), (13, 6, 13)")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["extract_filter"] == '"seq" >= 10 AND "seq" <= 12'
+    assert run.metadata["rows_written"] == 1
+    assert rows_by(read_lake(tmp_path / "lake", "items"), ["id"])[-1] == (12,)
+
+
+def test_a_table_without_a_cursor_is_fully_refreshed_every_run(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (code text PRIMARY KEY, label text)")
+    pg.execute("INSERT INTO items VALUES ('fr', 'France'), ('de', 'Germany')")
+    project = _project(tmp_path, pg, mode="full_refresh")
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("DELETE FROM items WHERE code = 'de'")
+    pg.execute("INSERT INTO items VALUES ('it', 'Italy')")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["full_refresh"] is True
+    assert run.metadata["cursor"] is None
+    assert rows_by(read_lake(tmp_path / "lake", "items"), ["code"]) == [("fr",), ("it",)]
+
+
+def test_a_column_that_cannot_be_a_cursor_is_a_configuration_error(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, score double precision)")
+    project = _project(tmp_path, pg, mode="append", cursor="score")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert not run.success
+    assert run.failure is not None
+    assert "Table 'items', field 'cursor': column 'score' is double" in run.failure
+    assert "can't serve as an exact cursor" in run.failure
+
+
+def test_a_missing_column_names_the_table_the_field_and_the_columns_there_are(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int)")
+    project = _project(tmp_path, pg, mode="merge", cursor="at", primary_key=["item_id"])
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert not run.success
+    assert (
+        f"Table 'items', field 'primary_key': column 'item_id' is not in {pg.name}.items (columns: id, at)"
+        in (run.failure or "")
+    )
