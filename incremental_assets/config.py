@@ -169,6 +169,11 @@ class TableSettings(_Model):
     schema_ddl: str | None = Field(None, alias="schema")
     options: dict[str, str | int | bool] = Field(default_factory=dict)
     buckets: int = Field(16, gt=0, le=4096)
+    null_cursor: Literal["error", "include", "exclude"] = "error"
+    future_tolerance: str = "1h"
+    transaction_cap: bool = True
+    deletes: Literal["reconcile"] | None = None
+    reconcile_every: int = Field(1, ge=1)
 
     @field_validator("start", mode="before")
     @classmethod
@@ -180,7 +185,7 @@ class TableSettings(_Model):
             return str(value)
         return value
 
-    @field_validator("safety_lag")
+    @field_validator("safety_lag", "future_tolerance")
     @classmethod
     def _lag(cls, value: str | None) -> str | None:
         if value is not None:
@@ -526,6 +531,11 @@ def _resolve_table(
         read_options={k: _option_text(v) for k, v in t.options.items()},
         buckets=t.buckets,
         key_prefix=key_prefix,
+        null_cursor=t.null_cursor,
+        future_tolerance=parse_duration(t.future_tolerance),
+        transaction_cap=t.transaction_cap,
+        deletes=t.deletes,
+        reconcile_every=t.reconcile_every,
     )
 
 
@@ -562,6 +572,12 @@ def _table_rule_problems(
     if mode is Mode.MERGE and not primary_key:
         yield Problem(
             where, "primary_key", "merge mode needs the primary key columns, e.g. primary_key: [id]"
+        )
+    if t.deletes == "reconcile" and mode is not Mode.MERGE:
+        yield Problem(
+            where,
+            "deletes",
+            "reconcile removes keys from a merge table; use mode: merge with a primary_key",
         )
     if t.delete_column and mode is not Mode.MERGE:
         yield Problem(

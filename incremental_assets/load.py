@@ -10,31 +10,44 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.config import parse_duration
-from incremental_assets.cursor import CursorType, CursorValue, later_of, parse_cursor
+from incremental_assets.cursor import CursorType, CursorValue, format_cursor, later_of, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError, IncrementalAssetsError, WriteError
-from incremental_assets.results import LoadResult, StoredState, WriteOutcome
+from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import (
+    Bounds,
     Cursor,
     FreezeRequest,
+    Partitioning,
+    Source,
     check_columns,
     choose_partitioning,
     resolve_cursor,
 )
 from incremental_assets.sources.failures import root_messages, source_error
 from incremental_assets.spec import LakeSpec, Mode, TableSpec
-from incremental_assets.window import Lookback, Window, lower_bound, render_window
+from incremental_assets.window import (
+    Lookback,
+    Window,
+    lower_bound,
+    render_window,
+    repeated_hour_start,
+)
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
 from incremental_assets.writers.lake import LakeTable, lake_error, new_txn
+from incremental_assets.writers.schema import SchemaChange, plan_schema_change
 
 Log = Callable[[str], None]
+# Rows sharing the boundary value are read again by every run; past this many, say so.
+BOUNDARY_WARNING_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,29 @@ class LoadRequest:
     lake: LakeSpec
     stored: StoredState
     full_refresh: bool = False
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Everything decided before any row is read."""
+
+    cursor: Cursor | None
+    previous: CursorValue | None
+    replace_all: bool
+    window: Window | None
+    bounds: Bounds | None
+    partitioning: Partitioning | None
+    new_cursor: CursorValue | None
+    report: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def nothing_new(self) -> bool:
+        if self.replace_all or self.bounds is None or self.window is None:
+            return False
+        return self.bounds.upper is None and not (
+            self.window.include_nulls and self.bounds.null_rows
+        )
 
 
 def run_incremental_load(
@@ -56,68 +92,152 @@ def run_incremental_load(
     source = open_source(spark, table)
     schema = source.schema()
     check_columns(table, schema)
-    cursor = resolve_cursor(table, schema)
-    replace_all = request.full_refresh or request.stored.run_id is None or cursor is None
-    previous = (
-        None
-        if cursor is None
-        else read_previous_cursor(table, request.stored, cursor, request.full_refresh)
-    )
-    if not replace_all:
-        _check_lake_present(table, lake, request.stored)
-    lower = None
-    if cursor is not None:
-        start = _start(table, cursor)
-        lower = (
-            start
-            if replace_all
-            else lower_bound(cursor.type, previous, start, _lookback(table, cursor))
+    plan = plan_window(source, request, schema, lake)
+    if plan.window is not None:
+        log(f"{table.name}: window {render_window(plan.window, source.dialect)}; {plan.bounds}")
+    change = _schema_change(spark, table, lake, schema, plan.replace_all)
+    if plan.nothing_new:
+        outcome = WriteOutcome(0, 0, 0, 0, None, _columns(change.target))
+        return _result(
+            request, plan, outcome, request.stored.batch, source, lake, started, time.monotonic()
         )
-    partitioning = choose_partitioning(table, schema, cursor)
-    bounds = None
-    window = None
-    if cursor is not None:
-        _check_safety_lag(table, cursor)
-        bounds = source.freeze(
-            FreezeRequest(cursor, lower, table.safety_lag, table.timezone, partitioning)
-        )
-        window = Window(cursor.column, cursor.type, lower, bounds.upper, empty=bounds.upper is None)
-        log(
-            f"{table.name}: window {render_window(window, source.dialect)} ({bounds.rows} rows counted)"
-        )
-    context = _Context(table, request, lake, cursor, previous, replace_all, window, started)
-    if bounds is not None and bounds.upper is None and not replace_all:
-        return context.unchanged(schema, source.dialect)
-    plan = WritePlan(
+    write = WritePlan(
         lake=lake,
         txn=new_txn(),
         batch=request.stored.batch + 1,
-        replace_all=replace_all,
+        replace_all=plan.replace_all,
         primary_key=table.primary_key,
-        cursor_column=cursor.column if cursor else None,
+        cursor_column=plan.cursor.column if plan.cursor else None,
         delete_column=table.delete_column,
         buckets=table.buckets,
         compression=request.lake.compression,
         max_rows_per_file=request.lake.max_rows_per_file,
-        boundary=_boundary(table, cursor, previous, lower, replace_all),
+        boundary=_boundary(table, plan),
+        schema=change,
+        reconcile=_reconciles(table, plan, request.stored.batch + 1),
     )
     writer = writer_for(table.mode, spark)
     try:
-        staged = writer.stage(source.read(window, bounds, partitioning), plan)
+        keys = source.read_keys() if write.reconcile else None
+        staged = writer.stage(source.read(plan.window, plan.bounds, plan.partitioning), write, keys)
         extracted_at = time.monotonic()
-        outcome = writer.commit(staged, plan)
+        outcome = writer.commit(staged, write)
     except IncrementalAssetsError:
-        lake.discard(plan.txn)
+        lake.discard(write.txn)
         raise
     except Exception as exc:
-        lake.discard(plan.txn)
+        lake.discard(write.txn)
         raise _failure(table, lake, exc) from None
-    new_cursor = bounds.upper if bounds is not None and replace_all else None
-    if cursor is not None and not replace_all:
-        new_cursor = later_of(cursor.type, previous, bounds.upper if bounds else None)
-    return context.result(
-        outcome, plan.batch, new_cursor, source.dialect, extracted_at, lake.count_rows()
+    if change.describe():
+        plan.report["schema_change"] = change.describe()
+    if write.reconcile:
+        plan.report["deletes_reconciled"] = True
+    return _result(request, plan, outcome, write.batch, source, lake, started, extracted_at)
+
+
+def plan_window(
+    source: Source, request: LoadRequest, schema: T.StructType, lake: LakeTable
+) -> WindowPlan:
+    table, stored = request.table, request.stored
+    cursor = resolve_cursor(table, schema)
+    replace_all = request.full_refresh or stored.run_id is None or cursor is None
+    if cursor is None:
+        return WindowPlan(
+            None, None, True, None, None, choose_partitioning(table, schema, None), None
+        )
+    if not replace_all:
+        _check_lake_present(table, lake, stored)
+    previous = read_previous_cursor(table, stored, cursor, request.full_refresh)
+    start = _start(table, cursor)
+    warnings: list[str] = []
+    lower = (
+        start
+        if replace_all
+        else lower_bound(cursor.type, previous, start, _lookback(table, cursor))
     )
+    if cursor.type is CursorType.TIMESTAMP and lower is not None and not replace_all:
+        fold = repeated_hour_start(lower, table.timezone)  # type: ignore[arg-type]
+        if fold is not None:
+            warnings.append(
+                f"the cursor is inside an hour that {table.timezone} repeats when daylight saving time ends; "
+                f"reading again from {format_cursor(cursor.type, fold)} to catch rows written in its second pass"
+            )
+            lower = fold
+    _check_safety_lag(table, cursor)
+    partitioning = choose_partitioning(table, schema, cursor)
+    bounds = source.freeze(
+        FreezeRequest(
+            cursor,
+            lower,
+            table.safety_lag,
+            table.timezone,
+            partitioning,
+            transaction_cap=table.transaction_cap,
+            future_tolerance=table.future_tolerance,
+        )
+    )
+    _check_null_cursors(table, cursor, bounds)
+    include_nulls = table.null_cursor == "include"
+    window = Window(
+        cursor.column,
+        cursor.type,
+        lower,
+        bounds.upper,
+        empty=bounds.upper is None,
+        include_nulls=include_nulls,
+    )
+    plan = WindowPlan(
+        cursor, previous, replace_all, window, bounds, partitioning, None, {}, tuple(warnings)
+    )
+    return _with_new_cursor(table, plan)
+
+
+def _with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
+    """The frozen bound becomes the cursor, capped at the clock plus the future tolerance."""
+    assert plan.cursor is not None and plan.bounds is not None
+    kind, bounds = plan.cursor.type, plan.bounds
+    upper = bounds.upper
+    report: dict[str, Any] = {
+        "null_cursor_rows": bounds.null_rows,
+        "boundary_rows": bounds.boundary_rows,
+    }
+    warnings = list(plan.warnings)
+    if bounds.future_cap is not None and upper is not None and upper > bounds.future_cap:  # type: ignore[operator]
+        report["cursor_capped_at"] = format_cursor(kind, bounds.future_cap)
+        warnings.append(
+            f"rows are dated after the clock plus future_tolerance ({format_cursor(kind, bounds.future_cap)}); "
+            "they were loaded, but the cursor stops at that time so rows written later are not hidden"
+        )
+        upper = bounds.future_cap
+    if bounds.boundary_rows > BOUNDARY_WARNING_ROWS:
+        warnings.append(
+            f"{bounds.boundary_rows} rows share the cursor value {format_cursor(kind, bounds.upper)}; every run "  # type: ignore[arg-type]
+            "reads them again. A finer-grained cursor column would avoid that."
+        )
+    if bounds.null_rows and table.null_cursor == "exclude":
+        warnings.append(
+            f"{bounds.null_rows} rows with a NULL {plan.cursor.column} were left out (null_cursor: exclude)"
+        )
+    report.update(_transaction_report(bounds, warnings))
+    new_cursor = upper if plan.replace_all else later_of(kind, plan.previous, upper)
+    return replace(plan, new_cursor=new_cursor, report=report, warnings=tuple(warnings))
+
+
+def _transaction_report(bounds: Bounds, warnings: list[str]) -> dict[str, Any]:
+    cap = bounds.transaction
+    if cap is None:
+        return {}
+    text = "no other transaction open"
+    if cap.oldest_start is not None:
+        text = f"{format_cursor(CursorType.TIMESTAMPTZ, cap.oldest_start)}: {cap.holder}"
+    if cap.hidden_sessions:
+        text = f"partial ({cap.hidden_sessions} sessions of other roles are hidden); {text}"
+        warnings.append(
+            f"the transaction cap could not see {cap.hidden_sessions} sessions of other roles in "
+            "pg_stat_activity, so rows their transactions commit late may be missed. Fix: GRANT "
+            "pg_read_all_stats to the source's user, or set a lookback."
+        )
+    return {"transaction_cap": text, "transaction_cap_applied": cap.rows_held_back > 0}
 
 
 def read_previous_cursor(
@@ -185,6 +305,15 @@ def _check_safety_lag(table: TableSpec, cursor: Cursor) -> None:
         )
 
 
+def _check_null_cursors(table: TableSpec, cursor: Cursor, bounds: Bounds) -> None:
+    if bounds.null_rows and table.null_cursor == "error":
+        raise CursorError(
+            f"Table '{table.name}': {bounds.null_rows} rows have a NULL cursor ({cursor.column}), so no "
+            "window would ever read them. Nothing was written. Fix: set null_cursor: include (read "
+            "them on every run) or null_cursor: exclude (leave them out), or fill the column."
+        )
+
+
 def _check_lake_present(table: TableSpec, lake: LakeTable, stored: StoredState) -> None:
     if stored.row_count and not lake.data_files():
         raise WriteError(
@@ -195,81 +324,90 @@ def _check_lake_present(table: TableSpec, lake: LakeTable, stored: StoredState) 
         )
 
 
-def _boundary(
-    table: TableSpec,
-    cursor: Cursor | None,
-    previous: CursorValue | None,
-    lower: CursorValue | None,
-    replace_all: bool,
-) -> Window | None:
-    """Append mode: `[lower, previous]` was read before, by this run's inclusive lower bound."""
-    if table.mode is not Mode.APPEND or replace_all or cursor is None or previous is None:
+def _schema_change(
+    spark: SparkSession, table: TableSpec, lake: LakeTable, source: T.StructType, replace_all: bool
+) -> SchemaChange:
+    files = lake.data_files()
+    if replace_all or not files:
+        return plan_schema_change(table.name, None, source)
+    lake_schema = spark.read.parquet(lake.file_uris(files[-1:])[0]).schema
+    return plan_schema_change(table.name, lake_schema, source)
+
+
+def _boundary(table: TableSpec, plan: WindowPlan) -> Window | None:
+    """Append mode: rows from the lower bound up may be in the lake already (ties, lookback, capped cursors)."""
+    if (
+        table.mode is not Mode.APPEND
+        or plan.replace_all
+        or plan.window is None
+        or plan.previous is None
+    ):
         return None
-    return Window(cursor.column, cursor.type, lower, previous)
+    return Window(
+        plan.window.column,
+        plan.window.cursor_type,
+        plan.window.lower,
+        include_nulls=plan.window.include_nulls,
+    )
+
+
+def _reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
+    return (
+        table.deletes == "reconcile" and not plan.replace_all and batch % table.reconcile_every == 0
+    )
+
+
+def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:
+    return (*((f.name, f.dataType.simpleString()) for f in schema.fields), (BATCH_COLUMN, "bigint"))
 
 
 def _failure(table: TableSpec, lake: LakeTable, exc: Exception) -> IncrementalAssetsError:
     messages = " ".join(root_messages(exc))
-    if "PSQLException" in messages or "FAILED_JDBC" in messages:
+    if (
+        "PSQLException" in messages
+        or "FAILED_JDBC" in messages
+        or "USER_RAISED_EXCEPTION" in messages
+    ):
         return source_error(table, exc, "reading the rows")
     return lake_error(table.name, lake.uri, root_messages(exc)[-1])
 
 
-@dataclass(frozen=True)
-class _Context:
-    table: TableSpec
-    request: LoadRequest
-    lake: LakeTable
-    cursor: Cursor | None
-    previous: CursorValue | None
-    replace_all: bool
-    window: Window | None
-    started: float
-
-    def _filter(self, dialect: object) -> str:
-        return render_window(self.window, dialect) if self.window is not None else "TRUE"  # type: ignore[arg-type]
-
-    def unchanged(self, schema: T.StructType, dialect: object) -> LoadResult:
-        columns = (
-            *((f.name, f.dataType.simpleString()) for f in schema.fields),
-            (BATCH_COLUMN, "bigint"),
-        )
-        outcome = WriteOutcome(0, 0, 0, 0, None, columns)
-        now = time.monotonic()
-        return self.result(
-            outcome, self.request.stored.batch, self.previous, dialect, now, self.lake.count_rows()
-        )
-
-    def result(
-        self,
-        outcome: WriteOutcome,
-        batch: int,
-        cursor: CursorValue | None,
-        dialect: object,
-        extracted_at: float,
-        row_count: int,
-    ) -> LoadResult:
-        from incremental_assets.results import MergeCounts
-
-        merge = outcome.merge
-        if merge is None and self.table.mode is Mode.MERGE:
-            merge = MergeCounts(0, 0, 0)
-        return LoadResult(
-            mode=self.table.mode,
-            cursor_column=self.cursor.column if self.cursor else None,
-            cursor_type=self.cursor.type if self.cursor else None,
-            previous_cursor=self.previous,
-            cursor=cursor,
-            full_refresh=self.replace_all,
-            batch=batch,
-            extract_filter=self._filter(dialect),
-            rows_extracted=outcome.rows_extracted,
-            rows_written=outcome.rows_written,
-            files_written=outcome.files_written,
-            merge=merge,
-            row_count=row_count,
-            columns=outcome.columns,
-            uri=self.lake.uri,
-            extract_seconds=extracted_at - self.started,
-            write_seconds=time.monotonic() - extracted_at,
-        )
+def _result(
+    request: LoadRequest,
+    plan: WindowPlan,
+    outcome: WriteOutcome,
+    batch: int,
+    source: Source,
+    lake: LakeTable,
+    started: float,
+    extracted_at: float,
+) -> LoadResult:
+    table = request.table
+    merge = outcome.merge
+    if merge is None and table.mode is Mode.MERGE:
+        merge = MergeCounts(0, 0, 0)
+    report = dict(plan.report)
+    if table.mode is Mode.MERGE:
+        report["rows_rewritten"] = outcome.rows_rewritten
+    new_cursor = plan.previous if plan.nothing_new else plan.new_cursor
+    return LoadResult(
+        mode=table.mode,
+        cursor_column=plan.cursor.column if plan.cursor else None,
+        cursor_type=plan.cursor.type if plan.cursor else None,
+        previous_cursor=plan.previous,
+        cursor=new_cursor,
+        full_refresh=plan.replace_all,
+        batch=batch,
+        extract_filter=render_window(plan.window, source.dialect) if plan.window else "TRUE",
+        rows_extracted=outcome.rows_extracted,
+        rows_written=outcome.rows_written,
+        files_written=outcome.files_written,
+        merge=merge,
+        row_count=lake.count_rows(),
+        columns=outcome.columns,
+        uri=lake.uri,
+        extract_seconds=extracted_at - started,
+        write_seconds=time.monotonic() - extracted_at,
+        warnings=plan.warnings,
+        report=report,
+    )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from incremental_assets.cursor import CursorType, CursorValue
 from incremental_assets.spec import Mode
@@ -45,6 +46,8 @@ class LoadResult:
     extract_seconds: float
     write_seconds: float
     warnings: tuple[str, ...] = ()
+    # Further facts about the window and the write, recorded as metadata under these keys.
+    report: Mapping[str, str | int | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,11 @@ class TableSpec:
     read_options: Mapping[str, str] = field(default_factory=dict)
     buckets: int = 16
     key_prefix: tuple[str, ...] = ()
+    null_cursor: str = "error"  # error | include | exclude
+    future_tolerance: timedelta | None = timedelta(hours=1)
+    transaction_cap: bool = True
+    deletes: str | None = None  # None | "reconcile"
+    reconcile_every: int = 1
 
     @property
     def asset_key_path(self) -> tuple[str, ...]:

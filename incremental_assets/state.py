@@ -61,6 +61,14 @@ def _text(cursor_type: CursorType | None, value: Any) -> dg.MetadataValue:
     return dg.MetadataValue.text(format_cursor(cursor_type, value))
 
 
+def _value(value: str | int | bool) -> dg.MetadataValue:
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    return dg.MetadataValue.text(value)
+
+
 def metadata_for(result: LoadResult) -> dict[str, Any]:
     """The materialization metadata for one load. The key names are a public contract."""
     metadata: dict[str, Any] = {
@@ -82,6 +90,8 @@ def metadata_for(result: LoadResult) -> dict[str, Any]:
         metadata[ROWS_INSERTED] = dg.MetadataValue.int(result.merge.inserted)
         metadata[ROWS_UPDATED] = dg.MetadataValue.int(result.merge.updated)
         metadata[ROWS_DELETED] = dg.MetadataValue.int(result.merge.deleted)
+    for key, value in result.report.items():
+        metadata[key] = _value(value)
     if result.warnings:
         metadata[WARNINGS] = dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings))
     schema = dg.TableSchema(

@@ -33,6 +33,8 @@ class Window:
     upper: CursorValue | None = None
     # Nothing was below the cap when the bound was frozen: a full refresh then reads no rows.
     empty: bool = False
+    # `null_cursor: include`: rows whose cursor is NULL belong to every window.
+    include_nulls: bool = False
 
 
 def lower_bound(
@@ -79,7 +81,7 @@ class Dialect(Protocol):
 
     def wire(self, cursor_type: CursorType, expression: str) -> str: ...
 
-    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str: ...
+    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str: ...
 
 
 def _sql_string(text: str) -> str:
@@ -117,13 +119,19 @@ class PostgresDialect:
             return f"CAST({expression} - DATE '1970-01-01' AS TEXT)"
         return f"CAST({expression} AS TEXT)"
 
-    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str:
-        now = "now()"
+    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str:
+        """The server's clock moved by `delta`, as a value comparable with the cursor."""
+        return self.cursor_time(
+            cursor_type, f"(now() + INTERVAL '{_micros(delta)} microseconds')", timezone
+        )
+
+    def cursor_time(self, cursor_type: CursorType, instant: str, timezone: str) -> str:
+        """A timestamptz expression as the cursor's type: wall clock in `timezone`, or its date."""
         if cursor_type is CursorType.TIMESTAMP:
-            now = f"(now() AT TIME ZONE {_sql_string(timezone)})"
-        elif cursor_type is CursorType.DATE:
-            now = f"CAST(now() AT TIME ZONE {_sql_string(timezone)} AS DATE)"
-        return f"{now} - INTERVAL '{_micros(lag)} microseconds'"
+            return f"({instant} AT TIME ZONE {_sql_string(timezone)})"
+        if cursor_type is CursorType.DATE:
+            return f"CAST({instant} AT TIME ZONE {_sql_string(timezone)} AS DATE)"
+        return instant
 
 
 class SparkSqlDialect:
@@ -155,15 +163,20 @@ class SparkSqlDialect:
             return f"CAST(unix_date({expression}) AS STRING)"
         return f"CAST({expression} AS STRING)"
 
-    def now_minus(self, cursor_type: CursorType, lag: timedelta, timezone: str) -> str:
-        from zoneinfo import ZoneInfo
+    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str:
+        return self.literal(cursor_type, local_clock(cursor_type, delta, timezone))
 
-        now = datetime.now(ZoneInfo(timezone)) - lag
-        if cursor_type is CursorType.TIMESTAMPTZ:
-            return self.literal(cursor_type, now)
-        if cursor_type is CursorType.DATE:
-            return self.literal(cursor_type, now.date())
-        return self.literal(cursor_type, now.replace(tzinfo=None))
+
+def local_clock(cursor_type: CursorType, delta: timedelta, timezone: str) -> CursorValue:
+    """This process's clock moved by `delta`, as a value of a time cursor's type."""
+    from zoneinfo import ZoneInfo
+
+    now = datetime.now(ZoneInfo(timezone)) + delta
+    if cursor_type is CursorType.TIMESTAMPTZ:
+        return now
+    if cursor_type is CursorType.DATE:
+        return now.date()
+    return now.replace(tzinfo=None)
 
 
 POSTGRES = PostgresDialect()
@@ -172,12 +185,41 @@ SPARK_SQL = SparkSqlDialect()
 
 def render_window(window: Window, dialect: Dialect) -> str:
     """The predicate every partition of the read uses; `TRUE` when the window is unbounded."""
-    if window.empty:
-        return "FALSE"
     column = dialect.quote(window.column)
     parts = []
     if window.lower is not None:
         parts.append(f"{column} >= {dialect.literal(window.cursor_type, window.lower)}")
     if window.upper is not None:
         parts.append(f"{column} <= {dialect.literal(window.cursor_type, window.upper)}")
-    return " AND ".join(parts) if parts else "TRUE"
+    predicate = "FALSE" if window.empty else " AND ".join(parts) if parts else "TRUE"
+    if window.include_nulls and predicate != "TRUE":
+        return f"({predicate}) OR {column} IS NULL"
+    return predicate
+
+
+def repeated_hour_start(value: datetime, timezone: str) -> datetime | None:
+    """If a wall-clock `value` falls in an hour the zone repeats (DST ends), where that starts.
+
+    Rows written during the second pass through the repeated hour carry wall-clock values below
+    a cursor taken during the first pass; reading again from the start of the hour catches them.
+    """
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(timezone)
+
+    def repeated(moment: datetime) -> bool:
+        return (
+            moment.replace(tzinfo=zone, fold=0).utcoffset()
+            != moment.replace(tzinfo=zone, fold=1).utcoffset()
+        )
+
+    if not repeated(value):
+        return None
+    low, high = value - timedelta(hours=6), value  # no zone repeats more than a few hours
+    while high - low > timedelta(microseconds=1):
+        middle = low + (high - low) / 2
+        if repeated(middle):
+            high = middle
+        else:
+            low = middle
+    return high

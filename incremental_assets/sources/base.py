@@ -6,7 +6,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +55,18 @@ class FreezeRequest:
     safety_lag: timedelta | None
     timezone: str
     partitioning: Partitioning | None
+    transaction_cap: bool = False
+    future_tolerance: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class TransactionCap:
+    """PostgreSQL's oldest open transaction, below whose start the upper bound was kept."""
+
+    oldest_start: datetime | None  # None: no other transaction was open
+    holder: str | None  # which session, for the metadata
+    hidden_sessions: int  # sessions the role can't see: the cap may be incomplete
+    rows_held_back: int  # rows the cap left for a later run
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,10 @@ class Bounds:
     rows: int
     partition_low: int | None = None
     partition_high: int | None = None
+    null_rows: int = 0
+    boundary_rows: int = 0  # rows sharing the upper bound's value
+    future_cap: CursorValue | None = None  # the clock plus `future_tolerance`
+    transaction: TransactionCap | None = None
 
 
 class Source(Protocol):
@@ -79,6 +95,8 @@ class Source(Protocol):
     def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
     ) -> DataFrame: ...
+
+    def read_keys(self) -> DataFrame: ...
 
 
 def cursor_type_of(data_type: T.DataType) -> CursorType | None:

@@ -96,6 +96,22 @@ def _fix(table: TableSpec, text: str) -> str:
         return f"Fix: `table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
     if "column" in lowered and "does not exist" in lowered:
         return f"Fix: a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."
+    if any(
+        s in lowered
+        for s in (
+            "bigint out of range",
+            "long overflow",
+            "timestamp out of range",
+            "date out of range",
+        )
+    ):
+        return (
+            f"Fix: a timestamp or date column of table '{table.name}' holds a value Spark can't store "
+            "(PostgreSQL 'infinity', or a year beyond 294247); map it in `query:`, e.g. "
+            "CASE WHEN isfinite(c) THEN c END."
+        )
+    if "user_raised_exception" in lowered:
+        return "The source holds a value the lake can't keep exactly; see the message for the column and the fix."
     if "path_not_found" in lowered or "path does not exist" in lowered:
         return f"Fix: `table:` of table '{table.name}' must name an existing folder under the source path."
     if table.query is not None:

@@ -1,4 +1,9 @@
-"""A folder of Parquet, CSV or JSON files, read by Spark with the window pushed into the scan."""
+"""A folder of Parquet, CSV or JSON files, read by Spark with the window pushed into the scan.
+
+There is no server clock: `safety_lag` and the future cap use this process's clock, and there are
+no transactions to wait for. Files that land with cursor values below the last cursor are only
+read again through `lookback`.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import FilesSourceSpec, TableSpec
-from incremental_assets.window import SPARK_SQL, Dialect, Window, render_window
+from incremental_assets.window import SPARK_SQL, Dialect, Window, local_clock, render_window
 
 _FORMAT_DEFAULTS = {"csv": {"header": "true"}}
 
@@ -49,27 +54,35 @@ class FilesSource:
             return self._frame().schema
 
     def freeze(self, request: FreezeRequest) -> Bounds:
-        d = self.dialect
+        d, kind = self.dialect, request.cursor.type
         cursor = d.quote(request.cursor.column)
-        conditions = [
-            render_window(
-                Window(request.cursor.column, request.cursor.type, lower=request.lower), d
-            )
-        ]
+        conditions = [render_window(Window(request.cursor.column, kind, lower=request.lower), d)]
         if request.safety_lag is not None:
             conditions.append(
-                f"{cursor} <= {d.now_minus(request.cursor.type, request.safety_lag, request.timezone)}"
+                f"{cursor} <= {d.now_plus(kind, -request.safety_lag, request.timezone)}"
             )
+        in_window = join_conditions(conditions)
         with failures_of(self.table, "the bounds query"):
-            row = (
-                self._frame()
-                .where(F.expr(join_conditions(conditions)))
-                .selectExpr(
-                    f"{d.wire(request.cursor.type, f'max({cursor})')} AS upper", "count(*) AS n"
-                )
-                .collect()[0]
+            frame = self._frame()
+            row = frame.selectExpr(
+                f"{d.wire(kind, f'max(CASE WHEN {in_window} THEN {cursor} END)')} AS upper",
+                f"count_if({in_window}) AS n",
+                f"count_if({cursor} IS NULL) AS null_rows",
+            ).collect()[0]
+            upper = decode_upper(request.cursor, row["upper"])
+            ties = (
+                0 if upper is None else frame.where(f"{cursor} = {d.literal(kind, upper)}").count()
             )
-        return Bounds(decode_upper(request.cursor, row["upper"]), int(row["n"]))
+        future = None
+        if request.future_tolerance is not None and kind.is_temporal:
+            future = local_clock(kind, request.future_tolerance, request.timezone)
+        return Bounds(
+            upper,
+            int(row["n"]),
+            null_rows=int(row["null_rows"]),
+            boundary_rows=ties,
+            future_cap=future,
+        )
 
     def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
@@ -81,3 +94,7 @@ class FilesSource:
                 if window is None
                 else frame.where(F.expr(render_window(window, self.dialect)))
             )
+
+    def read_keys(self) -> DataFrame:
+        with failures_of(self.table, "reading the primary keys"):
+            return self._frame().select(*[F.col(f"`{c}`") for c in self.table.primary_key])

@@ -3,22 +3,34 @@
 Every statement is SQL this module renders itself, so what reaches the server is exactly the
 window predicate, with exact literals:
 
-* one bounds query freezes the upper bound (max cursor, capped at now - safety_lag) and sizes the
-  read (row count and the partition column's range), all in the window's lower bound;
-* the read is `spark.read.jdbc(..., predicates=[...])`: one predicate per Spark partition, each the
-  same window AND one value range of the partition column.
+* one bounds query freezes the upper bound (max cursor in the window, capped at now - safety_lag
+  and below the oldest open transaction) and measures what else the run needs: the row count
+  and key range for partitioning, NULL cursors, ties at the bound, the clock for the future cap;
+* the read is `spark.read.jdbc(..., predicates=[...])` over
+  `(SELECT <columns> FROM <table> WHERE <window>) AS src`, one predicate per Spark partition,
+  each a range of the partition column.
+
+Two kinds of column don't survive the JDBC driver exactly, so they travel in a neutral form and
+are rebuilt in Spark: `timestamp` (without time zone) as microseconds since the epoch, because the
+driver turns wall-clock values into instants in the JVM's zone and shifts the ones that don't
+exist there; and `numeric` without a declared precision as text, because Spark would round it to
+decimal(38,18) without a word.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from datetime import timedelta
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.cursor import CursorType, decode_wire
+from incremental_assets.cursor import EPOCH_UTC, CursorType
 from incremental_assets.sources.base import (
     Bounds,
     FreezeRequest,
     Partitioning,
+    TransactionCap,
     decode_upper,
     default_parallelism,
     join_conditions,
@@ -29,6 +41,24 @@ from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES, Dialect, Window, render_window
 
+APPLICATION_NAME = "incremental_assets"
+# Sessions that can hold rows back: other clients of this database, not our own read-only reads.
+_OTHER_SESSIONS = (
+    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    f"AND backend_type = 'client backend' AND coalesce(application_name, '') <> '{APPLICATION_NAME}'"
+)
+_TRANSACTION_CAPS = (
+    f"(SELECT min(xact_start) {_OTHER_SESSIONS} AND xact_start IS NOT NULL) AS oldest, "
+    "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
+    f"xact_start) {_OTHER_SESSIONS} AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 1) AS holder, "
+    f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>') AS hidden"
+)
+_NO_TRANSACTION_CAP = (
+    "CAST(NULL AS timestamptz) AS oldest, CAST(NULL AS text) AS holder, 0 AS hidden"
+)
+# The most digits Spark's widest decimal keeps: decimal(38,18).
+_FITS_DECIMAL_38_18 = r"^-?[0-9]{1,20}(\.[0-9]{1,18})?$"
+
 
 class JdbcSource:
     dialect: Dialect = POSTGRES
@@ -38,7 +68,8 @@ class JdbcSource:
         self.spark = spark
         self.table = table
         self.source: JdbcSourceSpec = table.source
-        self.relation = f"({table.query}) AS src" if table.query is not None else str(table.table)
+        self.relation = f"({table.query}) AS q" if table.query is not None else str(table.table)
+        self._schema: T.StructType | None = None
 
     def describe(self) -> str:
         return f"{self.table.source_object} in {self.source.redacted_url()}"
@@ -48,7 +79,7 @@ class JdbcSource:
             "url": self.source.url,
             "driver": self.source.driver,
             "fetchsize": str(self.source.fetchsize),
-            # `timestamp` columns stay wall-clock values instead of instants in the JVM's zone.
+            "ApplicationName": APPLICATION_NAME,
             "preferTimestampNTZ": "true",
             **self.source.properties,
         }
@@ -59,48 +90,135 @@ class JdbcSource:
         return options
 
     def schema(self) -> T.StructType:
-        with failures_of(self.table, "reading the schema"):
-            reader = self.spark.read.format("jdbc").options(**self._options())
-            return reader.option("dbtable", self.relation).load().schema
+        if self._schema is None:
+            with failures_of(self.table, "reading the schema"):
+                reader = self.spark.read.format("jdbc").options(**self._options())
+                self._schema = reader.option("dbtable", self.relation).load().schema
+        return self._schema
+
+    def _query(self, sql: str, doing: str) -> list[T.Row]:
+        with failures_of(self.table, doing):
+            return (
+                self.spark.read.format("jdbc")
+                .options(**self._options())
+                .option("query", sql)
+                .load()
+                .collect()
+            )
 
     def freeze(self, request: FreezeRequest) -> Bounds:
-        sql = self.bounds_sql(request)
-        with failures_of(self.table, "the bounds query"):
-            reader = self.spark.read.format("jdbc").options(**self._options())
-            row = reader.option("query", sql).load().collect()[0]
+        row = self._query(self.bounds_sql(request), "the bounds query")[0]
         partitioning = request.partitioning
-        low = _partition_wire(partitioning, row["part_low"])
-        high = _partition_wire(partitioning, row["part_high"])
-        return Bounds(decode_upper(request.cursor, row["upper"]), int(row["n"]), low, high)
+        transaction = None
+        if request.transaction_cap and request.cursor.type.is_temporal:
+            oldest = (
+                EPOCH_UTC + timedelta(microseconds=int(row["oldest"])) if row["oldest"] else None
+            )
+            transaction = TransactionCap(
+                oldest, row["holder"], int(row["hidden"]), int(row["held"])
+            )
+        return Bounds(
+            upper=decode_upper(request.cursor, row["upper"]),
+            rows=int(row["n"]),
+            partition_low=int(row["part_low"])
+            if partitioning and row["part_low"] is not None
+            else None,
+            partition_high=int(row["part_high"])
+            if partitioning and row["part_high"] is not None
+            else None,
+            null_rows=int(row["null_rows"]),
+            boundary_rows=int(row["boundary_rows"] or 0),
+            future_cap=decode_upper(request.cursor, row["future_cap"]),
+            transaction=transaction,
+        )
 
     def bounds_sql(self, request: FreezeRequest) -> str:
-        d = self.dialect
+        d = POSTGRES
+        kind, timezone = request.cursor.type, request.timezone
         cursor = d.quote(request.cursor.column)
-        conditions = [
-            render_window(
-                Window(request.cursor.column, request.cursor.type, lower=request.lower), d
-            )
-        ]
+        where = [render_window(Window(request.cursor.column, kind, lower=request.lower), d)]
         if request.safety_lag is not None:
-            conditions.append(
-                f"{cursor} <= {d.now_minus(request.cursor.type, request.safety_lag, request.timezone)}"
-            )
+            where.append(f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}")
+        capped = request.transaction_cap and kind.is_temporal
+        below_cap = (
+            f"(caps.oldest IS NULL OR {cursor} < {d.cursor_time(kind, 'caps.oldest', timezone)})"
+            if capped
+            else "TRUE"
+        )
         part = request.partitioning
         part_column = d.quote(part.column) if part else "NULL"
         part_type = part.type if part else CursorType.INTEGER
+        window = (
+            f"SELECT max({cursor}) FILTER (WHERE {below_cap}) AS m, count(*) FILTER (WHERE {below_cap}) AS n, "
+            f"count(*) FILTER (WHERE NOT {below_cap}) AS held, "
+            f"min({part_column}) FILTER (WHERE {below_cap}) AS pl, max({part_column}) FILTER (WHERE {below_cap}) AS ph "
+            f"FROM {self.relation} WHERE {join_conditions(where)}"
+        )
+        future = "NULL"
+        if request.future_tolerance is not None and kind.is_temporal:
+            future = d.wire(kind, d.now_plus(kind, request.future_tolerance, timezone))
         return (
-            f"SELECT {d.wire(request.cursor.type, f'max({cursor})')} AS upper, count(*) AS n, "
-            f"{d.wire(part_type, f'min({part_column})')} AS part_low, "
-            f"{d.wire(part_type, f'max({part_column})')} AS part_high "
-            f"FROM {self.relation} WHERE {join_conditions(conditions)}"
+            f"SELECT {d.wire(kind, 'w.m')} AS upper, w.n AS n, w.held AS held, "
+            f"{d.wire(part_type, 'w.pl')} AS part_low, {d.wire(part_type, 'w.ph')} AS part_high, "
+            f"(SELECT count(*) FROM {self.relation} WHERE {cursor} IS NULL) AS null_rows, "
+            f"(SELECT count(*) FROM {self.relation} WHERE {cursor} = w.m) AS boundary_rows, "
+            f"{future} AS future_cap, {d.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, "
+            f"caps.holder AS holder, caps.hidden AS hidden "
+            f"FROM (SELECT {_TRANSACTION_CAPS if capped else _NO_TRANSACTION_CAP}) AS caps "
+            f"CROSS JOIN LATERAL ({window}) AS w"
         )
 
-    def partition_predicates(
+    def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
-    ) -> list[str]:
+    ) -> DataFrame:
+        schema = self.schema()
+        columns = [self._select(field) for field in schema.fields]
         window_sql = render_window(window, self.dialect) if window is not None else "TRUE"
-        ranges = self._ranges(bounds, partitioning)
-        return [join_conditions([window_sql, self._range_sql(partitioning, r)]) for r in ranges]
+        relation = f"(SELECT {', '.join(columns)} FROM {self.relation} WHERE {window_sql}) AS src"
+        predicates = [self._range_sql(partitioning, r) for r in self._ranges(bounds, partitioning)]
+        with failures_of(self.table, "opening the read"):
+            frame = self.spark.read.jdbc(
+                self.source.url, relation, predicates=predicates, properties=self._options()
+            )
+            return frame.select(*[self._rebuild(field) for field in schema.fields])
+
+    def read_keys(self) -> DataFrame:
+        """Every primary key in the source, for reconciling hard deletes."""
+        keys = ", ".join(self.dialect.quote(c) for c in self.table.primary_key)
+        relation = f"(SELECT {keys} FROM {self.relation}) AS keys"
+        with failures_of(self.table, "reading the primary keys"):
+            return self.spark.read.jdbc(self.source.url, relation, properties=self._options())
+
+    def _select(self, field: T.StructField) -> str:
+        column = self.dialect.quote(field.name)
+        if isinstance(field.dataType, T.TimestampNTZType):
+            return f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT) AS {column}"
+        if _is_unbounded_numeric(field):
+            return f"CAST({column} AS TEXT) AS {column}"
+        return column
+
+    def _rebuild(self, field: T.StructField) -> Column:
+        column = F.col(f"`{field.name}`")
+        if isinstance(field.dataType, T.TimestampNTZType):
+            # Pure arithmetic on wall-clock values: no time zone is consulted.
+            epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
+            return F.timestamp_add("MICROSECOND", column, epoch).alias(field.name)
+        if _is_unbounded_numeric(field):
+            message = F.concat(
+                F.lit(f"column '{field.name}' of table '{self.table.name}' holds "),
+                column,
+                F.lit(
+                    ", which needs more digits than decimal(38,18) keeps. Fix: declare the column "
+                    "numeric(p,s) with p <= 38, or cast it in `query:` (to text to keep every digit)"
+                ),
+            )
+            fits = column.isNull() | column.rlike(_FITS_DECIMAL_38_18)
+            return (
+                F.when(fits, column.cast(field.dataType))
+                .otherwise(F.raise_error(message))
+                .alias(field.name)
+            )
+        return column
 
     def _ranges(
         self, bounds: Bounds | None, partitioning: Partitioning | None
@@ -113,36 +231,36 @@ class JdbcSource:
         ):
             return [(None, None)]
         cap = self.source.max_partitions or default_parallelism(self.spark)
-        parts = partition_count(bounds.rows, self.source.rows_per_partition, cap)
+        parts = partition_count(bounds.rows + bounds.null_rows, self.source.rows_per_partition, cap)
         return split_ranges(bounds.partition_low, bounds.partition_high, parts)
 
     def _range_sql(
         self, partitioning: Partitioning | None, bounds: tuple[int | None, int | None]
     ) -> str:
+        """A range of the partition column, compared in its wire form (the key, epoch days or micros)."""
         low, high = bounds
         if partitioning is None or (low is None and high is None):
             return "TRUE"
-        d = self.dialect
-        column = d.quote(partitioning.column)
-
-        def literal(wire: int | None) -> str:
-            return d.literal(partitioning.type, decode_wire(partitioning.type, str(wire)))
-
+        column = self.dialect.quote(partitioning.column)
+        if partitioning.type is not CursorType.INTEGER:
+            wire = {
+                CursorType.DATE: "{} - DATE '1970-01-01'",
+                CursorType.TIMESTAMPTZ: "CAST(EXTRACT(EPOCH FROM {}) * 1000000 AS BIGINT)",
+            }
+            column = wire[partitioning.type].format(column)
         if low is None:
-            return f"{column} < {literal(high)} OR {column} IS NULL"
+            return f"{column} < {high} OR {column} IS NULL"
         if high is None:
-            return f"{column} >= {literal(low)}"
-        return f"{column} >= {literal(low)} AND {column} < {literal(high)}"
-
-    def read(
-        self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
-    ) -> DataFrame:
-        predicates = self.partition_predicates(window, bounds, partitioning)
-        with failures_of(self.table, "opening the read"):
-            return self.spark.read.jdbc(
-                self.source.url, self.relation, predicates=predicates, properties=self._options()
-            )
+            return f"{column} >= {low}"
+        return f"{column} >= {low} AND {column} < {high}"
 
 
-def _partition_wire(partitioning: Partitioning | None, wire: str | None) -> int | None:
-    return None if partitioning is None or wire is None else int(wire)
+def _is_unbounded_numeric(field: T.StructField) -> bool:
+    """PostgreSQL `numeric` without (p,s): Spark reports decimal(38,18) with a driver scale of 0."""
+    metadata = field.metadata or {}
+    return (
+        isinstance(field.dataType, T.DecimalType)
+        and metadata.get("jdbcClientType") == "numeric"
+        and (field.dataType.precision, field.dataType.scale) == (38, 18)
+        and metadata.get("scale") == 0
+    )

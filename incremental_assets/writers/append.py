@@ -19,9 +19,11 @@ from incremental_assets.writers.base import (
     Staged,
     WritePlan,
     column_types,
+    conformed,
     counted,
     null_safe_match,
     observed,
+    rewrite_to_schema,
     write_parquet,
 )
 from incremental_assets.writers.lake import batch_group
@@ -30,8 +32,8 @@ _SUBDIR = "data"
 
 
 class AppendWriter:
-    def stage(self, delta: DataFrame, plan: WritePlan) -> Staged:
-        frame, extracted = counted(delta, "extracted")
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
+        frame, extracted = counted(conformed(delta, plan), "extracted")
         if plan.boundary is not None and not plan.replace_all:
             frame = _drop_already_loaded(frame, plan)
         frame, written = counted(
@@ -49,8 +51,10 @@ class AppendWriter:
             (f"{staged.subdir}/{f}", f"part-{group}-{plan.txn}-{i:05d}.parquet")
             for i, f in enumerate(files)
         ]
-        removes = [f.name for f in plan.lake.data_files() if plan.replace_all or f.group == group]
-        plan.lake.commit(plan.txn, adds, removes)
+        existing = plan.lake.data_files()
+        replaced = [f for f in existing if plan.replace_all or f.group == group]
+        evolved, rewritten = rewrite_to_schema(plan, [f for f in existing if f not in replaced])
+        plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten)
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import LakeTable
+from incremental_assets.writers.lake import DataFile, LakeTable
+from incremental_assets.writers.schema import SchemaChange, conform
 
 BATCH_COLUMN = "_batch"
 
@@ -30,6 +31,10 @@ class WritePlan:
     max_rows_per_file: int
     # Append mode: the part of this read that earlier batches may already hold.
     boundary: Window | None = None
+    # The lake's data columns after this run; existing files are rewritten when they change.
+    schema: SchemaChange | None = None
+    # Merge mode: also remove keys the source no longer has (hard deletes).
+    reconcile: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class Staged:
 
 
 class Writer(Protocol):
-    def stage(self, delta: DataFrame, plan: WritePlan) -> Staged: ...
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged: ...
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome: ...
 
@@ -83,3 +88,32 @@ def null_safe_match(left: str, right: str, columns: list[str]) -> Column:
 
 def column_types(frame: DataFrame) -> tuple[tuple[str, str], ...]:
     return tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)
+
+
+def conformed(frame: DataFrame, plan: WritePlan) -> DataFrame:
+    return frame if plan.schema is None else conform(frame, plan.schema.target)
+
+
+_EVOLVED = "evolved"
+_GROUP = "__group"
+
+
+def rewrite_to_schema(
+    plan: WritePlan, files: list[DataFile]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Rewrite files this commit doesn't replace to the new schema, each within its own group."""
+    if plan.schema is None or not plan.schema.rewrites_lake or not files:
+        return [], []
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    frame = spark.read.option("mergeSchema", "true").parquet(*plan.lake.file_uris(files))
+    frame = frame.withColumn(
+        _GROUP, F.regexp_extract(F.col("_metadata.file_name"), r"^part-([^-]+)-", 1)
+    )
+    staging = f"{plan.lake.staging_uri(plan.txn)}/{_EVOLVED}"
+    write_parquet(conform(frame, plan.schema.target), staging, plan, partition_by=_GROUP)
+    adds = []
+    for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _EVOLVED)):
+        group = path.split("/", 1)[0].split("=", 1)[1]
+        adds.append((f"{_EVOLVED}/{path}", f"part-{group}-{plan.txn}-{i:05d}.parquet"))
+    return adds, [f.name for f in files]

@@ -7,7 +7,8 @@ a hash of the row breaks any tie left), and rows whose delete column is set are 
 the delta doesn't touch are not read or rewritten.
 
 A full refresh is the same merge with the whole table as "touched" and the delta as a complete
-snapshot: the snapshot always wins, and keys missing from it are removed.
+snapshot: the snapshot always wins, and keys missing from it are removed. Reconciling hard
+deletes works the same way for the keys the source no longer has.
 """
 
 from __future__ import annotations
@@ -23,22 +24,24 @@ from incremental_assets.writers.base import (
     Staged,
     WritePlan,
     column_types,
+    conformed,
     counted,
     observed,
+    rewrite_to_schema,
     write_parquet,
 )
 from incremental_assets.writers.lake import DataFile, bucket_group
 
-_DELTA = "delta"
-_MERGED = "merged"
+_DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 _BUCKET = "__bucket"
-_SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH = (
+_SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH, _GONE = (
     "__src",
     "__h",
     "__rn",
     "__in_lake",
     "__in_delta",
     "__lake_h",
+    "__gone",
 )
 
 
@@ -46,34 +49,43 @@ class MergeWriter:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
-    def stage(self, delta: DataFrame, plan: WritePlan) -> Staged:
-        # The delta is written once so the source is read once, whatever the merge does next.
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
+        # The delta (and the source's keys) are written once, so the source is read once.
         frame, extracted = counted(delta, "extracted")
-        write_parquet(frame, f"{plan.lake.staging_uri(plan.txn)}/{_DELTA}", plan)
+        write_parquet(frame, self._staged(plan, _DELTA), plan)
+        if keys is not None:
+            write_parquet(keys, self._staged(plan, _KEYS), plan)
         rows = observed(extracted)
         return Staged(rows, rows, _DELTA)
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         existing = plan.lake.data_files()
         buckets = _bucket_count(existing, plan)
-        delta = self._read(f"{plan.lake.staging_uri(plan.txn)}/{_DELTA}")
+        delta = conformed(self._read(self._staged(plan, _DELTA)), plan)
         delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, buckets))
+        gone = self._gone_keys(plan, existing, delta, buckets)
         if plan.replace_all:
             replaced = existing
         else:
-            touched = {row[0] for row in delta.select(_BUCKET).distinct().collect()}
+            touched = {
+                row[0]
+                for row in delta.select(_BUCKET).union(gone.select(_BUCKET)).distinct().collect()
+            }
             replaced = [f for f in existing if f.bucket is not None and f.bucket[0] in touched]
         lake_rows = self._read_bucketed(plan, replaced, buckets)
-        merged, counts = _merge(delta, lake_rows, plan)
+        merged, counts = _merge(delta, lake_rows, gone, plan)
         merged, rewritten = counted(merged, "rewritten")
         write_parquet(
             merged.repartition(_BUCKET).sortWithinPartitions(*plan.primary_key),
-            f"{plan.lake.staging_uri(plan.txn)}/{_MERGED}",
+            self._staged(plan, _MERGED),
             plan,
             partition_by=_BUCKET,
         )
         adds = _named_adds(plan, buckets)
-        plan.lake.commit(plan.txn, adds, [f.name for f in replaced])
+        evolved, rewritten_files = rewrite_to_schema(
+            plan, [f for f in existing if f not in replaced]
+        )
+        plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten_files)
         merge = MergeCounts(
             observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
         )
@@ -86,8 +98,10 @@ class MergeWriter:
             columns=column_types(merged.drop(_BUCKET)),
         )
 
+    def _staged(self, plan: WritePlan, subdir: str) -> str:
+        return f"{plan.lake.staging_uri(plan.txn)}/{subdir}"
+
     def _read(self, *uris: str) -> DataFrame:
-        # Files written before a source column was added lack it; merge their schemas.
         return self.spark.read.option("mergeSchema", "true").parquet(*uris)
 
     def _read_bucketed(
@@ -95,8 +109,27 @@ class MergeWriter:
     ) -> DataFrame | None:
         if not files:
             return None
-        rows = self._read(*plan.lake.file_uris(files))
+        rows = conformed(self._read(*plan.lake.file_uris(files)), plan)
         return rows.withColumn(_BUCKET, bucket_of(rows, plan.primary_key, buckets))
+
+    def _gone_keys(
+        self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, buckets: int
+    ) -> DataFrame:
+        """Keys in the lake that the source no longer has (empty unless reconciling deletes)."""
+        key_columns = [F.col(f"`{c}`") for c in plan.primary_key]
+        empty = delta.select(*key_columns, _BUCKET).limit(0)
+        if not plan.reconcile or not existing:
+            return empty.withColumn(_GONE, F.lit(True))
+        in_lake = self._read(*plan.lake.file_uris(existing)).select(*key_columns)
+        in_source = self._read(self._staged(plan, _KEYS))
+        gone = (
+            in_lake.join(in_source, list(plan.primary_key), "left_anti")
+            .join(delta.select(*key_columns), list(plan.primary_key), "left_anti")
+            .distinct()
+        )
+        return gone.withColumn(_BUCKET, bucket_of(gone, plan.primary_key, buckets)).withColumn(
+            _GONE, F.lit(True)
+        )
 
 
 def bucket_of(frame: DataFrame, key: tuple[str, ...], buckets: int) -> Column:
@@ -127,7 +160,7 @@ def _bucket_count(existing: list[DataFile], plan: WritePlan) -> int:
 
 
 def _merge(
-    delta: DataFrame, lake_rows: DataFrame | None, plan: WritePlan
+    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
 ) -> tuple[DataFrame, Observation]:
     data_columns = [c for c in delta.columns if c != _BUCKET]
     incoming = delta.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")).withColumn(
@@ -138,6 +171,7 @@ def _merge(
         combined = incoming.unionByName(
             lake_rows.withColumn(_SOURCE, F.lit(0)), allowMissingColumns=True
         )
+    combined = combined.join(gone.drop(_BUCKET), list(plan.primary_key), "left")
     combined = combined.withColumn(_HASH, F.xxhash64(*[F.col(f"`{c}`") for c in data_columns]))
     by_key = W.partitionBy(*[F.col(f"`{c}`") for c in plan.primary_key])
     ranked = (
@@ -159,11 +193,10 @@ def _merge(
         F.sum((deleted & in_lake).cast("long")).alias("deleted"),
     )
     kept = winners.where(~deleted)
-    ordered = [
-        *data_columns,
-        *[c for c in kept.columns if c not in data_columns and not c.startswith("__")],
+    ordered = [c for c in kept.columns if not c.startswith("__") and c != BATCH_COLUMN] + [
+        BATCH_COLUMN,
+        _BUCKET,
     ]
-    ordered = [c for c in ordered if c != BATCH_COLUMN] + [BATCH_COLUMN, _BUCKET]
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
@@ -176,11 +209,11 @@ def _precedence(plan: WritePlan) -> list[Column]:
 
 
 def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
-    deleted = F.lit(False)
+    deleted = F.coalesce(F.col(_GONE), F.lit(False))
     if plan.delete_column:
         column = F.col(f"`{plan.delete_column}`")
         is_flag = isinstance(winners.schema[plan.delete_column].dataType, T.BooleanType)
-        deleted = F.coalesce(column, F.lit(False)) if is_flag else column.isNotNull()
+        deleted = deleted | (F.coalesce(column, F.lit(False)) if is_flag else column.isNotNull())
     if plan.replace_all:
         deleted = deleted | (F.col(_IN_DELTA) == 0)
     return deleted

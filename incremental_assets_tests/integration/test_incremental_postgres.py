@@ -148,12 +148,11 @@ def test_the_window_predicate_is_what_reaches_the_server(
     reads = [
         line
         for line in log
-        if f'SELECT "id","amount","status","updated_at" FROM {pg.name}.orders' in line
+        if f"FROM {pg.name}.orders WHERE {window}) AS src" in line and "1=0" not in line
     ]
     # Four parallel partitions of the key, every one with the same window, pushed down verbatim.
-    assert len(reads) == 4
-    assert all(f"WHERE ({window}) AND (" in line for line in reads), reads
-    assert any('"id" IS NULL' in line for line in reads)
+    assert len(reads) == 4, "\n".join(line for line in log if pg.name in line)
+    assert sum('"id" IS NULL' in line for line in reads) == 1
     bounds = [
         line
         for line in log
@@ -175,7 +174,7 @@ def test_the_window_predicate_is_what_reaches_the_server(
             ["12345678901234567890.0000000001", "12345678901234567890.0000000003"],
             "12345678901234567890.0000000003",
         ),
-        ("date", ["DATE '0001-01-01'", "DATE '9999-12-30'"], "9999-12-30"),
+        ("date", ["DATE '0001-01-01'", "DATE '2024-02-29'"], "2024-02-29"),
         (
             "timestamp",
             ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"],

@@ -96,11 +96,14 @@ def test_lower_bound_is_previous_cursor_minus_lookback(
 
 
 def test_postgres_safety_lag_uses_the_server_clock() -> None:
-    assert POSTGRES.now_minus(CursorType.TIMESTAMPTZ, timedelta(seconds=30), "UTC") == (
-        "now() - INTERVAL '30000000 microseconds'"
+    assert POSTGRES.now_plus(CursorType.TIMESTAMPTZ, -timedelta(seconds=30), "UTC") == (
+        "(now() + INTERVAL '-30000000 microseconds')"
     )
-    assert POSTGRES.now_minus(CursorType.TIMESTAMP, timedelta(minutes=1), "Europe/Paris") == (
-        "(now() AT TIME ZONE 'Europe/Paris') - INTERVAL '60000000 microseconds'"
+    assert POSTGRES.now_plus(CursorType.TIMESTAMP, timedelta(minutes=1), "Europe/Paris") == (
+        "((now() + INTERVAL '60000000 microseconds') AT TIME ZONE 'Europe/Paris')"
+    )
+    assert POSTGRES.now_plus(CursorType.DATE, timedelta(0), "UTC") == (
+        "CAST((now() + INTERVAL '0 microseconds') AT TIME ZONE 'UTC' AS DATE)"
     )
 
 

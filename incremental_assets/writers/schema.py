@@ -1,0 +1,103 @@
+"""Schema evolution: what the lake's schema becomes when the source's changes.
+
+* a column added to the source is added to the lake; older rows read it as NULL;
+* a column dropped from the source stays in the lake; newer rows hold NULL;
+* a type may widen (int -> bigint, float -> double, a decimal with more digits);
+* anything else is refused before a single file is written.
+
+When the lake's schema changes, every file the commit doesn't already replace is rewritten to the
+new schema in the same commit, so plain readers (which take one file's schema) see one schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.errors import WriteError
+
+_INTEGRAL_ORDER: list[type[T.DataType]] = [T.ByteType, T.ShortType, T.IntegerType, T.LongType]
+_BOOKKEEPING = "_"
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    target: T.StructType  # the lake's data columns after this run, bookkeeping excluded
+    added: tuple[str, ...] = ()
+    widened: tuple[tuple[str, str, str], ...] = ()
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def rewrites_lake(self) -> bool:
+        return bool(self.added or self.widened)
+
+    def describe(self) -> str:
+        parts = [f"added {', '.join(self.added)}"] if self.added else []
+        parts += [f"widened {name} {old} -> {new}" for name, old, new in self.widened]
+        parts += (
+            [f"kept {', '.join(self.dropped)} (no longer in the source)"] if self.dropped else []
+        )
+        return "; ".join(parts)
+
+
+def plan_schema_change(
+    table_name: str, lake: T.StructType | None, source: T.StructType
+) -> SchemaChange:
+    """Merge the source schema into the lake's, or refuse with both types named."""
+    if lake is None:
+        return SchemaChange(source)
+    existing = {f.name: f for f in lake.fields if not f.name.startswith(_BOOKKEEPING)}
+    fields, added, widened = [], [], []
+    for field in source.fields:
+        old = existing.pop(field.name, None)
+        if old is None:
+            added.append(field.name)
+            fields.append(field)
+        elif old.dataType == field.dataType:
+            fields.append(old)
+        elif _widens(old.dataType, field.dataType):
+            widened.append((field.name, old.dataType.simpleString(), field.dataType.simpleString()))
+            fields.append(field)
+        else:
+            raise WriteError(
+                f"Table '{table_name}': column '{field.name}' is {old.dataType.simpleString()} in the "
+                f"lake but {field.dataType.simpleString()} in the source, and the lake can't hold both. "
+                "Nothing was written and the cursor did not move. Fix: cast the column back in "
+                "`query:`, or run a full refresh (asset config full_refresh: true) to rebuild the "
+                "table with the new type."
+            )
+    dropped = [T.StructField(name, f.dataType, True) for name, f in existing.items()]
+    order = [f.name for f in lake.fields if not f.name.startswith(_BOOKKEEPING)]
+    by_name = {f.name: f for f in [*fields, *dropped]}
+    ordered = [by_name[n] for n in order if n in by_name] + [by_name[n] for n in added]
+    return SchemaChange(
+        T.StructType(ordered), tuple(added), tuple(widened), tuple(f.name for f in dropped)
+    )
+
+
+def _widens(old: T.DataType, new: T.DataType) -> bool:
+    if type(old) in _INTEGRAL_ORDER and type(new) in _INTEGRAL_ORDER:
+        return _INTEGRAL_ORDER.index(type(new)) > _INTEGRAL_ORDER.index(type(old))
+    if isinstance(old, T.FloatType) and isinstance(new, T.DoubleType):
+        return True
+    if isinstance(old, T.DecimalType) and isinstance(new, T.DecimalType):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return False
+
+
+def conform(frame: DataFrame, target: T.StructType) -> DataFrame:
+    """The frame with exactly the target's data columns (cast, or NULL where missing), then ours."""
+    present = set(frame.columns)
+    columns = [
+        (
+            F.col(f"`{f.name}`").cast(f.dataType)
+            if f.name in present
+            else F.lit(None).cast(f.dataType)
+        ).alias(f.name)
+        for f in target.fields
+    ]
+    bookkeeping = [F.col(f"`{c}`") for c in frame.columns if c.startswith(_BOOKKEEPING)]
+    return frame.select(*columns, *bookkeeping)
