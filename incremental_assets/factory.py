@@ -14,6 +14,7 @@ from pydantic import Field
 
 from incremental_assets.errors import IncrementalAssetsError, InstanceError
 from incremental_assets.load import LoadRequest, run_incremental_load
+from incremental_assets.pause_points import pause_point
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import metadata_for, read_stored_state
@@ -55,6 +56,7 @@ def build_table_asset(
                 stored = read_stored_state(context.instance, spec.key)
                 request = LoadRequest(table, project.lake, stored, full_refresh=config.full_refresh)
                 result = run_incremental_load(spark.spark_session, request, log=context.log.info)
+                pause_point("committed")
                 context.log.info(
                     f"{table.name}: {result.rows_extracted} rows extracted, {result.rows_written} "
                     f"written in {result.extract_seconds:.1f}s + {result.write_seconds:.1f}s; "

@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 from incremental_assets.config import parse_duration
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor, later_of, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError, IncrementalAssetsError, WriteError
+from incremental_assets.pause_points import pause_point
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import (
@@ -120,6 +121,7 @@ def run_incremental_load(
     try:
         keys = source.read_keys() if write.reconcile else None
         staged = writer.stage(source.read(plan.window, plan.bounds, plan.partitioning), write, keys)
+        pause_point("staged")
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
     except IncrementalAssetsError:

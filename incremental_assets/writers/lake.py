@@ -34,6 +34,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from incremental_assets.errors import ConcurrentRunError, WriteError
+from incremental_assets.pause_points import pause_point
 
 _DATA_FILE = re.compile(
     r"^part-(?P<group>b\d{12}|h\d{5}of\d{5}|s)-(?P<txn>[0-9A-Za-z]+)-\d{5}\.parquet$"
@@ -166,6 +167,7 @@ class LakeTable:
             source = self._join(STAGING, txn, staged)
             if self.fs.get_file_info(source).type == pafs.FileType.File:
                 self.fs.move(source, self._join(final))
+                pause_point("mid-commit")
         for name in journal["removes"]:
             target = self._join(name)
             if self.fs.get_file_info(target).type == pafs.FileType.File:

@@ -3,76 +3,43 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-import yaml
-
-from incremental_assets_tests.conftest import TEST_SPARK_CONF
-from incremental_assets_tests.harness import Schema
-
-DAGSTER = str(Path(sys.executable).with_name("dagster"))
+from incremental_assets_tests.harness import (
+    Schema,
+    cli_env,
+    materializations,
+    run_cli,
+    write_cli_config,
+)
 
 
 def _config(tmp_path: Path, pg: Schema) -> Path:
-    config = {
-        "spark": {
-            "master": "local[2]",
-            "conf": {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")},
-        },
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": pg.source()},
-        "tables": [
-            {
-                "name": "orders",
-                "source": "shop",
-                "table": f"{pg.name}.orders",
-                "mode": "merge",
-                "cursor": "updated_at",
-                "primary_key": ["id"],
-            }
-        ],
+    table = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": "merge",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
     }
-    path = tmp_path / "incremental_assets.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_cli_config(tmp_path, {"shop": pg.source()}, [table])
 
 
 def _env(tmp_path: Path, config: Path, home: bool = True) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "INCREMENTAL_ASSETS_CONFIG": str(config),
-        "DAGSTER_MODULE_NAME": "incremental_assets",
-    }
-    env.pop("DAGSTER_HOME", None)
-    if home:
-        (tmp_path / "home").mkdir(exist_ok=True)
-        env["DAGSTER_HOME"] = str(tmp_path / "home")
-    return env
+    return cli_env(config, tmp_path / "home" if home else None)
 
 
 def _materialize(
     tmp_path: Path, env: dict[str, str], *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [DAGSTER, "asset", "materialize", "--select", "orders", *extra],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_cli(tmp_path, env, "--select", "orders", *extra)
 
 
 def _latest(home: Path) -> dict[str, Any]:
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        event = instance.get_latest_materialization_event(dg.AssetKey("orders"))
-        assert event is not None and event.asset_materialization is not None
-        return {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
+    return materializations(home, "orders")[-1]
 
 
 def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(

@@ -1,0 +1,125 @@
+"""SIGKILL a real `dagster asset materialize` at each dangerous point, then run again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from incremental_assets.config import load_project
+from incremental_assets.pause_points import ENV as PAUSE_AT
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import (
+    Schema,
+    cli_env,
+    materialize,
+    materializations,
+    read_lake,
+    rows_by,
+    start_cli,
+    write_cli_config,
+)
+from incremental_assets_tests.postgres import PostgresServer, wait_for
+
+
+def _setup(tmp_path: Path, pg: Schema, mode: str) -> Path:
+    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)")
+    pg.execute("INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 50) i")
+    table = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", "mode": mode, "cursor": "updated_at", "primary_key": ["id"]}
+    return write_cli_config(tmp_path, {"shop": pg.source()}, [table])
+
+
+def _change(pg: Schema) -> None:
+    pg.execute("UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' + id * INTERVAL '1 s' WHERE id <= 10")
+    pg.execute("INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-02-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(51, 60) i")
+
+
+def _kill(process: object) -> None:
+    os.killpg(process.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+    process.wait(timeout=30)  # type: ignore[attr-defined]
+
+
+def _kill_while_extracting(tmp_path: Path, pg: Schema, postgres: PostgresServer, env: dict[str, str]) -> None:
+    """Let the bounds query run, then lock the table so the read itself hangs, and kill."""
+    seen = len(postgres.log_text())
+    process = start_cli(tmp_path, env, "--select", "orders")
+    with postgres.connect(autocommit=False) as locker:
+        wait_for(lambda: "boundary_rows" in postgres.log_text()[seen:], timeout=120)
+        locker.execute(f"LOCK TABLE {pg.name}.orders IN ACCESS EXCLUSIVE MODE")
+        blocked = (
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'incremental_assets' "
+            "AND wait_event_type = 'Lock'"
+        )
+        with postgres.connect() as watcher:
+            wait_for(lambda: watcher.execute(blocked).fetchone()[0] > 0, timeout=60)  # type: ignore[index]
+        _kill(process)
+        locker.rollback()
+
+
+def _kill_at(tmp_path: Path, point: str, env: dict[str, str]) -> None:
+    marker = tmp_path / f"paused-{point}"
+    process = start_cli(tmp_path, {**env, PAUSE_AT: f"{point}:{marker}"}, "--select", "orders")
+    try:
+        wait_for(marker.exists, timeout=180)
+    finally:
+        if process.poll() is not None:
+            raise AssertionError(process.stderr.read()[-3000:] if process.stderr else "run ended early")
+        _kill(process)
+
+
+def _every_file_is_whole(lake: Path) -> None:
+    for path in lake.glob("part-*.parquet"):
+        assert pq.read_metadata(path).num_rows >= 0
+
+
+@pytest.mark.parametrize(
+    ("point", "mode"),
+    [
+        ("extracting", "append"),
+        ("staged", "append"),
+        ("mid-commit", "append"),
+        ("committed", "append"),
+        ("mid-commit", "merge"),
+    ],
+)
+def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    point: str,
+    mode: str,
+) -> None:
+    config = _setup(tmp_path, pg, mode)
+    home = tmp_path / "home"
+    env = cli_env(config, home)
+    project = load_project(config)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert materialize(project, "orders", instance, spark_resource).success
+    _change(pg)
+
+    if point == "extracting":
+        _kill_while_extracting(tmp_path, pg, postgres, env)
+    else:
+        _kill_at(tmp_path, point, env)
+
+    _every_file_is_whole(tmp_path / "lake" / "orders")
+    assert len(materializations(home, "orders")) == 1  # the killed run recorded nothing
+    time.sleep(0.5)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        rerun = materialize(project, "orders", instance, spark_resource)
+    assert rerun.success, rerun.failure
+
+    lake = read_lake(tmp_path / "lake", "orders")
+    source = pg.query("SELECT id, v, updated_at FROM orders")
+    if mode == "merge":
+        assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(source)
+    else:
+        versions = rows_by(lake, ["id", "v", "updated_at"])
+        assert len(versions) == len(set(versions)) == 70  # 50 first versions, 10 second, 10 new
+        assert set(sorted(source)) <= set(versions)
