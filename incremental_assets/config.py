@@ -170,7 +170,7 @@ class TableSettings(_Model):
     options: dict[str, str | int | bool] = Field(default_factory=dict)
     buckets: int = Field(16, gt=0, le=4096)
     null_cursor: Literal["error", "include", "exclude"] = "error"
-    future_tolerance: str = "1h"
+    future_tolerance: str = "0s"
     transaction_cap: bool = True
     deletes: Literal["reconcile"] | None = None
     reconcile_every: int = Field(1, ge=1)

@@ -81,7 +81,7 @@ class TableSpec:
     buckets: int = 16
     key_prefix: tuple[str, ...] = ()
     null_cursor: str = "error"  # error | include | exclude
-    future_tolerance: timedelta | None = timedelta(hours=1)
+    future_tolerance: timedelta | None = timedelta(0)
     transaction_cap: bool = True
     deletes: str | None = None  # None | "reconcile"
     reconcile_every: int = 1

@@ -99,10 +99,10 @@ def _fix(table: TableSpec, text: str) -> str:
     if any(
         s in lowered
         for s in (
-            "bigint out of range",
+            "holds infinity",
+            "holds -infinity",
             "long overflow",
-            "timestamp out of range",
-            "date out of range",
+            "out of range",
         )
     ):
         return (

@@ -10,11 +10,11 @@ window predicate, with exact literals:
   `(SELECT <columns> FROM <table> WHERE <window>) AS src`, one predicate per Spark partition,
   each a range of the partition column.
 
-Two kinds of column don't survive the JDBC driver exactly, so they travel in a neutral form and
-are rebuilt in Spark: `timestamp` (without time zone) as microseconds since the epoch, because the
-driver turns wall-clock values into instants in the JVM's zone and shifts the ones that don't
-exist there; and `numeric` without a declared precision as text, because Spark would round it to
-decimal(38,18) without a word.
+Some columns don't survive the JDBC driver exactly, so they travel in a neutral form and are
+rebuilt in Spark: `timestamp` and `timestamptz` as microseconds since the epoch and `date` as days,
+because the driver turns wall-clock values into instants in the JVM's zone (shifting the ones that
+don't exist there) and misreads offsets with seconds (early years, local mean time); and `numeric`
+without a declared precision as text, because Spark would round it to decimal(38,18) silently.
 """
 
 from __future__ import annotations
@@ -42,15 +42,19 @@ from incremental_assets.spec import JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES, Dialect, Window, render_window
 
 APPLICATION_NAME = "incremental_assets"
-# Sessions that can hold rows back: other clients of this database, not our own read-only reads.
 _OTHER_SESSIONS = (
-    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-    f"AND backend_type = 'client backend' AND coalesce(application_name, '') <> '{APPLICATION_NAME}'"
+    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+# Sessions that can hold rows back: other clients of this database, not our own read-only reads.
+_WRITERS = (
+    f"{_OTHER_SESSIONS} AND backend_type = 'client backend' AND xact_start IS NOT NULL "
+    f"AND coalesce(application_name, '') <> '{APPLICATION_NAME}'"
 )
 _TRANSACTION_CAPS = (
-    f"(SELECT min(xact_start) {_OTHER_SESSIONS} AND xact_start IS NOT NULL) AS oldest, "
+    f"(SELECT min(xact_start) {_WRITERS}) AS oldest, "
     "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
-    f"xact_start) {_OTHER_SESSIONS} AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 1) AS holder, "
+    f"xact_start) {_WRITERS} ORDER BY xact_start LIMIT 1) AS holder, "
+    # Without pg_read_all_stats, other roles' sessions show no transaction start at all.
     f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>') AS hidden"
 )
 _NO_TRANSACTION_CAP = (
@@ -191,8 +195,15 @@ class JdbcSource:
 
     def _select(self, field: T.StructField) -> str:
         column = self.dialect.quote(field.name)
-        if isinstance(field.dataType, T.TimestampNTZType):
-            return f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT) AS {column}"
+        if isinstance(field.dataType, T.TimestampNTZType | T.TimestampType | T.DateType):
+            epoch = (
+                f"{column} - DATE '1970-01-01'"
+                if isinstance(field.dataType, T.DateType)
+                else f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT)"
+            )
+            # 'infinity' has no epoch; failing a cast of a message is how plain SQL names the column.
+            refuse = f"CAST('column {field.name} holds ' || CAST({column} AS TEXT) AS BIGINT)"
+            return f"CASE WHEN isfinite({column}) OR {column} IS NULL THEN {epoch} ELSE {refuse} END AS {column}"
         if _is_unbounded_numeric(field):
             return f"CAST({column} AS TEXT) AS {column}"
         return column
@@ -203,6 +214,10 @@ class JdbcSource:
             # Pure arithmetic on wall-clock values: no time zone is consulted.
             epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
             return F.timestamp_add("MICROSECOND", column, epoch).alias(field.name)
+        if isinstance(field.dataType, T.TimestampType):
+            return F.timestamp_micros(column).alias(field.name)
+        if isinstance(field.dataType, T.DateType):
+            return F.date_from_unix_date(column).alias(field.name)
         if _is_unbounded_numeric(field):
             message = F.concat(
                 F.lit(f"column '{field.name}' of table '{self.table.name}' holds "),
@@ -237,17 +252,11 @@ class JdbcSource:
     def _range_sql(
         self, partitioning: Partitioning | None, bounds: tuple[int | None, int | None]
     ) -> str:
-        """A range of the partition column, compared in its wire form (the key, epoch days or micros)."""
+        """A range of the partition column as it is read: the key, epoch days or epoch micros."""
         low, high = bounds
         if partitioning is None or (low is None and high is None):
             return "TRUE"
         column = self.dialect.quote(partitioning.column)
-        if partitioning.type is not CursorType.INTEGER:
-            wire = {
-                CursorType.DATE: "{} - DATE '1970-01-01'",
-                CursorType.TIMESTAMPTZ: "CAST(EXTRACT(EPOCH FROM {}) * 1000000 AS BIGINT)",
-            }
-            column = wire[partitioning.type].format(column)
         if low is None:
             return f"{column} < {high} OR {column} IS NULL"
         if high is None:

@@ -15,10 +15,21 @@ from incremental_assets_tests.harness import (
 )
 
 
-def test_the_second_run_waits_then_continues_from_the_first_runs_cursor(tmp_path: Path, pg: Schema) -> None:
+def test_the_second_run_waits_then_continues_from_the_first_runs_cursor(
+    tmp_path: Path, pg: Schema
+) -> None:
     pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
-    pg.execute("INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 200) i")
-    table = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", "mode": "append", "cursor": "updated_at", "primary_key": ["id"]}
+    pg.execute(
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 200) i"
+    )
+    table = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": "append",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+    }
     env = cli_env(write_cli_config(tmp_path, {"shop": pg.source()}, [table]), tmp_path / "home")
 
     runs = [start_cli(tmp_path, env, "--select", "orders") for _ in range(2)]

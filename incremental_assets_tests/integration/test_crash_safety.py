@@ -17,8 +17,8 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
-    materialize,
     materializations,
+    materialize,
     read_lake,
     rows_by,
     start_cli,
@@ -28,15 +28,30 @@ from incremental_assets_tests.postgres import PostgresServer, wait_for
 
 
 def _setup(tmp_path: Path, pg: Schema, mode: str) -> Path:
-    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)")
-    pg.execute("INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 50) i")
-    table = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", "mode": mode, "cursor": "updated_at", "primary_key": ["id"]}
+    pg.execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)"
+    )
+    pg.execute(
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 50) i"
+    )
+    table = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": mode,
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+    }
     return write_cli_config(tmp_path, {"shop": pg.source()}, [table])
 
 
 def _change(pg: Schema) -> None:
-    pg.execute("UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' + id * INTERVAL '1 s' WHERE id <= 10")
-    pg.execute("INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-02-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(51, 60) i")
+    pg.execute(
+        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' + id * INTERVAL '1 s' WHERE id <= 10"
+    )
+    pg.execute(
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-02-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(51, 60) i"
+    )
 
 
 def _kill(process: object) -> None:
@@ -44,7 +59,9 @@ def _kill(process: object) -> None:
     process.wait(timeout=30)  # type: ignore[attr-defined]
 
 
-def _kill_while_extracting(tmp_path: Path, pg: Schema, postgres: PostgresServer, env: dict[str, str]) -> None:
+def _kill_while_extracting(
+    tmp_path: Path, pg: Schema, postgres: PostgresServer, env: dict[str, str]
+) -> None:
     """Let the bounds query run, then lock the table so the read itself hangs, and kill."""
     seen = len(postgres.log_text())
     process = start_cli(tmp_path, env, "--select", "orders")
@@ -68,7 +85,9 @@ def _kill_at(tmp_path: Path, point: str, env: dict[str, str]) -> None:
         wait_for(marker.exists, timeout=180)
     finally:
         if process.poll() is not None:
-            raise AssertionError(process.stderr.read()[-3000:] if process.stderr else "run ended early")
+            raise AssertionError(
+                process.stderr.read()[-3000:] if process.stderr else "run ended early"
+            )
         _kill(process)
 
 

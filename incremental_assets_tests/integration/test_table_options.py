@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
@@ -153,3 +154,52 @@ def test_a_missing_column_names_the_table_the_field_and_the_columns_there_are(
         f"Table 'items', field 'primary_key': column 'item_id' is not in {pg.name}.items (columns: id, at)"
         in (run.failure or "")
     )
+
+
+@pytest.mark.parametrize(
+    ("column_type", "step"), [("timestamptz", "INTERVAL '1 minute'"), ("date", "1")]
+)
+def test_without_an_integer_key_the_read_is_split_on_the_cursor(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    postgres: Any,
+    column_type: str,
+    step: str,
+) -> None:
+    pg.execute(
+        f"CREATE TABLE items (code uuid PRIMARY KEY DEFAULT gen_random_uuid(), at {column_type} NOT NULL)"
+    )
+    start = (
+        "TIMESTAMPTZ '2025-01-01 00:00:00+00'"
+        if column_type == "timestamptz"
+        else "DATE '2020-01-01'"
+    )
+    pg.execute(f"INSERT INTO items (at) SELECT {start} + i * {step} FROM generate_series(1, 400) i")
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"shop": pg.source(rows_per_partition=100, max_partitions=4)},
+        "tables": [
+            {
+                "name": "items",
+                "source": "shop",
+                "table": f"{pg.name}.items",
+                "mode": "merge",
+                "cursor": "at",
+                "primary_key": ["code"],
+                "transaction_cap": False,
+            }
+        ],
+    }
+    run = materialize(write_project(tmp_path, config), "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    reads = [
+        line
+        for line in postgres.log_text().splitlines()
+        if f"FROM {pg.name}.items WHERE" in line and "AS src" in line and "1=0" not in line
+    ]
+    assert len(reads) == 4
+    lake = rows_by(read_lake(tmp_path / "lake", "items"), ["code", "at"])
+    assert lake == sorted(pg.query("SELECT code::text, at FROM items"))

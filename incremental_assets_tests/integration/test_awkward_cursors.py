@@ -1,0 +1,154 @@
+"""NULL cursors, text cursors in the database's collation, and rows dated in the future."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import (
+    Schema,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+    write_project,
+)
+
+
+def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+    entry = {
+        "name": "items",
+        "source": "shop",
+        "table": f"{pg.name}.items",
+        "mode": "append",
+        "primary_key": ["id"],
+        "transaction_cap": False,
+        **table,
+    }
+    return write_project(
+        tmp_path,
+        {
+            "lake": {"path": str(tmp_path / "lake")},
+            "sources": {"shop": pg.source()},
+            "tables": [entry],
+        },
+    )
+
+
+def _ids(tmp_path: Path) -> list[int]:
+    return [row[0] for row in rows_by(read_lake(tmp_path / "lake", "items"), ["id"])]
+
+
+@pytest.fixture
+def with_nulls(pg: Schema) -> Schema:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, seq bigint)")
+    pg.execute("INSERT INTO items VALUES (1, 10), (2, 20), (3, NULL), (4, NULL), (5, NULL)")
+    return pg
+
+
+def test_null_cursors_are_an_error_by_default_naming_the_count(
+    tmp_path: Path,
+    with_nulls: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    run = materialize(
+        _project(tmp_path, with_nulls, cursor="seq"), "items", instance, spark_resource
+    )
+
+    assert not run.success
+    assert "Table 'items': 3 rows have a NULL cursor (seq)" in (run.failure or "")
+    assert "null_cursor: include" in (run.failure or "")
+    assert not (tmp_path / "lake" / "items").exists() or not list(
+        (tmp_path / "lake" / "items").glob("part-*")
+    )
+    assert latest_metadata(instance, "items") == {}
+
+
+def test_null_cursors_included_are_read_every_run_and_kept_once(
+    tmp_path: Path,
+    with_nulls: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    project = _project(tmp_path, with_nulls, cursor="seq", null_cursor="include")
+    first = materialize(project, "items", instance, spark_resource)
+    with_nulls.execute("INSERT INTO items VALUES (6, NULL), (7, 30)")
+    second = materialize(project, "items", instance, spark_resource)
+
+    assert first.success and second.success, (first.failure, second.failure)
+    assert first.metadata["extract_filter"] == '("seq" <= 20) OR "seq" IS NULL'
+    assert second.metadata["rows_written"] == 2
+    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_null_cursors_excluded_are_counted_and_left_out(
+    tmp_path: Path,
+    with_nulls: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    run = materialize(
+        _project(tmp_path, with_nulls, cursor="seq", null_cursor="exclude"),
+        "items",
+        instance,
+        spark_resource,
+    )
+
+    assert run.success, run.failure
+    assert run.metadata["null_cursor_rows"] == 3
+    assert "3 rows with a NULL seq were left out" in run.metadata["warnings"]
+    assert _ids(tmp_path) == [1, 2]
+
+
+def test_text_cursors_follow_the_database_collation(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    # In this ICU collation b < C, while Python (code points) puts 'C' before 'b'.
+    pg.execute('CREATE TABLE items (id int PRIMARY KEY, code text COLLATE "en-x-icu" NOT NULL)')
+    pg.execute("INSERT INTO items VALUES (1, 'a'), (2, 'b')")
+    project = _project(tmp_path, pg, cursor="code")
+    assert materialize(project, "items", instance, spark_resource).metadata["cursor"] == "b"
+    pg.execute("INSERT INTO items VALUES (3, 'C')")
+
+    second = materialize(project, "items", instance, spark_resource)
+    third = materialize(project, "items", instance, spark_resource)
+
+    assert second.metadata["cursor"] == "C"
+    assert second.metadata["rows_written"] == 1
+    assert third.metadata["rows_extracted"] == 1  # only the row tied with the cursor
+    assert _ids(tmp_path) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("tolerance", ["0s", "36500d"])
+def test_a_row_dated_far_in_the_future_does_not_hide_rows_written_later(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    tolerance: str,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute(
+        "INSERT INTO items VALUES (1, now() - INTERVAL '1 hour'), (2, now() + INTERVAL '10 years')"
+    )
+    project = _project(tmp_path, pg, cursor="at", future_tolerance=tolerance)
+    first = materialize(project, "items", instance, spark_resource)
+    pg.execute("INSERT INTO items VALUES (3, now())")
+
+    second = materialize(project, "items", instance, spark_resource)
+
+    assert first.success and second.success
+    if tolerance == "36500d":
+        assert _ids(tmp_path) == [1, 2]  # the control: the cursor jumped ten years and hid row 3
+        return
+    assert "cursor_capped_at" in first.metadata
+    assert first.metadata["cursor"] == first.metadata["cursor_capped_at"]
+    assert _ids(tmp_path) == [1, 2, 3]  # and the future row, re-read each run, is kept once

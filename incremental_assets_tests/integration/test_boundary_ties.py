@@ -1,0 +1,80 @@
+"""Many rows sharing the boundary cursor value, across runs and across parallel partitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+
+T = "TIMESTAMPTZ '2025-01-01 12:00:00+00'"
+
+
+def _project(tmp_path: Path, pg: Schema) -> Any:
+    source = pg.source(rows_per_partition=200, max_partitions=4)
+    table = {
+        "name": "events",
+        "source": "shop",
+        "table": f"{pg.name}.events",
+        "mode": "append",
+        "cursor": "at",
+        "primary_key": ["id"],
+        "transaction_cap": False,
+    }
+    return write_project(
+        tmp_path,
+        {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": source}, "tables": [table]},
+    )
+
+
+def test_tied_rows_are_neither_lost_nor_loaded_twice(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1, 1000) i")
+    pg.execute(
+        f"INSERT INTO events SELECT i, {T} - INTERVAL '1 second' FROM generate_series(1001, 1010) i"
+    )
+    project = _project(tmp_path, pg)
+
+    first = materialize(project, "events", instance, spark_resource)
+    # More rows land on the same value after the first run, from another connection.
+    pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1011, 1500) i")
+    pg.execute(f"INSERT INTO events VALUES (1501, {T} + INTERVAL '1 second')")
+    second = materialize(project, "events", instance, spark_resource)
+    third = materialize(project, "events", instance, spark_resource)
+
+    assert first.success and second.success and third.success
+    assert first.metadata["boundary_rows"] == 1000
+    assert (
+        first.metadata["rows_written"],
+        second.metadata["rows_written"],
+        third.metadata["rows_written"],
+    ) == (1010, 491, 0)
+    versions = rows_by(read_lake(tmp_path / "lake", "events"), ["id", "at"])
+    assert len(versions) == len(set(versions)) == 1501
+
+
+def test_an_unusually_large_tie_is_reported(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1, 10001) i")
+
+    run = materialize(_project(tmp_path, pg), "events", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["boundary_rows"] == 10001
+    assert (
+        "10001 rows share the cursor value 2025-01-01T12:00:00.000000+00:00"
+        in run.metadata["warnings"]
+    )

@@ -1,0 +1,78 @@
+"""Hard deletes: `deletes: reconcile` compares the source's keys with the lake's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+
+
+def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+    entry = {
+        "name": "items",
+        "source": "shop",
+        "table": f"{pg.name}.items",
+        "mode": "merge",
+        "cursor": "at",
+        "primary_key": ["id"],
+        "deletes": "reconcile",
+        "transaction_cap": False,
+        **table,
+    }
+    return write_project(
+        tmp_path,
+        {
+            "lake": {"path": str(tmp_path / "lake")},
+            "sources": {"shop": pg.source()},
+            "tables": [entry],
+        },
+    )
+
+
+def test_reconcile_removes_rows_deleted_at_the_source(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 100) i")
+    project = _project(tmp_path, pg)
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("DELETE FROM items WHERE id IN (3, 50, 77)")
+    pg.execute("INSERT INTO items VALUES (101, 101)")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["deletes_reconciled"] is True
+    assert (run.metadata["rows_inserted"], run.metadata["rows_deleted"]) == (1, 3)
+    assert rows_by(read_lake(tmp_path / "lake", "items"), ["id", "at"]) == sorted(
+        pg.query("SELECT id, at FROM items")
+    )
+
+
+def test_reconcile_every_n_runs_waits_for_its_turn(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 10) i")
+    project = _project(tmp_path, pg, reconcile_every=3)
+    assert materialize(project, "items", instance, spark_resource).success  # batch 1
+    pg.execute("DELETE FROM items WHERE id = 4")
+    pg.execute("INSERT INTO items VALUES (11, 11)")
+
+    second = materialize(project, "items", instance, spark_resource)  # batch 2: not its turn
+    pg.execute("INSERT INTO items VALUES (12, 12)")
+    third = materialize(project, "items", instance, spark_resource)  # batch 3: reconciles
+
+    assert "deletes_reconciled" not in second.metadata and second.metadata["rows_deleted"] == 0
+    assert third.metadata["deletes_reconciled"] is True and third.metadata["rows_deleted"] == 1
+    assert 4 not in [r[0] for r in rows_by(read_lake(tmp_path / "lake", "items"), ["id"])]

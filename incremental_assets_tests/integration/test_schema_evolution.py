@@ -1,0 +1,108 @@
+"""Columns added, types widened, and changes the lake can't hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import (
+    Schema,
+    lake_files,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+    write_project,
+)
+
+
+def _project(tmp_path: Path, pg: Schema, mode: str) -> Any:
+    entry = {
+        "name": "items",
+        "source": "shop",
+        "table": f"{pg.name}.items",
+        "mode": mode,
+        "cursor": "at",
+        "primary_key": ["id"],
+        "transaction_cap": False,
+        "buckets": 4,
+    }
+    return write_project(
+        tmp_path,
+        {
+            "lake": {"path": str(tmp_path / "lake")},
+            "sources": {"shop": pg.source()},
+            "tables": [entry],
+        },
+    )
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    spark: SparkSession,
+    mode: str,
+) -> None:
+    pg.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, qty int, label varchar(10), at int NOT NULL)"
+    )
+    pg.execute("INSERT INTO items SELECT i, i, 'x', i FROM generate_series(1, 40) i")
+    project = _project(tmp_path, pg, mode)
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute(
+        "ALTER TABLE items ADD COLUMN colour text",
+        "ALTER TABLE items ALTER COLUMN qty TYPE bigint",  # a widening
+        "ALTER TABLE items ALTER COLUMN label TYPE varchar(100)",
+    )
+    pg.execute("INSERT INTO items VALUES (41, 5000000000, 'a much longer label', 41, 'red')")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["schema_change"] == "added colour; widened qty int -> bigint"
+    # Plain readers take one file's schema; every file now has the new one.
+    files = [
+        pq.read_schema(tmp_path / "lake" / "items" / f)
+        for f in lake_files(tmp_path / "lake", "items")
+    ]
+    schemas = {tuple((field.name, str(field.type)) for field in schema) for schema in files}
+    assert len(schemas) == 1
+    lake = read_lake(tmp_path / "lake", "items")
+    assert rows_by(lake, ["id", "qty", "colour"])[-2:] == [(40, 40, None), (41, 5000000000, "red")]
+    assert (
+        spark.read.parquet(str(tmp_path / "lake" / "items")).where("id = 41").first()["colour"]
+        == "red"
+    )
+
+
+def test_an_incompatible_change_fails_before_anything_is_written(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, at int NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i, i FROM generate_series(1, 10) i")
+    project = _project(tmp_path, pg, "append")
+    first = materialize(project, "items", instance, spark_resource)
+    files = lake_files(tmp_path / "lake", "items")
+    pg.execute(
+        "ALTER TABLE items ALTER COLUMN qty TYPE text",
+        "INSERT INTO items VALUES (11, 'eleven', 11)",
+    )
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert not run.success
+    assert "column 'qty' is int in the lake but string in the source" in (run.failure or "")
+    assert lake_files(tmp_path / "lake", "items") == files
+    assert latest_metadata(instance, "items")["cursor"] == first.metadata["cursor"]
