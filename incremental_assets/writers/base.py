@@ -45,6 +45,7 @@ class Staged:
     rows_written: int
     subdir: str
     columns: tuple[tuple[str, str], ...] = ()
+    buckets: frozenset[int] = frozenset()  # merge: the buckets the delta touches
 
 
 class Writer(Protocol):
@@ -106,7 +107,7 @@ def rewrite_to_schema(
         return [], []
     spark = SparkSession.getActiveSession()
     assert spark is not None
-    frame = spark.read.option("mergeSchema", "true").parquet(*plan.lake.file_uris(files))
+    frame = spark.read.parquet(*plan.lake.file_uris(files))
     frame = frame.withColumn(
         _GROUP, F.regexp_extract(F.col("_metadata.file_name"), r"^part-([^-]+)-", 1)
     )

@@ -50,13 +50,21 @@ class MergeWriter:
         self.spark = spark
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
-        # The delta (and the source's keys) are written once, so the source is read once.
-        frame, extracted = counted(delta, "extracted")
+        # The delta (and the source's keys) are written once, so the source is read once. The
+        # buckets it touches are noted on the way, so finding them costs no extra pass.
+        buckets = _bucket_count(plan.lake.data_files(), plan)
+        extracted = Observation("extracted")
+        frame = delta.observe(
+            extracted,
+            F.count(F.lit(1)).alias("rows"),
+            F.collect_set(bucket_of(delta, plan.primary_key, buckets)).alias("buckets"),
+        )
         write_parquet(frame, self._staged(plan, _DELTA), plan)
         if keys is not None:
             write_parquet(keys, self._staged(plan, _KEYS), plan)
         rows = observed(extracted)
-        return Staged(rows, rows, _DELTA)
+        touched = frozenset(int(b) for b in extracted.get.get("buckets") or [])
+        return Staged(rows, rows, _DELTA, buckets=touched)
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         existing = plan.lake.data_files()
@@ -67,10 +75,9 @@ class MergeWriter:
         if plan.replace_all:
             replaced = existing
         else:
-            touched = {
-                row[0]
-                for row in delta.select(_BUCKET).union(gone.select(_BUCKET)).distinct().collect()
-            }
+            touched = set(staged.buckets)
+            if plan.reconcile:
+                touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
             replaced = [f for f in existing if f.bucket is not None and f.bucket[0] in touched]
         lake_rows = self._read_bucketed(plan, replaced, buckets)
         merged, counts = _merge(delta, lake_rows, gone, plan)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
+
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
@@ -31,6 +33,8 @@ def test_the_second_run_waits_then_continues_from_the_first_runs_cursor(
         "primary_key": ["id"],
     }
     env = cli_env(write_cli_config(tmp_path, {"shop": pg.source()}, [table]), tmp_path / "home")
+    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
+    dg.DagsterInstance.from_config(str(tmp_path / "home")).dispose()
 
     runs = [start_cli(tmp_path, env, "--select", "orders") for _ in range(2)]
     outputs = [run.communicate(timeout=600) for run in runs]
