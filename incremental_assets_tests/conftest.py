@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,25 +54,9 @@ def spark(spark_resource: IncrementalSparkResource) -> SparkSession:
 
 
 @pytest.fixture
-def spark_conf_restored(spark: SparkSession) -> Iterator[SparkSession]:
-    """For tests that change session settings: put them back afterwards."""
-    keys = ["spark.sql.session.timeZone"]
-    saved = {k: spark.conf.get(k) for k in keys}
-    yield spark
-    for key, value in saved.items():
-        spark.conf.set(key, value)
-
-
-@pytest.fixture
 def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     """A real instance on disk (SQLite), as DAGSTER_HOME would give."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="ia-test-") as directory:
-        yield Path(directory)
