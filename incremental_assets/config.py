@@ -38,6 +38,7 @@ from incremental_assets.spec import (
     LakeSpec,
     Mode,
     Project,
+    SensorSpec,
     SourceSpec,
     SparkSpec,
     TableSpec,
@@ -151,6 +152,57 @@ class CursorSettings(_Model):
         return value
 
 
+def _check_cron(value: str) -> str:
+    from dagster._utils.schedules import is_valid_cron_string
+
+    if not is_valid_cron_string(value):
+        raise ValueError(f"'{value}' is not a cron expression such as '0 */2 * * *'")
+    return value
+
+
+def _check_duration(value: str | None) -> str | None:
+    if value is not None:
+        parse_duration(value)
+    return value
+
+
+class SensorSettings(_Model):
+    interval: str = "5m"
+    running: bool = True
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        _check_duration(value)
+        return value
+
+
+class OnCron(_Model):
+    on_cron: str
+
+    @field_validator("on_cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return _check_cron(value)
+
+
+class ChecksSettings(_Model):
+    freshness: str | None = Field(
+        None, description="The cursor (or last success) may be at most this old."
+    )
+    reconcile_counts: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Merge tables: source and lake row counts may differ by this fraction.",
+    )
+
+    @field_validator("freshness")
+    @classmethod
+    def _freshness(cls, value: str | None) -> str | None:
+        return _check_duration(value)
+
+
 class TableSettings(_Model):
     name: str = Field(pattern=_NAME)
     source: str
@@ -174,6 +226,11 @@ class TableSettings(_Model):
     transaction_cap: bool = True
     deletes: Literal["reconcile"] | None = None
     reconcile_every: int = Field(1, ge=1)
+    sensor: bool | SensorSettings = False
+    automation: Literal["eager", "on_missing"] | OnCron | None = None
+    checks: ChecksSettings = ChecksSettings()
+    columns: list[str] | None = None
+    exclude_columns: list[str] = Field(default_factory=list)
 
     @field_validator("start", mode="before")
     @classmethod
@@ -188,9 +245,7 @@ class TableSettings(_Model):
     @field_validator("safety_lag", "future_tolerance")
     @classmethod
     def _lag(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration(value)
-        return value
+        return _check_duration(value)
 
     @field_validator("lookback")
     @classmethod
@@ -215,11 +270,7 @@ class TableSettings(_Model):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
-        from dagster._utils.schedules import is_valid_cron_string
-
-        if value is not None and not is_valid_cron_string(value):
-            raise ValueError(f"'{value}' is not a cron expression such as '0 */2 * * *'")
-        return value
+        return None if value is None else _check_cron(value)
 
 
 class KeyPrefix(_Model):
@@ -232,7 +283,18 @@ class KeyPrefix(_Model):
 
 _TOP_LEVEL = ("key_prefix", "spark", "lake", "sources", "tables")
 _SOURCE_ADAPTER: TypeAdapter[JdbcSourceSettings | FilesSourceSettings] = TypeAdapter(SourceSettings)
-_UNION_MEMBERS = {"str", "int", "list[str]", "CursorSettings", "jdbc", "files"}
+_UNION_MEMBERS = {
+    "str",
+    "int",
+    "bool",
+    "list[str]",
+    "CursorSettings",
+    "SensorSettings",
+    "OnCron",
+    "literal['eager','on_missing']",
+    "jdbc",
+    "files",
+}
 
 
 @dataclass(frozen=True)
@@ -330,7 +392,10 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
     if not isinstance(tables_raw, list) or not tables_raw:
         problems.append(Problem("top level", "tables", "list at least one table to load"))
         tables_raw = []
-    tables = [_validated_table(entry, index, problems) for index, entry in enumerate(tables_raw)]
+    source_names = list(raw.get("sources") or {}) if isinstance(raw.get("sources"), dict) else []
+    tables = [
+        _validated_table(entry, i, problems, source_names) for i, entry in enumerate(tables_raw)
+    ]
     key_prefix = prefix.as_tuple() if prefix else ()
     specs = _resolve_tables([t for t in tables if t is not None], sources, key_prefix, problems)
     if problems or spark is None or lake is None:
@@ -371,7 +436,49 @@ def _validated_sources(raw: Any, base: Path, problems: list[Problem]) -> dict[st
     return sources
 
 
-def _validated_table(entry: Any, index: int, problems: list[Problem]) -> TableSettings | None:
+_SHORTHAND = re.compile(
+    r"^(?:(?P<source>[A-Za-z_]\w*)/)?(?P<table>[A-Za-z_][\w.]*):(?P<column>[A-Za-z_]\w*):(?P<type>[A-Za-z_]+)"
+    r"(?::(?P<direction>[ie]))?(?:@(?P<start>[^!]+))?(?:!(?P<strategy>append|upsert))?$"
+)
+
+
+def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
+    """`[source/]schema.table:column:type[:i|:e][@start][!append|!upsert]`, as LakeXpress writes it.
+
+    `:e` excludes the table from incremental loading (a full refresh every run); `!upsert` is
+    merge mode with the primary key read from the database.
+    """
+    match = _SHORTHAND.match(text.strip())
+    if not match:
+        raise ValueError(
+            f"'{text}' is not a table entry; write a mapping, or schema.table:column:type[@start][!append|!upsert]"
+        )
+    parts = match.groupdict()
+    source = parts["source"] or (sources[0] if len(sources) == 1 else None)
+    if source is None:
+        raise ValueError(f"'{text}' doesn't say which source to read; write <source>/{text}")
+    entry: dict[str, Any] = {
+        "name": parts["table"].rsplit(".", 1)[-1],
+        "source": source,
+        "table": parts["table"],
+    }
+    if parts["direction"] != "e":
+        entry["cursor"] = {"column": parts["column"], "type": parts["type"]}
+        if parts["start"]:
+            entry["start"] = parts["start"]
+    entry["mode"] = "merge" if parts["strategy"] == "upsert" else "append"
+    return entry
+
+
+def _validated_table(
+    entry: Any, index: int, problems: list[Problem], sources: list[str]
+) -> TableSettings | None:
+    if isinstance(entry, str):
+        try:
+            entry = expand_shorthand(entry, sources)
+        except ValueError as exc:
+            problems.append(Problem(f"table #{index + 1}", "", str(exc)))
+            return None
     name = entry.get("name") if isinstance(entry, dict) else None
     where = f"table '{name}'" if isinstance(name, str) else f"table #{index + 1}"
     if not isinstance(entry, dict):
@@ -395,11 +502,17 @@ def _problems_from(exc: ValidationError, where: str) -> list[Problem]:
         # `cursor.type: 'float' is not a cursor type` beats `cursor: Input should be a valid string`.
         rank = len(loc)
         if top not in chosen or rank > chosen[top][0]:
-            chosen[top] = (rank, field, _friendly(error["type"], error["msg"]))
+            chosen[top] = (rank, field, _friendly(error["type"], error["msg"], top))
     return [Problem(where, field, message) for _, field, message in chosen.values()]
 
 
-def _friendly(kind: str, msg: str) -> str:
+_FIELD_HINTS = {
+    "automation": 'use eager, on_missing, or {on_cron: "0 * * * *"}',
+    "sensor": "use true (poll every 5m), or {interval: 1m}",
+}
+
+
+def _friendly(kind: str, msg: str, field: str = "") -> str:
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
@@ -408,6 +521,8 @@ def _friendly(kind: str, msg: str) -> str:
         return "needs `type: jdbc` or `type: files`"
     if kind == "union_tag_invalid":
         return "has an unknown `type`; use jdbc or files"
+    if kind in ("literal_error", "model_type", "bool_type") and field in _FIELD_HINTS:
+        return _FIELD_HINTS[field]
     if kind == "string_pattern_mismatch":
         return "use letters, digits and underscores, not starting with a digit (it becomes the asset key)"
     return msg.removeprefix("Value error, ")
@@ -536,7 +651,19 @@ def _resolve_table(
         transaction_cap=t.transaction_cap,
         deletes=t.deletes,
         reconcile_every=t.reconcile_every,
+        sensor=_sensor_spec(t.sensor),
+        automation=t.automation.on_cron if isinstance(t.automation, OnCron) else t.automation,
+        freshness=parse_duration(t.checks.freshness) if t.checks.freshness else None,
+        reconcile_tolerance=t.checks.reconcile_counts,
+        columns=tuple(t.columns) if t.columns is not None else None,
+        exclude_columns=tuple(t.exclude_columns),
     )
+
+
+def _sensor_spec(sensor: bool | SensorSettings) -> SensorSpec:
+    if isinstance(sensor, SensorSettings):
+        return SensorSpec(parse_duration(sensor.interval), sensor.running)
+    return SensorSpec(running=sensor)
 
 
 def _cursor_spec(cursor: str | CursorSettings | None) -> CursorSpec | None:
@@ -569,9 +696,21 @@ def _table_rule_problems(
             )
         if t.table is None:
             yield Problem(where, "table", "name the folder (or glob) under the source path to read")
-    if mode is Mode.MERGE and not primary_key:
+    key_from_source = isinstance(source, JdbcSourceSpec) and t.query is None
+    if mode is Mode.MERGE and not primary_key and not key_from_source:
         yield Problem(
-            where, "primary_key", "merge mode needs the primary key columns, e.g. primary_key: [id]"
+            where,
+            "primary_key",
+            "merge mode needs the primary key columns, e.g. primary_key: [id] (only a jdbc "
+            "`table:` may leave it out, to have it read from the database)",
+        )
+    if t.schedule and t.automation:
+        yield Problem(where, "automation", "choose either `schedule:` or `automation:`, not both")
+    if t.checks.reconcile_counts is not None and mode is not Mode.MERGE:
+        yield Problem(where, "checks.reconcile_counts", "compares row counts of merge tables only")
+    if t.columns is not None and t.exclude_columns:
+        yield Problem(
+            where, "exclude_columns", "give either `columns:` or `exclude_columns:`, not both"
         )
     if t.deletes == "reconcile" and mode is not Mode.MERGE:
         yield Problem(

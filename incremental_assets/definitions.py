@@ -12,6 +12,7 @@ from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
+from incremental_assets.sensors import build_sensors
 from incremental_assets.spec import Project
 from incremental_assets.translator import IncrementalAssetsTranslator
 
@@ -32,6 +33,7 @@ def build_definitions(
         assets=assets,
         jobs=[all_tables],
         schedules=build_schedules(project, translator),
+        sensors=build_sensors(project, translator),
         resources={"spark": IncrementalSparkResource.from_spec(project.spark)},
         # One process per run: Spark's JVM starts once and serves every table.
         executor=dg.in_process_executor,

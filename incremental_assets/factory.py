@@ -8,15 +8,22 @@ resumes, so a second run that was waiting for the lock always sees the first run
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 import dagster as dg
 from pydantic import Field
+from pyspark.sql import SparkSession
 
-from incremental_assets.errors import IncrementalAssetsError, InstanceError
+from incremental_assets import checks
+from incremental_assets.cursor import CursorValue, format_cursor
+from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
 from incremental_assets.load import LoadRequest, run_incremental_load
 from incremental_assets.pause_points import pause_point
+from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import Project, TableSpec
+from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.sources import open_source
+from incremental_assets.spec import Mode, Project, TableSpec
 from incremental_assets.state import metadata_for, read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets.writers.lake import LakeTable
@@ -32,6 +39,12 @@ class TableRunConfig(dg.Config):
         "source holds (from `start`, if set). The new cursor replaces the old one only if the "
         "run succeeds.",
     )
+    backfill_from: str | None = Field(
+        default=None,
+        description="With backfill_to: re-extract cursor values in [backfill_from, backfill_to) "
+        "(an upsert in merge mode, idempotent in append mode). The cursor does not move.",
+    )
+    backfill_to: str | None = Field(default=None, description="The exclusive end of the backfill.")
 
 
 def op_name_for(spec: dg.AssetSpec) -> str:
@@ -44,27 +57,80 @@ def build_table_asset(
 ) -> dg.AssetsDefinition:
     spec = translator.get_asset_spec(table)
 
-    @dg.multi_asset(specs=[spec], name=op_name_for(spec), pool=f"incremental_assets/{table.name}")
+    @dg.multi_asset(
+        specs=[spec],
+        check_specs=checks.check_specs(table, spec.key),
+        name=op_name_for(spec),
+        pool=f"incremental_assets/{table.name}",
+    )
     def load_table(
         context: dg.AssetExecutionContext, config: TableRunConfig, spark: IncrementalSparkResource
     ) -> Iterator[dg.MaterializeResult]:
         lake = LakeTable(project.lake.table_uri(table.name))
         with failing_cleanly():
             ensure_persistent_instance(context.instance, table.name)
-            owner = f"run {context.run_id}"
-            with lake.lock(table.name, owner, project.lake.lock_timeout):
+            request_backfill = _backfill(table, config)
+            with lake.lock(table.name, f"run {context.run_id}", project.lake.lock_timeout):
                 stored = read_stored_state(context.instance, spec.key)
-                request = LoadRequest(table, project.lake, stored, full_refresh=config.full_refresh)
-                result = run_incremental_load(spark.spark_session, request, log=context.log.info)
-                pause_point("committed")
-                context.log.info(
-                    f"{table.name}: {result.rows_extracted} rows extracted, {result.rows_written} "
-                    f"written in {result.extract_seconds:.1f}s + {result.write_seconds:.1f}s; "
-                    f"cursor {result.previous_cursor} -> {result.cursor}"
+                request = LoadRequest(
+                    table, project.lake, stored, config.full_refresh, request_backfill
                 )
-                yield dg.MaterializeResult(asset_key=spec.key, metadata=metadata_for(result))
+                session = spark.spark_session
+                with spark_progress(session, context.log.info):
+                    result = run_incremental_load(session, request, log=context.log.info)
+                pause_point("committed")
+                _log_result(context, table, result)
+                check_results = _evaluate_checks(session, table, lake, result, stored)
+                yield dg.MaterializeResult(
+                    asset_key=spec.key, metadata=metadata_for(result), check_results=check_results
+                )
 
     return load_table
+
+
+def _backfill(table: TableSpec, config: TableRunConfig) -> tuple[str, str] | None:
+    if config.backfill_from is None and config.backfill_to is None:
+        return None
+    if config.backfill_from is None or config.backfill_to is None or config.full_refresh:
+        raise ConfigError(
+            f"Table '{table.name}': a backfill needs both backfill_from and backfill_to (and no "
+            "full_refresh), e.g. {backfill_from: '2025-01-01', backfill_to: '2025-02-01'}."
+        )
+    return config.backfill_from, config.backfill_to
+
+
+def _log_result(context: dg.AssetExecutionContext, table: TableSpec, result: LoadResult) -> None:
+    def text(value: CursorValue | None) -> str:
+        return (
+            "none"
+            if value is None or result.cursor_type is None
+            else format_cursor(result.cursor_type, value)
+        )
+
+    context.log.info(
+        f"{table.name}: {result.rows_extracted} rows read, {result.rows_written} written, "
+        f"{result.row_count} in the lake; extract {result.extract_seconds:.1f}s, write "
+        f"{result.write_seconds:.1f}s; cursor {text(result.previous_cursor)} -> {text(result.cursor)}"
+    )
+    for warning in result.warnings:
+        context.log.warning(f"{table.name}: {warning}")
+
+
+def _evaluate_checks(
+    spark: SparkSession, table: TableSpec, lake: LakeTable, result: LoadResult, stored: StoredState
+) -> list[dg.AssetCheckResult]:
+    results = [checks.cursor_not_backwards(result, stored)]
+    if table.mode is Mode.MERGE:
+        results.append(
+            checks.primary_key_unique(spark, result.primary_key or table.primary_key, lake, result)
+        )
+    if table.freshness is not None:
+        results.append(checks.freshness(table, result, datetime.now(UTC)))
+    if table.reconcile_tolerance is not None:
+        results.append(
+            checks.row_counts_match(table, result, open_source(spark, table).count_rows())
+        )
+    return results
 
 
 @contextmanager

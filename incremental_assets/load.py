@@ -57,6 +57,8 @@ class LoadRequest:
     lake: LakeSpec
     stored: StoredState
     full_refresh: bool = False
+    # Re-extract [from, to) in the cursor's text form, leaving the cursor where it is.
+    backfill: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class WindowPlan:
     new_cursor: CursorValue | None
     report: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    backfill: bool = False
 
     @property
     def nothing_new(self) -> bool:
@@ -85,17 +88,25 @@ class WindowPlan:
 def run_incremental_load(
     spark: SparkSession, request: LoadRequest, log: Log = lambda _: None
 ) -> LoadResult:
-    table = request.table
-    lake = LakeTable(request.lake.table_uri(table.name))
+    lake = LakeTable(request.lake.table_uri(request.table.name))
     for note in lake.recover():
-        log(f"{table.name}: {note}")
+        log(f"{request.table.name}: {note}")
     started = time.monotonic()
-    source = open_source(spark, table)
+    source = open_source(spark, request.table)
+    if request.table.mode is Mode.MERGE and not request.table.primary_key:
+        key = _key_from_source(request.table, source)
+        request = replace(request, table=replace(request.table, primary_key=key))
+        source = open_source(spark, request.table)
+    table = request.table
     schema = source.schema()
     check_columns(table, schema)
-    plan = plan_window(source, request, schema, lake)
-    if plan.window is not None:
-        log(f"{table.name}: window {render_window(plan.window, source.dialect)}; {plan.bounds}")
+    if request.backfill:
+        plan = plan_backfill(source, request, schema)
+    else:
+        plan = plan_window(source, request, schema, lake)
+    if plan.window is not None and plan.bounds is not None:
+        window = render_window(plan.window, source.dialect)
+        log(f"{table.name}: window {window}; {describe_bounds(plan.bounds)}")
     change = _schema_change(spark, table, lake, schema, plan.replace_all)
     if plan.nothing_new:
         outcome = WriteOutcome(0, 0, 0, 0, None, _columns(change.target))
@@ -119,8 +130,9 @@ def run_incremental_load(
     )
     writer = writer_for(table.mode, spark)
     try:
-        keys = source.read_keys() if write.reconcile else None
-        staged = writer.stage(source.read(plan.window, plan.bounds, plan.partitioning), write, keys)
+        source_keys = source.read_keys() if write.reconcile else None
+        delta = source.read(plan.window, plan.bounds, plan.partitioning)
+        staged = writer.stage(delta, write, source_keys)
         pause_point("staged")
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
@@ -142,7 +154,8 @@ def plan_window(
 ) -> WindowPlan:
     table, stored = request.table, request.stored
     cursor = resolve_cursor(table, schema)
-    replace_all = request.full_refresh or stored.run_id is None or cursor is None
+    # No stored cursor: a first run, or one after `cursor reset`. Either way, everything again.
+    replace_all = request.full_refresh or cursor is None or stored.cursor is None
     if cursor is None:
         return WindowPlan(
             None, None, True, None, None, choose_partitioning(table, schema, None), None
@@ -192,6 +205,51 @@ def plan_window(
         cursor, previous, replace_all, window, bounds, partitioning, None, {}, tuple(warnings)
     )
     return _with_new_cursor(table, plan)
+
+
+def plan_backfill(source: Source, request: LoadRequest, schema: T.StructType) -> WindowPlan:
+    """Re-read `[from, to)` into the lake; the cursor is carried forward unchanged."""
+    table = request.table
+    assert request.backfill is not None
+    cursor = resolve_cursor(table, schema)
+    if cursor is None:
+        raise ConfigError(
+            f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full refresh."
+        )
+    low, high = (_cursor_value(table, cursor, text, "backfill") for text in request.backfill)
+    previous = read_previous_cursor(table, request.stored, cursor, full_refresh=False)
+    partitioning = choose_partitioning(table, schema, cursor)
+    bounds = source.freeze(
+        FreezeRequest(cursor, low, None, table.timezone, partitioning, below=high)
+    )
+    window = Window(
+        cursor.column, cursor.type, low, high, upper_exclusive=True, empty=bounds.upper is None
+    )
+    report = {"backfill": f"[{request.backfill[0]}, {request.backfill[1]})"}
+    return WindowPlan(
+        cursor, previous, False, window, bounds, partitioning, previous, report, backfill=True
+    )
+
+
+def describe_bounds(bounds: Bounds) -> str:
+    parts = [f"{bounds.rows} rows up to the frozen bound"]
+    if bounds.boundary_rows:
+        parts.append(f"{bounds.boundary_rows} on the bound itself")
+    if bounds.transaction and bounds.transaction.rows_held_back:
+        parts.append(f"{bounds.transaction.rows_held_back} held back by an open transaction")
+    if bounds.null_rows:
+        parts.append(f"{bounds.null_rows} with a NULL cursor")
+    return ", ".join(parts)
+
+
+def _key_from_source(table: TableSpec, source: Source) -> tuple[str, ...]:
+    keys = source.primary_key()
+    if not keys:
+        raise ConfigError(
+            f"Table '{table.name}', field 'primary_key': {table.source_object} has no primary key in "
+            "the database, and merge mode needs one. Name the key columns: primary_key: [id]."
+        )
+    return keys
 
 
 def _with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
@@ -267,13 +325,18 @@ def read_previous_cursor(
         ) from None
 
 
-def _start(table: TableSpec, cursor: Cursor) -> CursorValue | None:
-    if table.start is None:
-        return None
+def _cursor_value(table: TableSpec, cursor: Cursor, text: str, setting: str) -> CursorValue:
     try:
-        return parse_cursor(cursor.type, table.start)
+        return parse_cursor(cursor.type, text)
     except CursorError as exc:
-        raise ConfigError(f"Table '{table.name}', field 'start': {exc}") from None
+        raise ConfigError(
+            f"Table '{table.name}', field '{setting}': {exc} The cursor column '{cursor.column}' is "
+            f"{cursor.type.value}."
+        ) from None
+
+
+def _start(table: TableSpec, cursor: Cursor) -> CursorValue | None:
+    return None if table.start is None else _cursor_value(table, cursor, table.start, "start")
 
 
 def _lookback(table: TableSpec, cursor: Cursor) -> Lookback | None:
@@ -338,12 +401,11 @@ def _schema_change(
 
 def _boundary(table: TableSpec, plan: WindowPlan) -> Window | None:
     """Append mode: rows from the lower bound up may be in the lake already (ties, lookback, capped cursors)."""
-    if (
-        table.mode is not Mode.APPEND
-        or plan.replace_all
-        or plan.window is None
-        or plan.previous is None
-    ):
+    if table.mode is not Mode.APPEND or plan.replace_all or plan.window is None:
+        return None
+    if plan.backfill:
+        return plan.window
+    if plan.previous is None:
         return None
     return Window(
         plan.window.column,
@@ -354,9 +416,9 @@ def _boundary(table: TableSpec, plan: WindowPlan) -> Window | None:
 
 
 def _reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
-    return (
-        table.deletes == "reconcile" and not plan.replace_all and batch % table.reconcile_every == 0
-    )
+    if table.deletes != "reconcile" or plan.replace_all or plan.backfill:
+        return False
+    return batch % table.reconcile_every == 0
 
 
 def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:
@@ -412,4 +474,5 @@ def _result(
         write_seconds=time.monotonic() - extracted_at,
         warnings=plan.warnings,
         report=report,
+        files=outcome.files,
     )

@@ -24,6 +24,7 @@ class WriteOutcome:
     rows_rewritten: int
     merge: MergeCounts | None
     columns: tuple[tuple[str, str], ...]
+    files: tuple[str, ...] = ()  # the data files the commit added
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class LoadResult:
     warnings: tuple[str, ...] = ()
     # Further facts about the window and the write, recorded as metadata under these keys.
     report: Mapping[str, str | int | bool] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # the data files this run added to the lake
+    primary_key: tuple[str, ...] = ()  # as configured, or as read from the database
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,12 @@ class CursorSpec:
 
 
 @dataclass(frozen=True)
+class SensorSpec:
+    interval: timedelta = timedelta(minutes=5)
+    running: bool = False
+
+
+@dataclass(frozen=True)
 class TableSpec:
     name: str
     source: SourceSpec
@@ -85,6 +91,12 @@ class TableSpec:
     transaction_cap: bool = True
     deletes: str | None = None  # None | "reconcile"
     reconcile_every: int = 1
+    sensor: SensorSpec = field(default_factory=SensorSpec)
+    automation: str | None = None  # "eager", "on_missing" or a cron string
+    freshness: timedelta | None = None
+    reconcile_tolerance: float | None = None
+    columns: tuple[str, ...] | None = None
+    exclude_columns: tuple[str, ...] = ()
 
     @property
     def asset_key_path(self) -> tuple[str, ...]:

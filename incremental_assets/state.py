@@ -3,6 +3,11 @@
 This module is the only one that knows the metadata keys. It writes a load's result as
 materialization metadata and reads the last one back. A failed run records no materialization,
 so the stored cursor only ever describes data that was durably written to the lake.
+
+An operator can move the cursor by hand (`incremental-assets cursor set|reset`): that records a
+runless *observation* carrying the same keys plus `cursor_action`. Observations don't mark the
+asset as updated (nothing downstream runs because of them), and the reader honours whichever of
+the two, the latest materialization or the latest cursor observation, came last.
 """
 
 from __future__ import annotations
@@ -32,14 +37,61 @@ EXTRACT_SECONDS = "extract_seconds"
 WRITE_SECONDS = "write_seconds"
 FILES_WRITTEN = "files_written"
 WARNINGS = "warnings"
+ROW_COUNT = "dagster/row_count"
+CURSOR_ACTION = "cursor_action"
+NOTE = "note"
 
 
 def read_stored_state(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> StoredState:
-    """The state recorded by the asset's latest materialization, or the initial state."""
-    event = instance.get_latest_materialization_event(asset_key)
-    if event is None or event.asset_materialization is None:
+    """The state of the latest materialization or cursor observation, or the initial state."""
+    record = latest_state_record(instance, asset_key)
+    if record is None:
         return StoredState.initial()
-    return state_from_metadata(event.asset_materialization.metadata, event.run_id)
+    return state_from_metadata(_metadata(record), record.event_log_entry.run_id or None)
+
+
+def latest_state_record(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey
+) -> dg.EventLogRecord | None:
+    materializations = instance.fetch_materializations(asset_key, limit=1).records
+    observations = [
+        r
+        for r in instance.fetch_observations(asset_key, limit=20).records
+        if CURSOR_ACTION in _metadata(r)
+    ]
+    candidates = [*materializations[:1], *observations[:1]]
+    return max(candidates, key=lambda r: r.storage_id) if candidates else None
+
+
+def _metadata(record: dg.EventLogRecord) -> Mapping[str, Any]:
+    event = record.event_log_entry.asset_materialization or record.event_log_entry.asset_observation
+    return event.metadata if event is not None else {}
+
+
+def record_cursor_override(
+    instance: dg.DagsterInstance,
+    asset_key: dg.AssetKey,
+    previous: StoredState,
+    cursor: str | None,
+    cursor_column: str | None,
+    cursor_type: CursorType | None,
+    note: str,
+) -> None:
+    """Record a hand-set cursor (None: the next run extracts everything) as a runless observation."""
+    metadata: dict[str, Any] = {
+        CURSOR: dg.MetadataValue.text(cursor) if cursor is not None else dg.MetadataValue.null(),
+        PREVIOUS_CURSOR: dg.MetadataValue.text(previous.cursor)
+        if previous.cursor
+        else dg.MetadataValue.null(),
+        CURSOR_COLUMN: dg.MetadataValue.text(cursor_column or ""),
+        CURSOR_TYPE: dg.MetadataValue.text(cursor_type.value if cursor_type else ""),
+        BATCH: dg.MetadataValue.int(previous.batch),
+        CURSOR_ACTION: dg.MetadataValue.text("set" if cursor is not None else "reset"),
+        NOTE: dg.MetadataValue.text(note),
+    }
+    if previous.row_count is not None:
+        metadata[ROW_COUNT] = dg.MetadataValue.int(previous.row_count)
+    instance.report_runless_asset_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))
 
 
 def state_from_metadata(metadata: Mapping[str, Any], run_id: str | None) -> StoredState:
@@ -51,7 +103,7 @@ def state_from_metadata(metadata: Mapping[str, Any], run_id: str | None) -> Stor
         cursor_type=CursorType(cursor_type) if cursor_type else None,
         batch=int(values.get(BATCH) or 0),
         run_id=run_id,
-        row_count=values.get("dagster/row_count"),
+        row_count=values.get(ROW_COUNT),
     )
 
 
@@ -98,6 +150,6 @@ def metadata_for(result: LoadResult) -> dict[str, Any]:
         columns=[dg.TableColumn(name=name, type=type_) for name, type_ in result.columns]
     )
     metadata["dagster/column_schema"] = dg.MetadataValue.table_schema(schema)
-    metadata["dagster/row_count"] = dg.MetadataValue.int(result.row_count)
+    metadata[ROW_COUNT] = dg.MetadataValue.int(result.row_count)
     metadata["dagster/uri"] = dg.MetadataValue.text(result.uri)
     return metadata

@@ -24,7 +24,22 @@ class IncrementalAssetsTranslator:
                 "source": self.source_text(table),
             },
             tags={"incremental_assets/mode": table.mode.value},
+            automation_condition=self.automation_condition(table),
+            freshness_policy=(
+                dg.FreshnessPolicy.time_window(fail_window=table.freshness)
+                if table.freshness
+                else None
+            ),
         )
+
+    def automation_condition(self, table: TableSpec) -> dg.AutomationCondition | None:
+        if table.automation is None:
+            return None
+        if table.automation == "eager":
+            return dg.AutomationCondition.eager()
+        if table.automation == "on_missing":
+            return dg.AutomationCondition.on_missing()
+        return dg.AutomationCondition.on_cron(table.automation)
 
     def source_text(self, table: TableSpec) -> str:
         if isinstance(table.source, JdbcSourceSpec):
@@ -39,7 +54,7 @@ class IncrementalAssetsTranslator:
             how = f"Loaded incrementally on cursor `{table.cursor.column}`"
         mode = {
             Mode.APPEND: "append (every row version kept once)",
-            Mode.MERGE: f"merge on key ({', '.join(table.primary_key)})",
+            Mode.MERGE: f"merge on key ({', '.join(table.primary_key) or 'read from the database'})",
             Mode.FULL_REFRESH: "full refresh",
         }[table.mode]
         return (

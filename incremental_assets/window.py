@@ -35,6 +35,8 @@ class Window:
     empty: bool = False
     # `null_cursor: include`: rows whose cursor is NULL belong to every window.
     include_nulls: bool = False
+    # Bounded backfills read [from, to): their upper bound is exclusive.
+    upper_exclusive: bool = False
 
 
 def lower_bound(
@@ -190,7 +192,8 @@ def render_window(window: Window, dialect: Dialect) -> str:
     if window.lower is not None:
         parts.append(f"{column} >= {dialect.literal(window.cursor_type, window.lower)}")
     if window.upper is not None:
-        parts.append(f"{column} <= {dialect.literal(window.cursor_type, window.upper)}")
+        operator = "<" if window.upper_exclusive else "<="
+        parts.append(f"{column} {operator} {dialect.literal(window.cursor_type, window.upper)}")
     predicate = "FALSE" if window.empty else " AND ".join(parts) if parts else "TRUE"
     if window.include_nulls and predicate != "TRUE":
         return f"({predicate}) OR {column} IS NULL"

@@ -57,6 +57,7 @@ class FreezeRequest:
     partitioning: Partitioning | None
     transaction_cap: bool = False
     future_tolerance: timedelta | None = None
+    below: CursorValue | None = None  # backfills: an exclusive upper limit
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ class Source(Protocol):
 
     def read_keys(self) -> DataFrame: ...
 
+    def primary_key(self) -> tuple[str, ...]: ...
+
+    def count_rows(self) -> int: ...
+
 
 def cursor_type_of(data_type: T.DataType) -> CursorType | None:
     return _CURSOR_TYPES.get(type(data_type))
@@ -123,6 +128,55 @@ def resolve_cursor(table: TableSpec, schema: T.StructType) -> Cursor | None:
             f"Fix the declared type or remove it to use the source's."
         )
     return Cursor(field.name, inferred)
+
+
+def freeze_window(request: FreezeRequest) -> Window:
+    """The part of the freeze query's window a source renders itself: lower and backfill limit."""
+    return Window(
+        request.cursor.column,
+        request.cursor.type,
+        request.lower,
+        request.below,
+        upper_exclusive=True,
+    )
+
+
+def selected(table: TableSpec, schema: T.StructType) -> T.StructType:
+    """The source schema narrowed to `columns:` or without `exclude_columns:`."""
+    names = schema.fieldNames()
+    wanted = table.columns if table.columns is not None else table.exclude_columns
+    setting = "columns" if table.columns is not None else "exclude_columns"
+    unknown = [c for c in wanted if c not in names]
+    if unknown:
+        raise ConfigError(
+            f"Table '{table.name}', field '{setting}': {', '.join(unknown)} not in {table.source_object} "
+            f"(columns: {', '.join(names)}). Fix the column names."
+        )
+    if table.columns is not None:
+        needed = [
+            c
+            for c in (
+                table.cursor.column if table.cursor else None,
+                *table.primary_key,
+                table.delete_column,
+            )
+            if c
+        ]
+        missing = [c for c in needed if c not in table.columns and c in names]
+        keep = set(table.columns) | set(missing)
+        return T.StructType([f for f in schema.fields if f.name in keep])
+    needed_names = {
+        table.cursor.column if table.cursor else "",
+        *table.primary_key,
+        table.delete_column or "",
+    }
+    dropped = [c for c in table.exclude_columns if c in needed_names]
+    if dropped:
+        raise ConfigError(
+            f"Table '{table.name}', field 'exclude_columns': {', '.join(dropped)} is the cursor, the "
+            "key or the delete column, which the load needs. Keep it."
+        )
+    return T.StructType([f for f in schema.fields if f.name not in table.exclude_columns])
 
 
 def check_columns(table: TableSpec, schema: T.StructType) -> None:

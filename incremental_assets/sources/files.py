@@ -11,12 +11,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
     Bounds,
     FreezeRequest,
     Partitioning,
     decode_upper,
+    freeze_window,
     join_conditions,
+    selected,
 )
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import FilesSourceSpec, TableSpec
@@ -51,12 +54,12 @@ class FilesSource:
 
     def schema(self) -> T.StructType:
         with failures_of(self.table, "reading the schema"):
-            return self._frame().schema
+            return selected(self.table, self._frame().schema)
 
     def freeze(self, request: FreezeRequest) -> Bounds:
         d, kind = self.dialect, request.cursor.type
         cursor = d.quote(request.cursor.column)
-        conditions = [render_window(Window(request.cursor.column, kind, lower=request.lower), d)]
+        conditions = [render_window(freeze_window(request), d)]
         if request.safety_lag is not None:
             conditions.append(
                 f"{cursor} <= {d.now_plus(kind, -request.safety_lag, request.timezone)}"
@@ -88,7 +91,9 @@ class FilesSource:
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
     ) -> DataFrame:
         with failures_of(self.table, "opening the read"):
-            frame = self._frame()
+            frame = self._frame().select(
+                *[F.col(f"`{name}`") for name in self.schema().fieldNames()]
+            )
             return (
                 frame
                 if window is None
@@ -98,3 +103,12 @@ class FilesSource:
     def read_keys(self) -> DataFrame:
         with failures_of(self.table, "reading the primary keys"):
             return self._frame().select(*[F.col(f"`{c}`") for c in self.table.primary_key])
+
+    def count_rows(self) -> int:
+        with failures_of(self.table, "counting the source's rows"):
+            return self._frame().count()
+
+    def primary_key(self) -> tuple[str, ...]:
+        raise ConfigError(
+            f"Table '{self.table.name}', field 'primary_key': files carry no key; name the key columns."
+        )

@@ -33,8 +33,10 @@ from incremental_assets.sources.base import (
     TransactionCap,
     decode_upper,
     default_parallelism,
+    freeze_window,
     join_conditions,
     partition_count,
+    selected,
     split_ranges,
 )
 from incremental_assets.sources.failures import failures_of
@@ -97,8 +99,27 @@ class JdbcSource:
         if self._schema is None:
             with failures_of(self.table, "reading the schema"):
                 reader = self.spark.read.format("jdbc").options(**self._options())
-                self._schema = reader.option("dbtable", self.relation).load().schema
+                self._schema = selected(
+                    self.table, reader.option("dbtable", self.relation).load().schema
+                )
         return self._schema
+
+    def count_rows(self) -> int:
+        return int(
+            self._query(f"SELECT count(*) AS n FROM {self.relation}", "counting the source's rows")[
+                0
+            ]["n"]
+        )
+
+    def primary_key(self) -> tuple[str, ...]:
+        """The table's primary key columns, in key order, from PostgreSQL's catalog."""
+        sql = (
+            "SELECT a.attname AS name FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            f"WHERE i.indrelid = CAST({_literal_text(str(self.table.table))} AS regclass) AND i.indisprimary "
+            "ORDER BY array_position(CAST(i.indkey AS int2[]), a.attnum)"
+        )
+        return tuple(row["name"] for row in self._query(sql, "reading the primary key"))
 
     def _query(self, sql: str, doing: str) -> list[T.Row]:
         with failures_of(self.table, doing):
@@ -140,7 +161,7 @@ class JdbcSource:
         d = POSTGRES
         kind, timezone = request.cursor.type, request.timezone
         cursor = d.quote(request.cursor.column)
-        where = [render_window(Window(request.cursor.column, kind, lower=request.lower), d)]
+        where = [render_window(freeze_window(request), d)]
         if request.safety_lag is not None:
             where.append(f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}")
         capped = request.transaction_cap and kind.is_temporal
@@ -273,3 +294,7 @@ def _is_unbounded_numeric(field: T.StructField) -> bool:
         and (field.dataType.precision, field.dataType.scale) == (38, 18)
         and metadata.get("scale") == 0
     )
+
+
+def _literal_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

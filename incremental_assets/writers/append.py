@@ -62,6 +62,7 @@ class AppendWriter:
             rows_rewritten=staged.rows_written,
             merge=None,
             columns=staged.columns,
+            files=tuple(final for _, final in adds),
         )
 
 

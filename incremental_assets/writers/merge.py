@@ -103,6 +103,7 @@ class MergeWriter:
             rows_rewritten=observed(rewritten),
             merge=merge,
             columns=column_types(merged.drop(_BUCKET)),
+            files=tuple(final for _, final in adds),
         )
 
     def _staged(self, plan: WritePlan, subdir: str) -> str:

@@ -1,0 +1,237 @@
+"""Operating a table: asset checks, bounded backfills, hand-set cursors, per-table options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from incremental_assets.cli import main as cli
+from incremental_assets.config import load_project
+from incremental_assets.factory import build_table_asset
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+
+
+def _config(tmp_path: Path, pg: Schema, **table: Any) -> dict[str, Any]:
+    entry = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": "merge",
+        "cursor": "at",
+        "primary_key": ["id"],
+        "transaction_cap": False,
+        **table,
+    }
+    return {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"shop": pg.source()},
+        "tables": [entry],
+    }
+
+
+def _checks(
+    project: Any, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> dict[str, Any]:
+    asset = build_table_asset(
+        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
+    )
+    result = dg.materialize([asset], instance=instance, resources={"spark": spark_resource})
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_checks_run_with_the_materialization(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute(
+        "INSERT INTO orders SELECT i, now() - INTERVAL '3 days' FROM generate_series(1, 20) i"
+    )
+    project = write_project(
+        tmp_path, _config(tmp_path, pg, checks={"freshness": "1d", "reconcile_counts": 0.0})
+    )
+
+    checks = _checks(project, instance, spark_resource)
+
+    assert set(checks) == {
+        "primary_key_unique",
+        "cursor_not_backwards",
+        "freshness",
+        "row_counts_match_source",
+    }
+    assert checks["primary_key_unique"].passed and checks["cursor_not_backwards"].passed
+    assert checks["row_counts_match_source"].passed
+    assert not checks["freshness"].passed  # the newest row is three days old
+    assert checks["freshness"].severity == dg.AssetCheckSeverity.WARN
+    pg.execute("INSERT INTO orders VALUES (21, now())")
+    pg.execute("DELETE FROM orders WHERE id <= 5")  # a hard delete the incremental run can't see
+    again = _checks(project, instance, spark_resource)
+    assert again["freshness"].passed
+    assert not again["row_counts_match_source"].passed
+    assert again["row_counts_match_source"].metadata["source_rows"].value == 16
+
+
+@pytest.mark.parametrize("mode", ["merge", "append"])
+def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    mode: str,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at int NOT NULL)")
+    pg.execute("INSERT INTO orders SELECT i, 'v1', i FROM generate_series(1, 100) i")
+    project = write_project(tmp_path, _config(tmp_path, pg, mode=mode))
+    first = materialize(project, "orders", instance, spark_resource)
+    # Rows that landed below the cursor, and rows fixed in place without moving it: only a
+    # backfill of their window brings them in.
+    pg.execute("INSERT INTO orders SELECT i, 'late', 15 FROM generate_series(101, 105) i")
+    pg.execute("UPDATE orders SET v = 'fixed' WHERE at >= 10 AND at < 20 AND id <= 100")
+
+    config = {"ops": {"orders": {"config": {"backfill_from": "10", "backfill_to": "20"}}}}
+    asset = build_table_asset(
+        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
+    )
+    run = dg.materialize(
+        [asset], instance=instance, resources={"spark": spark_resource}, run_config=config
+    )
+    metadata = {
+        k: v.value
+        for k, v in run.get_asset_materialization_events()[0].materialization.metadata.items()
+    }
+    twice = dg.materialize(
+        [asset], instance=instance, resources={"spark": spark_resource}, run_config=config
+    )
+
+    assert run.success and twice.success
+    assert metadata["backfill"] == "[10, 20)"
+    assert metadata["extract_filter"] == '"at" >= 10 AND "at" < 20'
+    assert metadata["cursor"] == first.metadata["cursor"] == "100"
+    versions = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "v"])
+    if mode == "merge":
+        assert [v for i, v in versions if 10 <= i < 20] == ["fixed"] * 10
+        assert [v for i, v in versions if i > 100] == ["late"] * 5
+        assert len(versions) == 105
+    else:
+        # A version is (key, cursor): the late rows are new; an edit that kept its cursor is not.
+        assert len(versions) == len(set(versions)) == 105
+        assert [v for i, v in versions if i > 100] == ["late"] * 5
+
+
+def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 50) i")
+    project = write_project(tmp_path, _config(tmp_path, pg, mode="append"))
+    assert materialize(project, "orders", instance, spark_resource).success
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    config = ["--config", project.path]
+
+    assert cli([*config, "cursor", "set", "orders", "40", "--reason", "replay the last ten"]) == 0
+    replay = materialize(project, "orders", instance, spark_resource)
+    assert cli([*config, "cursor", "reset", "orders", "--reason", "start over"]) == 0
+    reload = materialize(project, "orders", instance, spark_resource)
+
+    assert replay.metadata["previous_cursor"] == "40"
+    assert replay.metadata["rows_extracted"] == 11 and replay.metadata["rows_written"] == 0
+    assert reload.metadata["full_refresh"] is True and reload.metadata["rows_extracted"] == 50
+    assert len(rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])) == 50
+    notes = [
+        r.event_log_entry.asset_observation.metadata["note"].value  # type: ignore[union-attr]
+        for r in instance.fetch_observations(dg.AssetKey("orders"), limit=10).records
+    ]
+    assert notes[0].startswith("start over (reset by ") and notes[1].startswith(
+        "replay the last ten (set by "
+    )
+    assert cli([*config, "cursor", "set", "orders", "forty", "--reason", "typo"]) == 1
+    assert "Table 'orders': 'forty' is not a valid integer cursor value" in capsys.readouterr().err
+
+
+def test_the_primary_key_is_read_from_the_database_when_not_given(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(
+        "CREATE TABLE orders (region text, id int, at int NOT NULL, PRIMARY KEY (region, id))"
+    )
+    pg.execute("INSERT INTO orders VALUES ('eu', 1, 1), ('us', 1, 2)")
+    config = _config(tmp_path, pg)
+    del config["tables"][0]["primary_key"]
+    project = write_project(tmp_path, config)
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("UPDATE orders SET at = 3 WHERE region = 'eu'")
+
+    run = materialize(project, "orders", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert (run.metadata["rows_inserted"], run.metadata["rows_updated"]) == (0, 1)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["region", "id", "at"]) == [
+        ("eu", 1, 3),
+        ("us", 1, 2),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("selection", "expected"),
+    [
+        ({"columns": ["note"]}, ["id", "note", "at"]),
+        ({"exclude_columns": ["secret"]}, ["id", "note", "at"]),
+    ],
+)
+def test_columns_can_be_included_or_excluded(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    selection: dict[str, Any],
+    expected: list[str],
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, note text, secret text, at int NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, 'n', 's', 1)")
+    run = materialize(
+        write_project(tmp_path, _config(tmp_path, pg, **selection)),
+        "orders",
+        instance,
+        spark_resource,
+    )
+    assert run.success, run.failure
+    assert read_lake(tmp_path / "lake", "orders").column_names == [*expected, "_batch"]
+
+
+def test_lakexpress_shorthand_entries_load_like_full_ones(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, created date NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, '2024-12-31'), (2, '2025-01-01'), (3, '2025-01-02')")
+    config = _config(tmp_path, pg)
+    config["tables"] = [f"{pg.name}.orders:created:date@2025-01-01!upsert"]
+    project = write_project(tmp_path, config)
+    table = load_project(project.path).table("orders")
+    assert (table.mode.value, table.cursor.column, table.start) == (
+        "merge",
+        "created",
+        "2025-01-01",
+    )  # type: ignore[union-attr]
+
+    run = materialize(project, "orders", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id"]) == [(2,), (3,)]
