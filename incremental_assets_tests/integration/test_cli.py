@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,58 @@ def test_a_temporary_instance_is_refused_with_an_explanation(tmp_path: Path, pg:
         in result.stdout + result.stderr
     )
     assert not (tmp_path / "lake" / "orders").exists()
+
+
+def _incremental_assets(
+    tmp_path: Path, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).with_name("incremental-assets")), *args]
+    return subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_incremental_assets_command_runs_and_reports(tmp_path: Path, pg: Schema) -> None:
+    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+    pg.execute(
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 12) i"
+    )
+    env = _env(tmp_path, _config(tmp_path, pg))
+
+    run = _incremental_assets(tmp_path, env, "run", "orders")
+    status = _incremental_assets(tmp_path, env, "status", "--json")
+    human = _incremental_assets(tmp_path, env, "status")
+
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (
+        "orders: cursor 2025-01-01T00:00:12.000000+00:00, 12 read, 12 written, 12 in the lake"
+        in run.stdout
+    )
+    (row,) = json.loads(status.stdout)
+    assert (row["table"], row["mode"], row["rows_in_lake"], row["last_event"]) == (
+        "orders",
+        "merge",
+        12,
+        "materialization",
+    )
+    assert row["cursor"] == "2025-01-01T00:00:12.000000+00:00"
+    assert "orders" in human.stdout and "2025-01-01T00:00:12.000000+00:00" in human.stdout
+
+
+def test_the_command_explains_errors_without_a_traceback(tmp_path: Path, pg: Schema) -> None:
+    config = _config(tmp_path, pg)
+    config.write_text(config.read_text().replace("mode: merge", "mode: upsert"))
+    env = _env(tmp_path, config)
+
+    validate = _incremental_assets(tmp_path, env, "validate")
+    unknown = _incremental_assets(
+        tmp_path, _env(tmp_path, _config(tmp_path, pg)), "cursor", "reset", "nope", "--reason", "x"
+    )
+    no_home = _incremental_assets(
+        tmp_path, _env(tmp_path, _config(tmp_path, pg), home=False), "status"
+    )
+
+    assert validate.returncode == 1 and "table 'orders', field 'mode'" in validate.stderr
+    assert unknown.returncode == 1 and "no table named 'nope'" in unknown.stderr
+    assert no_home.returncode == 1 and "DAGSTER_HOME is not set" in no_home.stderr
+    assert all("Traceback" not in r.stderr for r in (validate, unknown, no_home))

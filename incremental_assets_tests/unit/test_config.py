@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -7,7 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from incremental_assets.config import POSTGRES_PACKAGE, load_project, parse_duration
+from incremental_assets.config import (
+    POSTGRES_PACKAGE,
+    expand_shorthand,
+    load_project,
+    parse_duration,
+)
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import ConfigError
 from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, Mode
@@ -93,7 +99,7 @@ BAD_INPUTS = [
         "table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'",
     ),
     (
-        _with_table(primary_key=None),
+        _with_table(primary_key=None, table=None, query="SELECT 1"),
         "table 'orders', field 'primary_key': merge mode needs the primary key columns",
     ),
     (
@@ -257,3 +263,99 @@ def test_unquoted_yaml_dates_are_kept_as_cursor_text(tmp_path: Path) -> None:
 )
 def test_durations(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "sales.orders:created:date",
+            {
+                "name": "orders",
+                "source": "shop",
+                "table": "sales.orders",
+                "cursor": {"column": "created", "type": "date"},
+                "mode": "append",
+            },
+        ),
+        (
+            "sales.orders:created:date:i@2025-01-01!upsert",
+            {
+                "name": "orders",
+                "source": "shop",
+                "table": "sales.orders",
+                "cursor": {"column": "created", "type": "date"},
+                "start": "2025-01-01",
+                "mode": "merge",
+            },
+        ),
+        (
+            "landing/sales.returns:at:timestamptz:e",
+            {"name": "returns", "source": "landing", "table": "sales.returns", "mode": "append"},
+        ),
+    ],
+)
+def test_lakexpress_shorthand_expands_to_a_table_entry(text: str, expected: dict[str, Any]) -> None:
+    assert expand_shorthand(text, ["shop"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("orders", "'orders' is not a table entry"),
+        (
+            "sales.orders:created:date",
+            "doesn't say which source to read; write <source>/sales.orders:created:date",
+        ),
+    ],
+)
+def test_bad_shorthand_says_how_to_write_it(tmp_path: Path, entry: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_project(_write(tmp_path, {**VALID, "tables": [entry]}))
+
+
+def test_operations_settings_resolve(tmp_path: Path) -> None:
+    project = load_project(
+        _write(
+            tmp_path,
+            _with_table(
+                schedule=None,
+                sensor={"interval": "30s"},
+                automation={"on_cron": "0 * * * *"},
+                checks={"freshness": "2h", "reconcile_counts": 0.01},
+                exclude_columns=["secret"],
+            ),
+        )
+    )
+    table = project.tables[0]
+    assert (table.sensor.interval, table.sensor.running) == (timedelta(seconds=30), True)
+    assert table.automation == "0 * * * *"
+    assert (table.freshness, table.reconcile_tolerance, table.exclude_columns) == (
+        timedelta(hours=2),
+        0.01,
+        ("secret",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"automation": "often"}, "field 'automation': use eager, on_missing, or {on_cron:"),
+        ({"automation": "eager"}, "field 'automation': choose either `schedule:` or `automation:`"),
+        ({"sensor": {"interval": "soon"}}, "field 'sensor.interval': 'soon' is not a duration"),
+        (
+            {"mode": "append", "checks": {"reconcile_counts": 0.1}},
+            "field 'checks.reconcile_counts': compares row counts of merge tables only",
+        ),
+        (
+            {"columns": ["a"], "exclude_columns": ["b"]},
+            "field 'exclude_columns': give either `columns:` or `exclude_columns:`",
+        ),
+    ],
+)
+def test_bad_operations_settings_are_named(
+    tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_project(_write(tmp_path, _with_table(**changes)))
+    assert message in str(raised.value)

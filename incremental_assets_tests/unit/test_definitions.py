@@ -81,3 +81,39 @@ def test_assets_accept_full_refresh_config_and_share_one_process(defs: dg.Defini
         "full_refresh"
         in config_fields["raw__orders"].config_type.fields["config"].config_type.fields
     )
+
+
+def test_each_table_gets_a_source_sensor_stopped_unless_asked(tmp_path: Path) -> None:
+    config = {
+        **CONFIG,
+        "tables": [{**CONFIG["tables"][1], "sensor": {"interval": "45s"}}, CONFIG["tables"][2]],
+    }
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump(config))
+    defs = build_definitions(load_project(path))
+    events = defs.resolve_sensor_def("raw__events_source_sensor")
+    countries = defs.resolve_sensor_def("raw__countries_source_sensor")
+    assert events.minimum_interval_seconds == 45
+    assert events.default_status == dg.DefaultSensorStatus.RUNNING
+    assert countries.default_status == dg.DefaultSensorStatus.STOPPED
+
+
+def test_automation_freshness_and_checks_reach_the_asset(tmp_path: Path) -> None:
+    table = {
+        **CONFIG["tables"][0],
+        "schedule": None,
+        "automation": "eager",
+        "checks": {"freshness": "3h"},
+    }
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(
+        yaml.safe_dump({**CONFIG, "tables": [{k: v for k, v in table.items() if v is not None}]})
+    )
+    defs = build_definitions(load_project(path))
+    spec = next(iter(defs.resolve_all_asset_specs()))
+    assert spec.automation_condition is not None and "eager" in str(
+        spec.automation_condition.get_label() or spec.automation_condition
+    )
+    assert spec.freshness_policy is not None
+    checks = {key.name for key in defs.resolve_assets_def(spec.key).check_keys}
+    assert checks == {"cursor_not_backwards", "primary_key_unique", "freshness"}
