@@ -7,7 +7,7 @@ HOME_DIR := $(CURDIR)/.dagster_home
 # `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
 DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
-.PHONY: install demo ui test lint clean
+.PHONY: install demo ui test lint clean browser
 
 install: $(STAMP)
 
@@ -38,9 +38,15 @@ demo: install
 ui: install $(HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(HOME_DIR) $(BIN)/dagster dev
 
-test: install
+test: install browser
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
 	$(BIN)/python -m pytest
+
+# The UI test drives Debian's chromium (Playwright can't download its own browser here).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "make test needs Debian's chromium for the UI test: sudo apt-get install chromium" >&2; exit 1; fi; }
 
 lint: install
 	$(BIN)/ruff check incremental_assets incremental_assets_tests

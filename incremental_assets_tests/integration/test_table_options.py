@@ -203,3 +203,26 @@ def test_without_an_integer_key_the_read_is_split_on_the_cursor(
     assert len(reads) == 4
     lake = rows_by(read_lake(tmp_path / "lake", "items"), ["code", "at"])
     assert lake == sorted(pg.query("SELECT code::text, at FROM items"))
+
+
+def test_each_run_logs_its_window_counts_and_durations(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 30) i")
+    run = materialize(
+        _project(tmp_path, pg, mode="append", cursor="at"), "items", instance, spark_resource
+    )
+
+    messages = [entry.user_message for entry in instance.all_logs(run.run_id) if entry.user_message]
+    assert any(
+        'items: window "at" <= 30; 30 rows up to the frozen bound, 1 on the bound itself' in m
+        for m in messages
+    )
+    assert any(
+        "items: 30 rows read, 30 written, 30 in the lake; extract " in m and "s, write " in m
+        for m in messages
+    )
