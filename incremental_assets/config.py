@@ -90,6 +90,18 @@ class SparkSettings(_Model):
         description="Maven coordinates for spark.jars.packages (JDBC drivers). The PostgreSQL "
         "driver is added automatically when a jdbc:postgresql source exists.",
     )
+    remote: str | None = Field(
+        None,
+        description="A Spark Connect server, sc://host:15002. The server holds the JDBC driver; "
+        "master and packages then describe the server, not this process.",
+    )
+
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sc://"):
+            raise ValueError(f"'{value}' is not a Spark Connect URL; write sc://host:15002")
+        return value
 
 
 class LakeSettings(_Model):
@@ -583,7 +595,7 @@ def _resolve_spark(s: SparkSettings, sources: Iterable[SourceSpec]) -> SparkSpec
         excludes = [e for e in conf.get("spark.jars.excludes", "").split(",") if e]
         conf["spark.jars.excludes"] = ",".join(dict.fromkeys([*excludes, POSTGRES_EXCLUDES]))
     conf.setdefault("spark.sql.session.timeZone", "UTC")
-    return SparkSpec(master=s.master, app_name=s.app_name, conf=conf)
+    return SparkSpec(master=s.master, app_name=s.app_name, conf=conf, remote=s.remote)
 
 
 def _resolve_tables(

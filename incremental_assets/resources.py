@@ -28,11 +28,15 @@ SPARK_DEFAULTS = {
 
 
 class IncrementalSparkResource(LazyPySparkResource):
-    """A SparkSession for incremental loads (local, standalone cluster, YARN or Kubernetes)."""
+    """A SparkSession for incremental loads: local, a cluster manager, or a Spark Connect server."""
 
     spark_config: dict[str, Any] = Field(
         default_factory=dict,
         description="Spark configuration: spark.master, spark.jars.packages, ...",
+    )
+    remote: str | None = Field(
+        default=None,
+        description="A Spark Connect URL (sc://host:15002); the server then owns master and jars.",
     )
     _owns_session: bool = PrivateAttr(default=False)
 
@@ -44,18 +48,32 @@ class IncrementalSparkResource(LazyPySparkResource):
             "spark.app.name": spec.app_name,
             **spec.conf,
         }
-        return cls(spark_config=config)
+        return cls(spark_config=config, remote=spec.remote)
 
     @property
     def spark_session(self) -> SparkSession:
         if self._spark_session is None:
-            self._owns_session = SparkSession.getActiveSession() is None
-            builder = SparkSession.builder
-            for key, value in self.spark_config.items():
-                builder = builder.config(key, str(value))
-            self._spark_session = builder.getOrCreate()
-            self._spark_session.sparkContext.setLogLevel("WARN")
+            self._spark_session = self._connect() if self.remote else self._start_local()
         return self._spark_session  # type: ignore[no-any-return]
+
+    def _start_local(self) -> SparkSession:
+        self._owns_session = SparkSession.getActiveSession() is None
+        builder = SparkSession.builder
+        for key, value in self.spark_config.items():
+            builder = builder.config(key, str(value))
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("WARN")
+        return session
+
+    def _connect(self) -> SparkSession:
+        # Only session settings travel to a Connect server; the rest was fixed when it started.
+        self._owns_session = True
+        assert self.remote is not None
+        session = SparkSession.builder.remote(self.remote).getOrCreate()
+        for key, value in self.spark_config.items():
+            if key.startswith("spark.sql."):
+                session.conf.set(key, str(value))
+        return session
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._spark_session is not None and self._owns_session:

@@ -126,6 +126,7 @@ class SparkSpec:
     master: str = "local[*]"
     app_name: str = "incremental_assets"
     conf: Mapping[str, str] = field(default_factory=dict)
+    remote: str | None = None  # a Spark Connect URL
 
 
 @dataclass(frozen=True)

@@ -12,4 +12,4 @@ from incremental_assets.writers.merge import MergeWriter
 
 def writer_for(mode: Mode, spark: SparkSession) -> Writer:
     """Merge tables get the bucketed upsert; append and full_refresh tables write batches."""
-    return MergeWriter(spark) if mode is Mode.MERGE else AppendWriter()
+    return MergeWriter(spark) if mode is Mode.MERGE else AppendWriter(spark)

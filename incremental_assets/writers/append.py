@@ -9,7 +9,7 @@ already holds them, by primary key and cursor (or by the whole row, without a ke
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.results import WriteOutcome
@@ -32,6 +32,9 @@ _SUBDIR = "data"
 
 
 class AppendWriter:
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         frame, extracted = counted(conformed(delta, plan), "extracted")
         if plan.boundary is not None and not plan.replace_all:
@@ -53,7 +56,9 @@ class AppendWriter:
         ]
         existing = plan.lake.data_files()
         replaced = [f for f in existing if plan.replace_all or f.group == group]
-        evolved, rewritten = rewrite_to_schema(plan, [f for f in existing if f not in replaced])
+        evolved, rewritten = rewrite_to_schema(
+            self.spark, plan, [f for f in existing if f not in replaced]
+        )
         plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten)
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,

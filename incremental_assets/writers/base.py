@@ -100,13 +100,11 @@ _GROUP = "__group"
 
 
 def rewrite_to_schema(
-    plan: WritePlan, files: list[DataFile]
+    spark: SparkSession, plan: WritePlan, files: list[DataFile]
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Rewrite files this commit doesn't replace to the new schema, each within its own group."""
     if plan.schema is None or not plan.schema.rewrites_lake or not files:
         return [], []
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
     frame = spark.read.parquet(*plan.lake.file_uris(files))
     frame = frame.withColumn(
         _GROUP, F.regexp_extract(F.col("_metadata.file_name"), r"^part-([^-]+)-", 1)

@@ -90,7 +90,7 @@ class MergeWriter:
         )
         adds = _named_adds(plan, buckets)
         evolved, rewritten_files = rewrite_to_schema(
-            plan, [f for f in existing if f not in replaced]
+            self.spark, plan, [f for f in existing if f not in replaced]
         )
         plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten_files)
         merge = MergeCounts(

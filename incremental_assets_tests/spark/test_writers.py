@@ -54,7 +54,7 @@ def lake(tmp_path: Path) -> LakeTable:
 def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter()
+    writer = AppendWriter(spark)
     _write(
         writer,
         spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
@@ -80,7 +80,7 @@ def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
 def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter()
+    writer = AppendWriter(spark)
     _write(
         writer,
         spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
@@ -100,7 +100,7 @@ def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
 def test_append_without_a_key_dedupes_whole_rows_including_nulls(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter()
+    writer = AppendWriter(spark)
     first = spark.createDataFrame([(1, None, 10, None)], SCHEMA)
     _write(writer, first, _plan(lake, 1, replace_all=True, primary_key=()))
     again = spark.createDataFrame([(1, None, 10, None), (1, "other", 10, None)], SCHEMA)
@@ -204,7 +204,7 @@ def test_full_refresh_merge_replaces_the_table_and_counts_removed_keys(
 def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter()
+    writer = AppendWriter(spark)
     _write(
         writer,
         spark.createDataFrame([(1, "a", 10, None)], SCHEMA),

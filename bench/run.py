@@ -1,0 +1,176 @@
+"""The benchmark: every scenario, every engine, the same data, the same machine, the same run.
+
+    python -m bench.run                 # 10M rows, 5 repetitions, writes BENCHMARKS.md
+    python -m bench.run --rows 1000000  # the quick size
+    python -m bench.run --smoke         # 10k rows, one repetition (CI keeps the harness working)
+
+Scenarios (each engine sees exactly the same source changes):
+  S1  full load
+  S0  an incremental run with no changes (the fixed cost)
+  S2  an incremental run after 0.1% of the rows changed (half inserts, half updates)
+  S3  the same after 10% changed
+  S4  a merge of 1% updates, clustered on the most recent ids, then spread uniformly (ours only:
+      the peers have no merge into plain Parquet)
+
+PostgreSQL is started from the local binaries (or INCREMENTAL_ASSETS_BENCH_PG names a server on
+this machine). Results go to bench/results/<time>.json and, unless --smoke, to BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bench import data
+from bench.report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Worker:
+    def __init__(self, name: str, workdir: Path, pg_url: str, server_pid: int, jdbc: dict[str, str]) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.worker", name, str(workdir / name), pg_url, str(server_pid), json.dumps(jdbc)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the {self.name} worker stopped")
+            if line.startswith("{"):
+                return json.loads(line)  # type: ignore[no-any-return]
+
+    def run(self, op: str, since: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"op": op, "since": since}) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        self.process.wait(timeout=120)
+
+
+@contextmanager
+def postgres() -> Iterator[tuple[str, dict[str, str]]]:
+    external = os.environ.get("INCREMENTAL_ASSETS_BENCH_PG")
+    if external:
+        url = urlparse(external)
+        yield external, {"url": f"jdbc:postgresql://{url.hostname}:{url.port or 5432}{url.path}",
+                         "user": url.username or "", "password": url.password or ""}
+        return
+    from incremental_assets_tests.postgres import postgres_server
+
+    with postgres_server() as server:
+        url = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{server.dbname}"
+        yield url, {"url": server.jdbc_url, "user": server.user, "password": server.password}
+
+
+def postmaster_pid(conn: Any) -> int:
+    (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+    try:
+        with open(f"/proc/{backend}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0  # a server on another machine: its CPU can't be measured
+
+
+def main() -> None:
+    import psycopg
+
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--engines", default="ours,copy,adbc,dlt")
+    parser.add_argument("--smoke", action="store_true", help="10k rows, one repetition, no report")
+    parser.add_argument("--out", type=Path, default=None, help="the results file (JSON)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.repeats = 10_000, 1
+    engines = args.engines.split(",")
+    started = datetime.now(UTC)
+    results: list[dict[str, Any]] = []
+    with postgres() as (pg_url, jdbc), psycopg.connect(pg_url, autocommit=True) as conn, ExitStack() as stack:
+        print(f"generating {args.rows:,} rows ...", flush=True)
+        data.create_orders(conn, args.rows)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-bench-")))
+        server = postmaster_pid(conn)
+        workers = {name: Worker(name, workdir, pg_url, server, jdbc) for name in engines}
+        for worker in workers.values():
+            stack.callback(worker.close)
+
+        def step(scenario: str, op: str, since: str, only: list[str] | None = None) -> None:
+            for name in only or engines:
+                outcome = workers[name].run(op, since)
+                outcome.update(scenario=scenario, engine=name)
+                results.append(outcome)
+                print(f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows", flush=True)
+
+        for _ in range(args.repeats):
+            step("S1", "full", "")
+        for name in ("dlt",):  # dlt's incremental pipeline needs its own first load
+            if name in workers:
+                workers[name].run("incremental", "")
+        changes = {"S0": 0.0, "S2": 0.001, "S3": 0.10}
+        for scenario, fraction in changes.items():
+            for _ in range(args.repeats):
+                since = data.newest(conn)
+                changed = round(args.rows * fraction)
+                if changed:
+                    data.apply_changes(conn, args.rows, inserted=changed // 2, updated=changed - changed // 2, recent=False)
+                step(scenario, "incremental", since)
+        if "ours" in workers:
+            workers["ours"].run("merge_setup", "")
+            for scenario, recent in (("S4 clustered", True), ("S4 uniform", False)):
+                for _ in range(args.repeats):
+                    since = data.newest(conn)
+                    data.apply_changes(conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent)
+                    step(scenario, "merge", since, only=["ours"])
+    _fill_uncounted(results)
+    out = args.out or ROOT / "bench" / "results" / f"{started:%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"rows": args.rows, "repeats": args.repeats, "started": started.isoformat(), "machine": _machine(),
+            "command": " ".join(["python -m bench.run", *sys.argv[1:]])}
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    print(f"results: {out}")
+    if not args.smoke:
+        write_report(meta, results, ROOT / "BENCHMARKS.md")
+        print("report: BENCHMARKS.md")
+
+
+def _fill_uncounted(results: list[dict[str, Any]]) -> None:
+    """The COPY floor counts no rows; take the count of the run that read the same window."""
+    counted = [r for r in results if r["rows"] is not None]
+    for result in results:
+        if result["rows"] is None:
+            same = [r for r in counted if r["scenario"] == result["scenario"]]
+            position = [r for r in results if r["scenario"] == result["scenario"] and r["engine"] == result["engine"]].index(result)
+            peers = [r for r in same if r["engine"] == "adbc"] or same
+            result["rows"] = peers[min(position, len(peers) - 1)]["rows"] if peers else 0
+
+
+def _machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
+    memory = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))) // 1024**2
+    return f"{os.cpu_count()} cores ({cpu}), {memory} GiB, {platform.platform()}, Python {platform.python_version()}"
+
+
+if __name__ == "__main__":
+    main()
