@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.spec import SparkSpec
+from incremental_assets_tests.engines import connect_server
 from incremental_assets_tests.harness import Schema, fresh_schema
 from incremental_assets_tests.postgres import PostgresServer, postgres_server
 
@@ -35,6 +36,13 @@ def postgres() -> Iterator[PostgresServer]:
 def pg(postgres: PostgresServer) -> Iterator[Schema]:
     with fresh_schema(postgres) as schema:
         yield schema
+
+
+@pytest.fixture(scope="session")
+def connect() -> Iterator[str]:
+    """A Spark Connect server for runs in subprocesses: they connect instead of starting a JVM each."""
+    with connect_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -178,14 +178,21 @@ def materializations(home: Path, table: str) -> list[dict[str, Any]]:
 
 
 def write_cli_config(
-    directory: Path, sources: dict[str, Any], tables: list[dict[str, Any]], **lake: Any
+    directory: Path,
+    sources: dict[str, Any],
+    tables: list[dict[str, Any]],
+    remote: str | None = None,
+    **lake: Any,
 ) -> Path:
-    """A config file for runs in a subprocess: a small local Spark, the lake under `directory`."""
+    """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in `directory`."""
     from incremental_assets_tests.conftest import TEST_SPARK_CONF
 
     conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
+    spark: dict[str, Any] = {"master": "local[2]", "conf": conf}
+    if remote:
+        spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
     config = {
-        "spark": {"master": "local[2]", "conf": conf},
+        "spark": spark,
         "lake": {"path": str(directory / "lake"), **lake},
         "sources": sources,
         "tables": tables,

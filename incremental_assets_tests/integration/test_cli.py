@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
@@ -17,7 +19,7 @@ from incremental_assets_tests.harness import (
 )
 
 
-def _config(tmp_path: Path, pg: Schema) -> Path:
+def _config(tmp_path: Path, pg: Schema, remote: str | None = None) -> Path:
     table = {
         "name": "orders",
         "source": "shop",
@@ -26,7 +28,7 @@ def _config(tmp_path: Path, pg: Schema) -> Path:
         "cursor": "updated_at",
         "primary_key": ["id"],
     }
-    return write_cli_config(tmp_path, {"shop": pg.source()}, [table])
+    return write_cli_config(tmp_path, {"shop": pg.source()}, [table], remote=remote)
 
 
 def _env(tmp_path: Path, config: Path, home: bool = True) -> dict[str, str]:
@@ -43,14 +45,16 @@ def _latest(home: Path) -> dict[str, Any]:
     return materializations(home, "orders")[-1]
 
 
+@pytest.mark.xdist_group("connect")
 def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(
-    tmp_path: Path, pg: Schema
+    tmp_path: Path, pg: Schema, connect: str
 ) -> None:
+    """Through a Spark Connect server: the subprocesses start no JVM of their own."""
     pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
     pg.execute(
         "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 30) i"
     )
-    env = _env(tmp_path, _config(tmp_path, pg))
+    env = _env(tmp_path, _config(tmp_path, pg, connect))
 
     first = _materialize(tmp_path, env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -115,12 +119,15 @@ def _incremental_assets(
     )
 
 
-def test_the_incremental_assets_command_runs_and_reports(tmp_path: Path, pg: Schema) -> None:
+@pytest.mark.xdist_group("connect")
+def test_the_incremental_assets_command_runs_and_reports(
+    tmp_path: Path, pg: Schema, connect: str
+) -> None:
     pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
     pg.execute(
         "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 12) i"
     )
-    env = _env(tmp_path, _config(tmp_path, pg))
+    env = _env(tmp_path, _config(tmp_path, pg, connect))
 
     run = _incremental_assets(tmp_path, env, "run", "orders")
     status = _incremental_assets(tmp_path, env, "status", "--json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from incremental_assets_tests.harness import (
     Schema,
@@ -17,8 +18,9 @@ from incremental_assets_tests.harness import (
 )
 
 
+@pytest.mark.xdist_group("connect")
 def test_the_second_run_waits_then_continues_from_the_first_runs_cursor(
-    tmp_path: Path, pg: Schema
+    tmp_path: Path, pg: Schema, connect: str
 ) -> None:
     pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
     pg.execute(
@@ -32,7 +34,10 @@ def test_the_second_run_waits_then_continues_from_the_first_runs_cursor(
         "cursor": "updated_at",
         "primary_key": ["id"],
     }
-    env = cli_env(write_cli_config(tmp_path, {"shop": pg.source()}, [table]), tmp_path / "home")
+    env = cli_env(
+        write_cli_config(tmp_path, {"shop": pg.source()}, [table], remote=connect),
+        tmp_path / "home",
+    )
     # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
     dg.DagsterInstance.from_config(str(tmp_path / "home")).dispose()
 

@@ -1,0 +1,166 @@
+"""Spark engines the tests start from the pyspark distribution: a Spark Connect server and a
+standalone cluster (a master and two workers) on localhost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+
+from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
+
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(
+    port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 180
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the Spark process ended:\n{log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"nothing listened on port {port}:\n{log.read_text()[-3000:]}")
+
+
+def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+
+def _stop(*processes: subprocess.Popen[bytes]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _env(logs: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOG_DIR": str(logs),
+        "SPARK_PID_DIR": str(logs),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+
+
+@contextmanager
+def connect_server() -> Iterator[str]:
+    """`sbin/start-connect-server.sh --wait`, with the PostgreSQL driver, on a free port."""
+    with tempfile.TemporaryDirectory(prefix="ia-connect-") as directory:
+        port, logs = free_port(), Path(directory)
+        command = [
+            str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
+            "--wait",
+            "--master",
+            "local[2]",
+            "--packages",
+            POSTGRES_PACKAGE,
+            "--conf",
+            f"spark.jars.excludes={POSTGRES_EXCLUDES}",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--driver-memory",
+            "1g",
+        ]
+        process = _start(command, logs / "server.log", _env(logs))
+        try:
+            _wait_for_port(port, process, logs / "server.log")
+            yield f"sc://127.0.0.1:{port}"
+        finally:
+            _stop(process)
+
+
+@contextmanager
+def standalone_cluster(workers: int = 2) -> Iterator[tuple[str, str]]:
+    """A master and `workers` workers from `spark-class`; yields the master URL and its web UI."""
+    with tempfile.TemporaryDirectory(prefix="ia-cluster-") as directory:
+        logs, port, ui = Path(directory), free_port(), free_port()
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        master = _start(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            logs / "master.log",
+            _env(logs),
+        )
+        url = f"spark://127.0.0.1:{port}"
+        started = [master]
+        try:
+            _wait_for_port(port, master, logs / "master.log")
+            for i in range(workers):
+                started.append(
+                    _start(
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            "127.0.0.1",
+                            "--cores",
+                            "1",
+                            "--memory",
+                            "1g",
+                            "--webui-port",
+                            str(free_port()),
+                            "--work-dir",
+                            str(logs / f"work{i}"),
+                            url,
+                        ],
+                        logs / f"worker{i}.log",
+                        _env(logs),
+                    )
+                )
+            web = f"http://127.0.0.1:{ui}"
+            deadline = time.monotonic() + 120
+            while len(master_state(web).get("workers", [])) < workers:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the workers did not register with the master")
+                time.sleep(1)
+            yield url, web
+        finally:
+            _stop(*reversed(started))
+
+
+def master_state(web: str) -> dict[str, object]:
+    try:
+        with urllib.request.urlopen(f"{web}/json/", timeout=5) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+    except OSError:
+        return {}
