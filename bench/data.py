@@ -38,7 +38,8 @@ def _rows(first: int, last: int, stamp: str) -> str:
 def create_orders(conn: psycopg.Connection, rows: int) -> None:
     for statement in CREATE.strip().split(";\n"):
         conn.execute(statement)
-    conn.execute(f"INSERT INTO {SCHEMA}.orders {_rows(1, rows, f'{T0} + i * INTERVAL \'10 milliseconds\'')}")
+    generated = f"{T0} + i * INTERVAL '10 milliseconds'"
+    conn.execute(f"INSERT INTO {SCHEMA}.orders {_rows(1, rows, generated)}")
     conn.execute(f"CREATE INDEX orders_updated_at ON {SCHEMA}.orders (updated_at)")
     conn.execute(f"VACUUM ANALYZE {SCHEMA}.orders")
 
