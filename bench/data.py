@@ -31,7 +31,7 @@ def _rows(first: int, last: int, stamp: str) -> str:
         f"SELECT i, (i * 7919) % 100000, ((i * 37) % 1000000) / 100.0, "
         f"(ARRAY['placed', 'paid', 'shipped', 'delivered'])[1 + i % 4], md5(i::text), "
         f"{T0} + i * INTERVAL '10 milliseconds', {stamp} "
-        f"FROM generate_series({first}, {last}) AS i"
+        f"FROM generate_series(CAST({first} AS bigint), CAST({last} AS bigint)) AS i"
     )
 
 

@@ -127,6 +127,10 @@ class JdbcSourceSettings(_Model):
     fetchsize: int = Field(10_000, gt=0)
     max_partitions: int | None = Field(None, gt=0)
     rows_per_partition: int = Field(250_000, gt=0)
+    reader: Literal["jdbc", "arrow"] = Field(
+        "jdbc",
+        description="jdbc: Spark's JDBC reader; arrow: ADBC record batches through a Python data source.",
+    )
 
     @field_validator("url")
     @classmethod
@@ -233,6 +237,7 @@ class TableSettings(_Model):
     schema_ddl: str | None = Field(None, alias="schema")
     options: dict[str, str | int | bool] = Field(default_factory=dict)
     buckets: int = Field(16, gt=0, le=4096)
+    bucket_rows: int = Field(1_000_000, gt=0)
     null_cursor: Literal["error", "include", "exclude"] = "error"
     future_tolerance: str = "0s"
     transaction_cap: bool = True
@@ -570,6 +575,7 @@ def _resolve_source(
             fetchsize=s.fetchsize,
             max_partitions=s.max_partitions,
             rows_per_partition=s.rows_per_partition,
+            reader=s.reader,
         )
     return FilesSourceSpec(
         name=name,
@@ -657,6 +663,7 @@ def _resolve_table(
         schema_ddl=t.schema_ddl,
         read_options={k: _option_text(v) for k, v in t.options.items()},
         buckets=t.buckets,
+        bucket_rows=t.bucket_rows,
         key_prefix=key_prefix,
         null_cursor=t.null_cursor,
         future_tolerance=parse_duration(t.future_tolerance),

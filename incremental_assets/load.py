@@ -122,6 +122,7 @@ def run_incremental_load(
         cursor_column=plan.cursor.column if plan.cursor else None,
         delete_column=table.delete_column,
         buckets=table.buckets,
+        bucket_rows=table.bucket_rows,
         compression=request.lake.compression,
         max_rows_per_file=request.lake.max_rows_per_file,
         boundary=_boundary(table, plan),
@@ -395,8 +396,7 @@ def _schema_change(
     files = lake.data_files()
     if replace_all or not files:
         return plan_schema_change(table.name, None, source)
-    lake_schema = spark.read.parquet(lake.file_uris(files[-1:])[0]).schema
-    return plan_schema_change(table.name, lake_schema, source)
+    return plan_schema_change(table.name, lake.spark_schema(files[-1]), source)
 
 
 def _boundary(table: TableSpec, plan: WindowPlan) -> Window | None:
@@ -427,11 +427,8 @@ def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:
 
 def _failure(table: TableSpec, lake: LakeTable, exc: Exception) -> IncrementalAssetsError:
     messages = " ".join(root_messages(exc))
-    if (
-        "PSQLException" in messages
-        or "FAILED_JDBC" in messages
-        or "USER_RAISED_EXCEPTION" in messages
-    ):
+    source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION", "arrow_reader.py")
+    if any(mark in messages for mark in source_marks):
         return source_error(table, exc, "reading the rows")
     return lake_error(table.name, lake.uri, root_messages(exc)[-1])
 

@@ -32,6 +32,7 @@ class JdbcSourceSpec:
     fetchsize: int = 10_000
     max_partitions: int | None = None
     rows_per_partition: int = 250_000
+    reader: str = "jdbc"  # or "arrow"
 
     kind = "postgres"
 
@@ -85,6 +86,7 @@ class TableSpec:
     schema_ddl: str | None = None
     read_options: Mapping[str, str] = field(default_factory=dict)
     buckets: int = 16
+    bucket_rows: int = 1_000_000
     key_prefix: tuple[str, ...] = ()
     null_cursor: str = "error"  # error | include | exclude
     future_tolerance: timedelta | None = timedelta(0)

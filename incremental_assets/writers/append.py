@@ -76,8 +76,14 @@ def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
     earlier = [f for f in plan.lake.data_files() if f.batch is not None and f.batch < plan.batch]
     if not earlier:
         return frame
-    spark = frame.sparkSession
-    loaded = spark.read.parquet(*plan.lake.file_uris(earlier)).where(
+    if plan.boundary.lower is not None and not plan.boundary.include_nulls:
+        earlier = plan.lake.files_reaching(earlier, plan.boundary.column, plan.boundary.lower)
+        if not earlier:
+            return frame
+    reader = frame.sparkSession.read
+    if plan.schema is not None and plan.schema.lake is not None:
+        reader = reader.schema(plan.schema.lake)  # one schema for every lake file: no inference
+    loaded = reader.parquet(*plan.lake.file_uris(earlier)).where(
         F.expr(render_window(plan.boundary, SPARK_SQL))
     )
     wanted = [*plan.primary_key, plan.boundary.column] if plan.primary_key else frame.columns

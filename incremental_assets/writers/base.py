@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import DataFile, LakeTable
+from incremental_assets.writers.lake import BucketScheme, DataFile, LakeTable
 from incremental_assets.writers.schema import SchemaChange, conform
 
 BATCH_COLUMN = "_batch"
@@ -27,6 +27,7 @@ class WritePlan:
     cursor_column: str | None
     delete_column: str | None
     buckets: int
+    bucket_rows: int
     compression: str
     max_rows_per_file: int
     # Append mode: the part of this read that earlier batches may already hold.
@@ -46,6 +47,7 @@ class Staged:
     subdir: str
     columns: tuple[tuple[str, str], ...] = ()
     buckets: frozenset[int] = frozenset()  # merge: the buckets the delta touches
+    scheme: BucketScheme | None = None  # merge: how the table is bucketed after this run
 
 
 class Writer(Protocol):

@@ -30,15 +30,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import types as T
 
 from incremental_assets.errors import ConcurrentRunError, WriteError
 from incremental_assets.pause_points import pause_point
 
 _DATA_FILE = re.compile(
-    r"^part-(?P<group>b\d{12}|h\d{5}of\d{5}|s)-(?P<txn>[0-9A-Za-z]+)-\d{5}\.parquet$"
+    r"^part-(?P<group>b\d{12}|h\d{5}of\d{5}|r[pn]\d{12}w\d+)-(?P<txn>[0-9A-Za-z]+)-\d{5}\.parquet$"
 )
+_HASH_GROUP = re.compile(r"^h(\d{5})of(\d{5})$")
+_RANGE_GROUP = re.compile(r"^r([pn])(\d{12})w(\d+)$")
 STAGING = "_staging"
 JOURNAL = "_journal"
 LOCK = "_lock"
@@ -53,8 +59,28 @@ def batch_group(batch: int) -> str:
     return f"b{batch:012d}"
 
 
-def bucket_group(bucket: int, buckets: int) -> str:
-    return f"h{bucket:05d}of{buckets:05d}"
+@dataclass(frozen=True)
+class BucketScheme:
+    """How a merge table's keys map to buckets: `hash` into `size` buckets, or `range` of `size` keys."""
+
+    kind: str
+    size: int
+
+    def group(self, index: int) -> str:
+        if self.kind == "hash":
+            return f"h{index:05d}of{self.size:05d}"
+        return f"r{'n' if index < 0 else 'p'}{abs(index):012d}w{self.size}"
+
+
+def parse_bucket(group: str) -> tuple[BucketScheme, int] | None:
+    if match := _HASH_GROUP.match(group):
+        return BucketScheme("hash", int(match.group(2))), int(match.group(1))
+    if match := _RANGE_GROUP.match(group):
+        index = int(match.group(2))
+        return BucketScheme("range", int(match.group(3))), -index if match.group(
+            1
+        ) == "n" else index
+    return None
 
 
 SNAPSHOT_GROUP = "s"
@@ -70,11 +96,8 @@ class DataFile:
         return int(self.group[1:]) if self.group.startswith("b") else None
 
     @property
-    def bucket(self) -> tuple[int, int] | None:
-        if not self.group.startswith("h"):
-            return None
-        bucket, _, buckets = self.group[1:].partition("of")
-        return int(bucket), int(buckets)
+    def bucket(self) -> tuple[BucketScheme, int] | None:
+        return parse_bucket(self.group)
 
 
 def _arrow_uri(uri: str) -> str:
@@ -119,6 +142,25 @@ class LakeTable:
             for info in self.fs.get_file_info(selector)
             if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
         )
+
+    def spark_schema(self, file: DataFile) -> T.StructType:
+        """A data file's schema as Spark wrote it (kept in the footer), without starting a job."""
+        metadata = pq.read_metadata(self._join(file.name), filesystem=self.fs).metadata or {}
+        text = metadata.get(b"org.apache.spark.sql.parquet.row.metadata")
+        if text is None:
+            raise WriteError(
+                f"{self.uri}/{file.name} was not written by Spark; the lake table holds a foreign file."
+            )
+        return T.StructType.fromJson(json.loads(text))
+
+    def files_reaching(self, files: list[DataFile], column: str, lower: object) -> list[DataFile]:
+        """The files whose footer statistics say `column` may reach `lower` (or can't tell)."""
+        kept = []
+        for file in files:
+            metadata = pq.read_metadata(self._join(file.name), filesystem=self.fs)
+            if _may_reach(metadata, column, lower):
+                kept.append(file)
+        return kept
 
     def count_rows(self) -> int:
         files = [self._join(f.name) for f in self.data_files()]
@@ -249,3 +291,29 @@ def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
         f"Table '{table_name}': writing to the lake at {uri} failed: {cause}. Nothing was committed "
         "and the cursor did not move; fix the cause and run again."
     )
+
+
+def _may_reach(metadata: pq.FileMetaData, column: str, lower: object) -> bool:
+    """False only when every row group's maximum of `column` is known to be below `lower`.
+
+    Strings are never pruned: the cursor's order is the database's collation, not Parquet's.
+    """
+    schema = metadata.schema.to_arrow_schema()
+    if column not in schema.names or pa.types.is_string(schema.field(column).type):
+        return True
+    leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if column not in leaves:
+        return True
+    index = leaves.index(column)
+    kind = schema.field(column).type
+    try:
+        bound = pa.scalar(lower, type=kind)
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return True
+            if pc.greater_equal(pa.scalar(stats.max, type=kind), bound).as_py():
+                return True
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return True
+    return metadata.num_row_groups == 0

@@ -30,7 +30,7 @@ from incremental_assets.writers.base import (
     rewrite_to_schema,
     write_parquet,
 )
-from incremental_assets.writers.lake import DataFile, bucket_group
+from incremental_assets.writers.lake import BucketScheme, DataFile
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 _BUCKET = "__bucket"
@@ -50,45 +50,51 @@ class MergeWriter:
         self.spark = spark
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
-        # The delta (and the source's keys) are written once, so the source is read once. The
-        # buckets it touches are noted on the way, so finding them costs no extra pass.
-        buckets = _bucket_count(plan.lake.data_files(), plan)
+        # The delta (and the source's keys) are written once, so the source is read once. What
+        # the commit needs to know about it (the buckets it touches, its key range) is observed
+        # on the way, at no extra pass.
+        scheme = None if plan.replace_all else scheme_of(plan.lake.data_files())
+        measures = [F.count(F.lit(1)).alias("rows")]
+        if scheme is not None:
+            measures.append(
+                F.collect_set(bucket_of(delta, plan.primary_key, scheme)).alias("buckets")
+            )
+        if _integer_key(delta, plan):
+            key = F.col(f"`{plan.primary_key[0]}`")
+            measures += [F.min(key).alias("low"), F.max(key).alias("high")]
         extracted = Observation("extracted")
-        frame = delta.observe(
-            extracted,
-            F.count(F.lit(1)).alias("rows"),
-            F.collect_set(bucket_of(delta, plan.primary_key, buckets)).alias("buckets"),
-        )
-        write_parquet(frame, self._staged(plan, _DELTA), plan)
+        write_parquet(delta.observe(extracted, *measures), self._staged(plan, _DELTA), plan)
         if keys is not None:
             write_parquet(keys, self._staged(plan, _KEYS), plan)
-        rows = observed(extracted)
-        touched = frozenset(int(b) for b in extracted.get.get("buckets") or [])
-        return Staged(rows, rows, _DELTA, buckets=touched)
+        seen = extracted.get
+        rows = int(seen.get("rows") or 0)
+        scheme = scheme or choose_scheme(plan, rows, seen.get("low"), seen.get("high"))
+        touched = frozenset(int(b) for b in seen.get("buckets") or [])
+        return Staged(
+            rows, rows, _DELTA, columns=column_types(delta), buckets=touched, scheme=scheme
+        )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         existing = plan.lake.data_files()
-        buckets = _bucket_count(existing, plan)
-        delta = conformed(self._read(self._staged(plan, _DELTA)), plan)
-        delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, buckets))
-        gone = self._gone_keys(plan, existing, delta, buckets)
+        scheme = staged.scheme
+        assert scheme is not None
+        schema = ", ".join(f"`{name}` {kind}" for name, kind in staged.columns)
+        delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
+        delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, scheme))
+        gone = self._gone_keys(plan, existing, delta, scheme)
         if plan.replace_all:
             replaced = existing
         else:
             touched = set(staged.buckets)
             if plan.reconcile:
                 touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
-            replaced = [f for f in existing if f.bucket is not None and f.bucket[0] in touched]
-        lake_rows = self._read_bucketed(plan, replaced, buckets)
+            replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
+        lake_rows = self._read_bucketed(plan, replaced, scheme)
         merged, counts = _merge(delta, lake_rows, gone, plan)
         merged, rewritten = counted(merged, "rewritten")
-        write_parquet(
-            merged.repartition(_BUCKET).sortWithinPartitions(*plan.primary_key),
-            self._staged(plan, _MERGED),
-            plan,
-            partition_by=_BUCKET,
-        )
-        adds = _named_adds(plan, buckets)
+        # The merge already clustered the rows by bucket (one shuffle): one task writes each bucket.
+        write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=_BUCKET)
+        adds = _named_adds(plan, scheme)
         evolved, rewritten_files = rewrite_to_schema(
             self.spark, plan, [f for f in existing if f not in replaced]
         )
@@ -109,41 +115,75 @@ class MergeWriter:
     def _staged(self, plan: WritePlan, subdir: str) -> str:
         return f"{plan.lake.staging_uri(plan.txn)}/{subdir}"
 
-    def _read(self, *uris: str) -> DataFrame:
-        return self.spark.read.option("mergeSchema", "true").parquet(*uris)
+    def _read_lake(self, plan: WritePlan, files: list[DataFile]) -> DataFrame:
+        # Every lake file carries one schema (a schema change rewrites them all): no inference.
+        reader = self.spark.read
+        if plan.schema is not None and plan.schema.lake is not None:
+            reader = reader.schema(plan.schema.lake)
+        return reader.parquet(*plan.lake.file_uris(files))
 
     def _read_bucketed(
-        self, plan: WritePlan, files: list[DataFile], buckets: int
+        self, plan: WritePlan, files: list[DataFile], scheme: BucketScheme
     ) -> DataFrame | None:
         if not files:
             return None
-        rows = conformed(self._read(*plan.lake.file_uris(files)), plan)
-        return rows.withColumn(_BUCKET, bucket_of(rows, plan.primary_key, buckets))
+        rows = conformed(self._read_lake(plan, files), plan)
+        return rows.withColumn(_BUCKET, bucket_of(rows, plan.primary_key, scheme))
 
     def _gone_keys(
-        self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, buckets: int
+        self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, scheme: BucketScheme
     ) -> DataFrame:
         """Keys in the lake that the source no longer has (empty unless reconciling deletes)."""
         key_columns = [F.col(f"`{c}`") for c in plan.primary_key]
         empty = delta.select(*key_columns, _BUCKET).limit(0)
         if not plan.reconcile or not existing:
             return empty.withColumn(_GONE, F.lit(True))
-        in_lake = self._read(*plan.lake.file_uris(existing)).select(*key_columns)
-        in_source = self._read(self._staged(plan, _KEYS))
+        in_lake = self._read_lake(plan, existing).select(*key_columns)
+        in_source = self.spark.read.parquet(self._staged(plan, _KEYS))
         gone = (
             in_lake.join(in_source, list(plan.primary_key), "left_anti")
             .join(delta.select(*key_columns), list(plan.primary_key), "left_anti")
             .distinct()
         )
-        return gone.withColumn(_BUCKET, bucket_of(gone, plan.primary_key, buckets)).withColumn(
+        return gone.withColumn(_BUCKET, bucket_of(gone, plan.primary_key, scheme)).withColumn(
             _GONE, F.lit(True)
         )
 
 
-def bucket_of(frame: DataFrame, key: tuple[str, ...], buckets: int) -> Column:
-    """The key's bucket, stable across int widths and independent of the session time zone."""
+def scheme_of(existing: list[DataFile]) -> BucketScheme | None:
+    """The lake's own bucketing wins over the config until the next full refresh."""
+    for f in existing:
+        if f.bucket is not None:
+            return f.bucket[0]
+    return None
+
+
+def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None) -> BucketScheme:
+    """Ranges of a single integer key keep recent keys together; any other key is hashed.
+
+    A range holds about `bucket_rows` rows if the keys are as dense as in this snapshot, and at
+    least `bucket_rows` key values, so a small first load doesn't leave a table of tiny buckets.
+    """
+    if low is None or high is None:
+        return BucketScheme("hash", plan.buckets)
+    span = high - low + 1
+    width = max(plan.bucket_rows, -(-span * plan.bucket_rows // max(rows, 1)))
+    return BucketScheme("range", width)
+
+
+def _integer_key(frame: DataFrame, plan: WritePlan) -> bool:
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    return len(plan.primary_key) == 1 and isinstance(
+        frame.schema[plan.primary_key[0]].dataType, integral
+    )
+
+
+def bucket_of(frame: DataFrame, key: tuple[str, ...], scheme: BucketScheme) -> Column:
+    """The key's bucket, independent of int widths and of the session time zone."""
+    if scheme.kind == "range":
+        return F.floor(F.col(f"`{key[0]}`").cast("bigint") / F.lit(scheme.size)).cast("bigint")
     parts = [_canonical(F.col(f"`{c}`"), frame.schema[c].dataType) for c in key]
-    return F.pmod(F.xxhash64(*parts), F.lit(buckets)).cast("int")
+    return F.pmod(F.xxhash64(*parts), F.lit(scheme.size)).cast("bigint")
 
 
 def _canonical(column: Column, data_type: T.DataType) -> Column:
@@ -156,15 +196,6 @@ def _canonical(column: Column, data_type: T.DataType) -> Column:
     if isinstance(data_type, T.DateType):
         return F.unix_date(column)
     return column
-
-
-def _bucket_count(existing: list[DataFile], plan: WritePlan) -> int:
-    """The lake's own bucket count wins over the config until the next full refresh."""
-    if not plan.replace_all:
-        for f in existing:
-            if f.bucket is not None:
-                return f.bucket[1]
-    return plan.buckets
 
 
 def _merge(
@@ -181,7 +212,9 @@ def _merge(
         )
     combined = combined.join(gone.drop(_BUCKET), list(plan.primary_key), "left")
     combined = combined.withColumn(_HASH, F.xxhash64(*[F.col(f"`{c}`") for c in data_columns]))
-    by_key = W.partitionBy(*[F.col(f"`{c}`") for c in plan.primary_key])
+    # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
+    combined = combined.repartition(_BUCKET)
+    by_key = W.partitionBy(F.col(_BUCKET), *[F.col(f"`{c}`") for c in plan.primary_key])
     ranked = (
         combined.withColumn(_RANK, F.row_number().over(by_key.orderBy(*_precedence(plan))))
         .withColumn(_IN_LAKE, F.max((F.col(_SOURCE) == 0).cast("int")).over(by_key))
@@ -227,14 +260,10 @@ def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
     return deleted
 
 
-def _named_adds(plan: WritePlan, buckets: int) -> list[tuple[str, str]]:
+def _named_adds(plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:
     adds = []
     for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _MERGED)):
         bucket = int(path.split("/", 1)[0].split("=", 1)[1])
-        adds.append(
-            (
-                f"{_MERGED}/{path}",
-                f"part-{bucket_group(bucket, buckets)}-{plan.txn}-{i:05d}.parquet",
-            )
-        )
+        name = f"part-{scheme.group(bucket)}-{plan.txn}-{i:05d}.parquet"
+        adds.append((f"{_MERGED}/{path}", name))
     return adds

@@ -26,6 +26,7 @@ _BOOKKEEPING = "_"
 @dataclass(frozen=True)
 class SchemaChange:
     target: T.StructType  # the lake's data columns after this run, bookkeeping excluded
+    lake: T.StructType | None = None  # the lake's schema before this run, bookkeeping included
     added: tuple[str, ...] = ()
     widened: tuple[tuple[str, str, str], ...] = ()
     dropped: tuple[str, ...] = ()
@@ -74,7 +75,11 @@ def plan_schema_change(
     by_name = {f.name: f for f in [*fields, *dropped]}
     ordered = [by_name[n] for n in order if n in by_name] + [by_name[n] for n in added]
     return SchemaChange(
-        T.StructType(ordered), tuple(added), tuple(widened), tuple(f.name for f in dropped)
+        T.StructType(ordered),
+        lake=lake,
+        added=tuple(added),
+        widened=tuple(widened),
+        dropped=tuple(f.name for f in dropped),
     )
 
 
@@ -90,6 +95,10 @@ def _widens(old: T.DataType, new: T.DataType) -> bool:
 
 def conform(frame: DataFrame, target: T.StructType) -> DataFrame:
     """The frame with exactly the target's data columns (cast, or NULL where missing), then ours."""
+    if [
+        (f.name, f.dataType) for f in frame.schema.fields if not f.name.startswith(_BOOKKEEPING)
+    ] == [(f.name, f.dataType) for f in target.fields]:
+        return frame
     present = set(frame.columns)
     columns = [
         (

@@ -31,6 +31,7 @@ def _plan(lake: LakeTable, batch: int, **changes: object) -> WritePlan:
         "cursor_column": "c",
         "delete_column": "gone",
         "buckets": 4,
+        "bucket_rows": 50,
         "compression": "zstd",
         "max_rows_per_file": 1_000_000,
     }
@@ -164,7 +165,7 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
     spark: SparkSession, lake: LakeTable
 ) -> None:
     writer = MergeWriter(spark)
-    initial = spark.createDataFrame([(i, "v", 1, None) for i in range(1, 201)], SCHEMA)
+    initial = spark.createDataFrame([(i, "v", 1, None) for i in range(200)], SCHEMA)
     _write(writer, initial, _plan(lake, 1, replace_all=True))
     before = {f.group: f.name for f in lake.data_files()}
     assert len(before) == 4
@@ -246,3 +247,26 @@ def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging
     assert (root / "part-b000000000001-tx1-00000.parquet").read_bytes() == b"new"
     assert not list((root / "_journal").iterdir()) and not list((root / "_staging").iterdir())
     assert notes == ["rolled forward commit tx1", "removed uncommitted staging tx2"]
+
+
+def test_integer_keys_are_bucketed_by_range_and_other_keys_by_hash(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    ranged, hashed = LakeTable(str(tmp_path / "ranged")), LakeTable(str(tmp_path / "hashed"))
+    rows = [(i, "v", 1, None) for i in range(200)]
+    _write(
+        MergeWriter(spark), spark.createDataFrame(rows, SCHEMA), _plan(ranged, 1, replace_all=True)
+    )
+    as_text = spark.createDataFrame(
+        [(str(i), "v", 1, None) for i in range(200)], "id string, v string, c long, gone boolean"
+    )
+    _write(MergeWriter(spark), as_text, _plan(hashed, 1, replace_all=True))
+
+    assert sorted(f.group for f in ranged.data_files()) == [f"rp{i:012d}w50" for i in range(4)]
+    assert {f.group for f in hashed.data_files()} <= {f"h{i:05d}of00004" for i in range(4)}
+    # New keys past the end land in a new range; the ranges holding old keys are not rewritten.
+    before = {f.name for f in ranged.data_files()}
+    _write(
+        MergeWriter(spark), spark.createDataFrame([(250, "new", 2, None)], SCHEMA), _plan(ranged, 2)
+    )
+    assert before < {f.name for f in ranged.data_files()}
