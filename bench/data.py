@@ -44,11 +44,15 @@ def create_orders(conn: psycopg.Connection, rows: int) -> None:
     conn.execute(f"VACUUM ANALYZE {SCHEMA}.orders")
 
 
-def apply_changes(conn: psycopg.Connection, rows: int, *, inserted: int, updated: int, recent: bool) -> None:
+def apply_changes(
+    conn: psycopg.Connection, rows: int, *, inserted: int, updated: int, recent: bool
+) -> None:
     """Insert new ids past the maximum and update existing rows, spread out or the most recent."""
     (max_id,) = conn.execute(f"SELECT max(id) FROM {SCHEMA}.orders").fetchone()  # type: ignore[misc]
     if inserted:
-        conn.execute(f"INSERT INTO {SCHEMA}.orders {_rows(max_id + 1, max_id + inserted, 'clock_timestamp()')}")
+        conn.execute(
+            f"INSERT INTO {SCHEMA}.orders {_rows(max_id + 1, max_id + inserted, 'clock_timestamp()')}"
+        )
     if updated:
         if recent:
             chosen = f"id > {max_id - updated} AND id <= {max_id}"

@@ -2,6 +2,7 @@
 
 * `ours`: the Dagster asset, materialized in-process with a persistent instance; one Spark session
   (local[*]) serves every run, as the all-tables job shares it.
+* `ours_arrow`: the same with the Arrow-native reader (`reader: arrow`) instead of JDBC.
 * `copy`: the floor, `COPY (SELECT ...) TO STDOUT (FORMAT binary)` into /dev/null.
 * `adbc`: the best single-process path: ADBC to Arrow record batches, streamed into a zstd
   Parquet file with pyarrow.
@@ -25,6 +26,7 @@ from bench.data import SCHEMA
 
 class Ours:
     name = "ours"
+    reader = "jdbc"
 
     def __init__(self, workdir: Path, pg_url: str, jdbc: dict[str, str]) -> None:
         import dagster as dg
@@ -35,12 +37,23 @@ class Ours:
         from incremental_assets.resources import IncrementalSparkResource
         from incremental_assets.translator import IncrementalAssetsTranslator
 
-        common = {"source": "pg", "table": f"{SCHEMA}.orders", "cursor": "updated_at", "primary_key": ["id"]}
+        common = {
+            "source": "pg",
+            "table": f"{SCHEMA}.orders",
+            "cursor": "updated_at",
+            "primary_key": ["id"],
+        }
         config = {
-            "spark": {"master": "local[*]", "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}},
+            "spark": {
+                "master": "local[*]",
+                "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "4g"},
+            },
             "lake": {"path": str(workdir / "lake")},
-            "sources": {"pg": {"type": "jdbc", **jdbc}},
-            "tables": [{"name": "orders", "mode": "append", **common}, {"name": "orders_merge", "mode": "merge", **common}],
+            "sources": {"pg": {"type": "jdbc", "reader": self.reader, **jdbc}},
+            "tables": [
+                {"name": "orders", "mode": "append", **common},
+                {"name": "orders_merge", "mode": "merge", **common},
+            ],
         }
         (workdir / "incremental_assets.yaml").write_text(yaml.safe_dump(config))
         self.project = load_project(workdir / "incremental_assets.yaml")
@@ -50,7 +63,9 @@ class Ours:
         self.spark = IncrementalSparkResource.from_spec(self.project.spark)
         self.spark.spark_session.range(1).count()  # start the session outside the measurements
         translator = IncrementalAssetsTranslator(self.project.lake)
-        self.assets = {t.name: build_table_asset(self.project, t, translator) for t in self.project.tables}
+        self.assets = {
+            t.name: build_table_asset(self.project, t, translator) for t in self.project.tables
+        }
         self.dg = dg
 
     def _run(self, table: str, full_refresh: bool = False) -> dict[str, Any]:
@@ -60,7 +75,12 @@ class Ours:
             resources={"spark": self.spark},
             run_config={"ops": {table: {"config": {"full_refresh": full_refresh}}}},
         )
-        metadata = {k: v.value for k, v in result.get_asset_materialization_events()[0].materialization.metadata.items()}
+        metadata = {
+            k: v.value
+            for k, v in result.get_asset_materialization_events()[
+                0
+            ].materialization.metadata.items()
+        }
         changed = sum(metadata.get(k, 0) for k in ("rows_inserted", "rows_updated", "rows_deleted"))
         return {
             "rows": metadata["rows_extracted"],
@@ -83,6 +103,13 @@ class Ours:
         return self._run("orders_merge", full_refresh=True)
 
 
+class OursArrow(Ours):
+    """Ours with the Arrow-native reader (`reader: arrow`) in place of JDBC."""
+
+    name = "ours_arrow"
+    reader = "arrow"
+
+
 def _query(since: str | None) -> str:
     where = f" WHERE updated_at > TIMESTAMPTZ '{since}'" if since else ""
     return f"SELECT * FROM {SCHEMA}.orders{where}"
@@ -96,11 +123,15 @@ class Copy:
 
     def _copy(self, since: str | None) -> dict[str, Any]:
         size = 0
-        with psycopg.connect(self.pg_url) as conn, conn.cursor() as cursor, open(os.devnull, "wb") as sink:
-            with cursor.copy(f"COPY ({_query(since)}) TO STDOUT (FORMAT binary)") as copy:
-                for chunk in copy:
-                    size += len(chunk)
-                    sink.write(chunk)
+        with (
+            psycopg.connect(self.pg_url) as conn,
+            conn.cursor() as cursor,
+            open(os.devnull, "wb") as sink,
+            cursor.copy(f"COPY ({_query(since)}) TO STDOUT (FORMAT binary)") as copy,
+        ):
+            for chunk in copy:
+                size += len(chunk)
+                sink.write(chunk)
         # The floor counts nothing; the harness takes the row count from another engine's run.
         return {"rows": None, "files": 0, "bytes": size}
 
@@ -166,10 +197,17 @@ class Dlt:
         from dlt.sources.sql_database import sql_table
 
         table = sql_table(
-            credentials=self.url, schema=SCHEMA, table="orders", backend="pyarrow",
+            credentials=self.url,
+            schema=SCHEMA,
+            table="orders",
+            backend="pyarrow",
             incremental=dlt.sources.incremental("updated_at") if incremental else None,
         )
-        info = pipeline.run(table, loader_file_format="parquet", write_disposition="append" if incremental else "replace")
+        info = pipeline.run(
+            table,
+            loader_file_format="parquet",
+            write_disposition="append" if incremental else "replace",
+        )
         rows = pipeline.last_trace.last_normalize_info.row_counts.get("orders", 0)
         files = sum(len(package.jobs["completed_jobs"]) for package in info.load_packages)
         return {"rows": rows, "files": files}
@@ -182,4 +220,4 @@ class Dlt:
         return self._run(self._pipeline("incremental"), incremental=True)
 
 
-ENGINES = {engine.name: engine for engine in (Ours, Copy, Adbc, Dlt)}
+ENGINES = {engine.name: engine for engine in (Ours, OursArrow, Copy, Adbc, Dlt)}

@@ -39,11 +39,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Worker:
-    def __init__(self, name: str, workdir: Path, pg_url: str, server_pid: int, jdbc: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, workdir: Path, pg_url: str, server_pid: int, jdbc: dict[str, str]
+    ) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.worker", name, str(workdir / name), pg_url, str(server_pid), json.dumps(jdbc)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "bench.worker",
+                name,
+                str(workdir / name),
+                pg_url,
+                str(server_pid),
+                json.dumps(jdbc),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         self._read()
 
@@ -73,8 +87,14 @@ def postgres() -> Iterator[tuple[str, dict[str, str]]]:
     external = os.environ.get("INCREMENTAL_ASSETS_BENCH_PG")
     if external:
         url = urlparse(external)
-        yield external, {"url": f"jdbc:postgresql://{url.hostname}:{url.port or 5432}{url.path}",
-                         "user": url.username or "", "password": url.password or ""}
+        yield (
+            external,
+            {
+                "url": f"jdbc:postgresql://{url.hostname}:{url.port or 5432}{url.path}",
+                "user": url.username or "",
+                "password": url.password or "",
+            },
+        )
         return
     from incremental_assets_tests.postgres import postgres_server
 
@@ -95,19 +115,30 @@ def postmaster_pid(conn: Any) -> int:
 def main() -> None:
     import psycopg
 
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--engines", default="ours,copy,adbc,dlt")
-    parser.add_argument("--smoke", action="store_true", help="10k rows, one repetition, no report")
+    parser.add_argument("--engines", default="ours,ours_arrow,copy,adbc,dlt")
+    parser.add_argument(
+        "--smoke", action="store_true", help="10k rows, one repetition, no report by default"
+    )
     parser.add_argument("--out", type=Path, default=None, help="the results file (JSON)")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="the report (default: BENCHMARKS.md)"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.rows, args.repeats = 10_000, 1
     engines = args.engines.split(",")
     started = datetime.now(UTC)
     results: list[dict[str, Any]] = []
-    with postgres() as (pg_url, jdbc), psycopg.connect(pg_url, autocommit=True) as conn, ExitStack() as stack:
+    with (
+        postgres() as (pg_url, jdbc),
+        psycopg.connect(pg_url, autocommit=True) as conn,
+        ExitStack() as stack,
+    ):
         print(f"generating {args.rows:,} rows ...", flush=True)
         data.create_orders(conn, args.rows)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-bench-")))
@@ -121,7 +152,10 @@ def main() -> None:
                 outcome = workers[name].run(op, since)
                 outcome.update(scenario=scenario, engine=name)
                 results.append(outcome)
-                print(f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows", flush=True)
+                print(
+                    f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows",
+                    flush=True,
+                )
 
         for _ in range(args.repeats):
             step("S1", "full", "")
@@ -134,25 +168,39 @@ def main() -> None:
                 since = data.newest(conn)
                 changed = round(args.rows * fraction)
                 if changed:
-                    data.apply_changes(conn, args.rows, inserted=changed // 2, updated=changed - changed // 2, recent=False)
+                    data.apply_changes(
+                        conn,
+                        args.rows,
+                        inserted=changed // 2,
+                        updated=changed - changed // 2,
+                        recent=False,
+                    )
                 step(scenario, "incremental", since)
         if "ours" in workers:
             workers["ours"].run("merge_setup", "")
             for scenario, recent in (("S4 clustered", True), ("S4 uniform", False)):
                 for _ in range(args.repeats):
                     since = data.newest(conn)
-                    data.apply_changes(conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent)
+                    data.apply_changes(
+                        conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent
+                    )
                     step(scenario, "merge", since, only=["ours"])
     _fill_uncounted(results)
     out = args.out or ROOT / "bench" / "results" / f"{started:%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"rows": args.rows, "repeats": args.repeats, "started": started.isoformat(), "machine": _machine(),
-            "command": " ".join(["python -m bench.run", *sys.argv[1:]])}
+    meta = {
+        "rows": args.rows,
+        "repeats": args.repeats,
+        "started": started.isoformat(),
+        "machine": _machine(),
+        "command": " ".join(["python -m bench.run", *sys.argv[1:]]),
+    }
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"results: {out}")
-    if not args.smoke:
-        write_report(meta, results, ROOT / "BENCHMARKS.md")
-        print("report: BENCHMARKS.md")
+    report = args.report or (None if args.smoke else ROOT / "BENCHMARKS.md")
+    if report is not None:
+        write_report(meta, results, report)
+        print(f"report: {report}")
 
 
 def _fill_uncounted(results: list[dict[str, Any]]) -> None:
@@ -161,14 +209,34 @@ def _fill_uncounted(results: list[dict[str, Any]]) -> None:
     for result in results:
         if result["rows"] is None:
             same = [r for r in counted if r["scenario"] == result["scenario"]]
-            position = [r for r in results if r["scenario"] == result["scenario"] and r["engine"] == result["engine"]].index(result)
+            position = [
+                r
+                for r in results
+                if r["scenario"] == result["scenario"] and r["engine"] == result["engine"]
+            ].index(result)
             peers = [r for r in same if r["engine"] == "adbc"] or same
             result["rows"] = peers[min(position, len(peers) - 1)]["rows"] if peers else 0
 
 
 def _machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
-    memory = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))) // 1024**2
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "?",
+    )
+    memory = (
+        int(
+            next(
+                line.split()[1]
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            )
+        )
+        // 1024**2
+    )
     return f"{os.cpu_count()} cores ({cpu}), {memory} GiB, {platform.platform()}, Python {platform.python_version()}"
 
 

@@ -25,7 +25,12 @@ def main() -> None:
         command = json.loads(line)
         with measured(int(server_pid) if server_pid != "0" else None) as sample:
             result = getattr(engine, command["op"])(command.get("since"))
-        result.update(wall=sample.wall, cpu_client=sample.cpu_client, cpu_server=sample.cpu_server, peak_rss=sample.peak_rss)
+        result.update(
+            wall=sample.wall,
+            cpu_client=sample.cpu_client,
+            cpu_server=sample.cpu_server,
+            peak_rss=sample.peak_rss,
+        )
         print(json.dumps(result), flush=True)
 
 

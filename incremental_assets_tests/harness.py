@@ -26,6 +26,7 @@ from incremental_assets_tests.postgres import PostgresServer
 
 
 def write_project(directory: Path, config: Mapping[str, Any]) -> Project:
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "incremental_assets.yaml"
     path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
     return load_project(path)
@@ -197,6 +198,7 @@ def write_cli_config(
         "sources": sources,
         "tables": tables,
     }
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "incremental_assets.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from incremental_assets.cursor import decode_wire
 from incremental_assets.probes import connect_args
 from incremental_assets.sources.base import Bounds, Partitioning
 from incremental_assets.sources.failures import failures_of
@@ -72,8 +74,6 @@ class ArrowPostgresSource(JdbcSource):
         self, partitioning: Partitioning | None, bounds: tuple[int | None, int | None]
     ) -> str:
         """The JDBC ranges compare read-as-epoch columns; here the column is read as it is."""
-        from incremental_assets.cursor import decode_wire
-
         low, high = bounds
         if partitioning is None or (low is None and high is None):
             return "TRUE"
@@ -93,8 +93,6 @@ class ArrowPostgresSource(JdbcSource):
 
 def _uri(source: Any) -> str:
     args = connect_args(source)
-    from urllib.parse import quote
-
     credentials = ""
     if args.get("user"):
         credentials = quote(args["user"], safe="")

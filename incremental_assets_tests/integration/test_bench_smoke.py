@@ -1,0 +1,41 @@
+"""The benchmark harness keeps working: `python -m bench.run --smoke` (10k rows, one run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES = ("ours", "ours_arrow", "copy", "adbc", "dlt")
+
+
+def test_the_smoke_benchmark_runs_every_scenario_for_every_engine(tmp_path: Path) -> None:
+    out, report = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--smoke", "--out", str(out), "--report", str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    results = json.loads(out.read_text())["results"]
+    rows = {(r["scenario"], r["engine"]): r["rows"] for r in results}
+    for engine in ENGINES:
+        assert rows[("S1", engine)] == 10_000, engine
+        assert ("S0", engine) in rows and ("S3", engine) in rows
+    # 0.1% of 10k rows changed: 5 inserted, 5 updated; ours also re-reads the boundary row.
+    assert rows[("S2", "adbc")] == 10
+    assert rows[("S2", "dlt")] >= 10
+    assert 10 <= rows[("S2", "ours")] <= 11
+    merges = [r for r in results if r["scenario"].startswith("S4")]
+    assert {r["scenario"] for r in merges} == {"S4 clustered", "S4 uniform"}
+    assert all(r["rows_changed"] == 100 and r["rows_rewritten"] >= 100 for r in merges)
+
+    text = report.read_text()
+    for heading in ("| S1 |", "| S0 |", "| S2 |", "| S3 |", "| S4 clustered |", "| S4 uniform |"):
+        assert heading in text
+    assert "S1 within 2x of ADBC -> Parquet (ours)" in text
