@@ -7,7 +7,7 @@ HOME_DIR := $(CURDIR)/.dagster_home
 # `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
 DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
-.PHONY: install demo ui test lint clean browser
+.PHONY: install demo ui test lint clean browser bench
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ browser:
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "make test needs Debian's chromium for the UI test: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+# 10M rows, 5 repetitions, every peer; writes BENCHMARKS.md (about an hour on 2 cores).
+bench: install
+	$(BIN)/python -m bench.run
 
 lint: install
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
