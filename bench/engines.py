@@ -28,7 +28,14 @@ class Ours:
     name = "ours"
     reader = "jdbc"
 
-    def __init__(self, workdir: Path, pg_url: str, jdbc: dict[str, str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        pg_url: str,
+        jdbc: dict[str, str],
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        """`settings` overrides parts of the configuration: `source`, `lake`, `spark_conf`."""
         import dagster as dg
         import yaml
 
@@ -43,13 +50,20 @@ class Ours:
             "cursor": "updated_at",
             "primary_key": ["id"],
         }
+        settings = settings or {}
         config = {
             "spark": {
                 "master": "local[*]",
-                "conf": {"spark.ui.enabled": "false", "spark.driver.memory": "4g"},
+                "conf": {
+                    "spark.ui.enabled": "false",
+                    "spark.driver.memory": "4g",
+                    **settings.get("spark_conf", {}),
+                },
             },
-            "lake": {"path": str(workdir / "lake")},
-            "sources": {"pg": {"type": "jdbc", "reader": self.reader, **jdbc}},
+            "lake": {"path": str(workdir / "lake"), **settings.get("lake", {})},
+            "sources": {
+                "pg": {"type": "jdbc", "reader": self.reader, **jdbc, **settings.get("source", {})}
+            },
             "tables": [
                 {"name": "orders", "mode": "append", **common},
                 {"name": "orders_merge", "mode": "merge", **common},
@@ -67,6 +81,7 @@ class Ours:
             t.name: build_table_asset(self.project, t, translator) for t in self.project.tables
         }
         self.dg = dg
+        self.lake = workdir / "lake"
 
     def _run(self, table: str, full_refresh: bool = False) -> dict[str, Any]:
         result = self.dg.materialize(
@@ -88,6 +103,7 @@ class Ours:
             "engine_seconds": metadata["extract_seconds"] + metadata["write_seconds"],
             "rows_rewritten": metadata.get("rows_rewritten"),
             "rows_changed": changed if "rows_inserted" in metadata else None,
+            "bytes": sum(f.stat().st_size for f in (self.lake / table).glob("part-*.parquet")),
         }
 
     def full(self, since: str) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
@@ -161,7 +163,22 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], path: Path
     for scenario in ORDER:
         if (scenario, "ours") in medians:
             lines += _scenario_table(scenario, medians, engines)
-    notes = Path(__file__).with_name("NOTES.md")
-    if notes.exists():
-        lines += [notes.read_text().strip(), ""]
+    for part in ("LEVERS.md", "NOTES.md"):
+        extra = Path(__file__).with_name(part)
+        if extra.exists():
+            lines += [extra.read_text().strip(), ""]
     path.write_text("\n".join(lines))
+
+
+def main() -> None:
+    """Render BENCHMARKS.md again from a results file (after editing bench/NOTES.md)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.report")
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--report", type=Path, default=Path(__file__).parents[1] / "BENCHMARKS.md")
+    args = parser.parse_args()
+    loaded = json.loads(args.results.read_text())
+    write_report(loaded["meta"], loaded["results"], args.report)
+
+
+if __name__ == "__main__":
+    main()

@@ -40,7 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class Worker:
     def __init__(
-        self, name: str, workdir: Path, pg_url: str, server_pid: int, jdbc: dict[str, str]
+        self,
+        name: str,
+        workdir: Path,
+        pg_url: str,
+        server_pid: int,
+        jdbc: dict[str, str],
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.process = subprocess.Popen(
@@ -53,13 +59,14 @@ class Worker:
                 pg_url,
                 str(server_pid),
                 json.dumps(jdbc),
+                json.dumps(settings or {}),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
         )
-        self._read()
+        self.startup = float(self._read().get("startup", 0.0))
 
     def _read(self) -> dict[str, Any]:
         assert self.process.stdout is not None
