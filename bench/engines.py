@@ -2,7 +2,6 @@
 
 * `ours`: the Dagster asset, materialized in-process with a persistent instance; one Spark session
   (local[*]) serves every run, as the all-tables job shares it.
-* `ours_arrow`: the same with the Arrow-native reader (`reader: arrow`) instead of JDBC.
 * `copy`: the floor, `COPY (SELECT ...) TO STDOUT (FORMAT binary)` into /dev/null.
 * `adbc`: the best single-process path: ADBC to Arrow record batches, streamed into a zstd
   Parquet file with pyarrow.
@@ -26,7 +25,6 @@ from bench.data import SCHEMA
 
 class Ours:
     name = "ours"
-    reader = "jdbc"
 
     def __init__(
         self,
@@ -61,9 +59,7 @@ class Ours:
                 },
             },
             "lake": {"path": str(workdir / "lake"), **settings.get("lake", {})},
-            "sources": {
-                "pg": {"type": "jdbc", "reader": self.reader, **jdbc, **settings.get("source", {})}
-            },
+            "sources": {"pg": {"type": "jdbc", **jdbc, **settings.get("source", {})}},
             "tables": [
                 {"name": "orders", "mode": "append", **common},
                 {"name": "orders_merge", "mode": "merge", **common},
@@ -117,13 +113,6 @@ class Ours:
 
     def merge_setup(self, since: str) -> dict[str, Any]:
         return self._run("orders_merge", full_refresh=True)
-
-
-class OursArrow(Ours):
-    """Ours with the Arrow-native reader (`reader: arrow`) in place of JDBC."""
-
-    name = "ours_arrow"
-    reader = "arrow"
 
 
 def _query(since: str | None) -> str:
@@ -236,4 +225,4 @@ class Dlt:
         return self._run(self._pipeline("incremental"), incremental=True)
 
 
-ENGINES = {engine.name: engine for engine in (Ours, OursArrow, Copy, Adbc, Dlt)}
+ENGINES = {engine.name: engine for engine in (Ours, Copy, Adbc, Dlt)}

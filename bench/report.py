@@ -92,16 +92,15 @@ def _targets(m: dict[tuple[str, str], dict[str, float]]) -> list[str]:
 
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     dlt_s1, adbc_s1 = get("S1", "dlt", "rows_per_s"), get("S1", "adbc", "wall")
-    for engine in ("ours", "ours_arrow"):
-        rate, wall = get("S1", engine, "rows_per_s"), get("S1", engine, "wall")
-        if rate and dlt_s1:
-            lines.append(
-                f"| S1 throughput at least dlt's ({engine}) | {rate:,.0f} vs {dlt_s1:,.0f} rows/s ({rate / dlt_s1:.2f}x) | {'yes' if rate >= dlt_s1 else 'no'} |"
-            )
-        if wall and adbc_s1:
-            lines.append(
-                f"| S1 within 2x of ADBC -> Parquet ({engine}) | {wall / adbc_s1:.2f}x ADBC's wall time | {'yes' if wall <= 2 * adbc_s1 else 'no'} |"
-            )
+    rate, wall = get("S1", "ours", "rows_per_s"), get("S1", "ours", "wall")
+    if rate and dlt_s1:
+        lines.append(
+            f"| S1 throughput at least dlt's | {rate:,.0f} vs {dlt_s1:,.0f} rows/s ({rate / dlt_s1:.2f}x) | {'yes' if rate >= dlt_s1 else 'no'} |"
+        )
+    if wall and adbc_s1:
+        lines.append(
+            f"| S1 within 2x of ADBC -> Parquet | {wall / adbc_s1:.2f}x ADBC's wall time | {'yes' if wall <= 2 * adbc_s1 else 'no'} |"
+        )
     s0, s2 = get("S0", "ours", "wall"), get("S2", "ours", "wall")
     if s0 and s2:
         lines.append(
@@ -123,9 +122,7 @@ def _targets(m: dict[tuple[str, str], dict[str, float]]) -> list[str]:
 
 def write_report(meta: dict[str, Any], results: list[dict[str, Any]], path: Path) -> None:
     medians = _medians(results)
-    engines = [
-        e for e in ("ours", "ours_arrow", "copy", "adbc", "dlt") if any(k[1] == e for k in medians)
-    ]
+    engines = [e for e in ("ours", "copy", "adbc", "dlt") if any(k[1] == e for k in medians)]
     summary = ["| scenario | " + " | ".join(engines) + " |", "|---|" + "---:|" * len(engines)]
     for scenario in ORDER:
         if (scenario, "ours") not in medians:
@@ -148,7 +145,7 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], path: Path
         "(the JVM included) plus the PostgreSQL server's processes, per million rows read. Peak memory is the "
         "engine's process tree, sampled every 50 ms. Each engine sees the same source changes.",
         "- **Engines:** ours (the Dagster asset, materialized in-process with a persistent instance; one warm "
-        "Spark session, local[*]; JDBC reader), ours_arrow (the same with `reader: arrow`), copy (`COPY ... TO STDOUT (FORMAT binary)` to /dev/null: the floor), adbc "
+        "Spark session, local[*]; JDBC reader), copy (`COPY ... TO STDOUT (FORMAT binary)` to /dev/null: the floor), adbc "
         "(ADBC to Arrow, streamed into a zstd Parquet file), dlt (`sql_table`, pyarrow backend, Parquet on a "
         "filesystem destination, incremental on updated_at).",
         "",

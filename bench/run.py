@@ -127,7 +127,7 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--engines", default="ours,ours_arrow,copy,adbc,dlt")
+    parser.add_argument("--engines", default="ours,copy,adbc,dlt")
     parser.add_argument(
         "--smoke", action="store_true", help="10k rows, one repetition, no report by default"
     )

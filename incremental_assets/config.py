@@ -127,10 +127,6 @@ class JdbcSourceSettings(_Model):
     fetchsize: int = Field(10_000, gt=0)
     max_partitions: int | None = Field(None, gt=0)
     rows_per_partition: int = Field(250_000, gt=0)
-    reader: Literal["jdbc", "arrow"] = Field(
-        "jdbc",
-        description="jdbc: Spark's JDBC reader; arrow: ADBC record batches through a Python data source.",
-    )
 
     @field_validator("url")
     @classmethod
@@ -575,7 +571,6 @@ def _resolve_source(
             fetchsize=s.fetchsize,
             max_partitions=s.max_partitions,
             rows_per_partition=s.rows_per_partition,
-            reader=s.reader,
         )
     return FilesSourceSpec(
         name=name,

@@ -427,7 +427,7 @@ def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:
 
 def _failure(table: TableSpec, lake: LakeTable, exc: Exception) -> IncrementalAssetsError:
     messages = " ".join(root_messages(exc))
-    source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION", "arrow_reader.py")
+    source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION")
     if any(mark in messages for mark in source_marks):
         return source_error(table, exc, "reading the rows")
     return lake_error(table.name, lake.uri, root_messages(exc)[-1])

@@ -8,8 +8,6 @@ is left running.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import dagster as dg
@@ -60,8 +58,6 @@ class IncrementalSparkResource(LazyPySparkResource):
 
     def _start_local(self) -> SparkSession:
         self._owns_session = SparkSession.getActiveSession() is None
-        # Python tasks (the arrow reader) run this interpreter unless told otherwise.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = SparkSession.builder
         for key, value in self.spark_config.items():
             builder = builder.config(key, str(value))

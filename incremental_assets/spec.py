@@ -32,7 +32,6 @@ class JdbcSourceSpec:
     fetchsize: int = 10_000
     max_partitions: int | None = None
     rows_per_partition: int = 250_000
-    reader: str = "jdbc"  # or "arrow"
 
     kind = "postgres"
 

@@ -12,9 +12,5 @@ from incremental_assets.spec import JdbcSourceSpec, TableSpec
 
 def open_source(spark: SparkSession, table: TableSpec) -> Source:
     if isinstance(table.source, JdbcSourceSpec):
-        if table.source.reader == "arrow":
-            from incremental_assets.sources.arrow_reader import ArrowPostgresSource
-
-            return ArrowPostgresSource(spark, table)
         return JdbcSource(spark, table)
     return FilesSource(spark, table)
