@@ -7,7 +7,7 @@ HOME_DIR := $(CURDIR)/.dagster_home
 # `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
 DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
-.PHONY: install demo ui test lint clean browser bench
+.PHONY: install demo ui test lint clean system java bench
 
 install: $(STAMP)
 
@@ -23,7 +23,7 @@ $(HOME_DIR)/dagster.yaml: dagster.yaml
 	cp dagster.yaml $(HOME_DIR)/dagster.yaml
 
 # Seed the example shop's landing folder, load every table, change the source, load again.
-demo: install
+demo: install java
 	rm -rf .demo $(HOME_DIR)
 	$(MAKE) --no-print-directory $(HOME_DIR)/dagster.yaml
 	$(BIN)/python -m incremental_assets.demo seed .demo/landing
@@ -38,14 +38,23 @@ demo: install
 ui: install $(HOME_DIR)/dagster.yaml
 	DAGSTER_HOME=$(HOME_DIR) $(BIN)/dagster dev
 
-test: install browser
+test: install system
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
 	$(BIN)/python -m pytest
 
-# The UI test drives Debian's chromium (Playwright can't download its own browser here).
-browser:
+# What the tests need from the system: PostgreSQL's binaries (the suite starts its own server) and
+# Debian's chromium for the UI test (Playwright can't download its own browser here). Installed
+# with apt when running as root; otherwise the message says what to install.
+java:
+	@command -v java >/dev/null || { echo "Spark needs Java 17 (or 21) on PATH: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
+
+APT_INSTALL = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
+system: java
+	@[ -n "$$INCREMENTAL_ASSETS_TEST_PG" ] || command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) postgresql; \
+	  else echo "make test needs PostgreSQL's binaries: sudo apt-get install postgresql (or set INCREMENTAL_ASSETS_TEST_PG)" >&2; exit 1; fi; }
 	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) chromium; \
 	  else echo "make test needs Debian's chromium for the UI test: sudo apt-get install chromium" >&2; exit 1; fi; }
 
 # 10M rows, 5 repetitions, every peer; writes BENCHMARKS.md (about an hour on 2 cores).

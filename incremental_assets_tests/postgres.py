@@ -66,7 +66,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _binary(name: str) -> str:
+    """A PostgreSQL program from PATH, or from Debian's versioned directory (not on PATH there)."""
+    found = shutil.which(name) or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)),
+        None,
+    )
+    if found is None:
+        raise RuntimeError(
+            f"The tests start their own PostgreSQL, but `{name}` is neither on PATH nor in "
+            "/usr/lib/postgresql/*/bin. Install PostgreSQL (apt-get install postgresql), or set "
+            f"{EXTERNAL_ENV}=postgresql://user:password@host:5432/db to use a running server."
+        )
+    return found
+
+
 def _as_postgres(command: list[str]) -> list[str]:
+    command = [_binary(command[0]), *command[1:]]
     return ["runuser", "-u", SUPERUSER, "--", *command] if os.geteuid() == 0 else command
 
 
