@@ -166,19 +166,31 @@ def test_the_window_predicate_is_what_reaches_the_server(
 
 
 @pytest.mark.parametrize(
-    ("column_type", "values", "expected_cursor"),
+    ("column_type", "values", "cursors", "literals"),
     [
-        ("bigint", ["9007199254740993", "9007199254740995"], "9007199254740995"),
+        (
+            "bigint",
+            ["9007199254740993", "9007199254740995"],
+            ["9007199254740993", "9007199254740995"],
+            ["9007199254740993", "9007199254740995"],
+        ),
         (
             "numeric(30, 10)",
             ["12345678901234567890.0000000001", "12345678901234567890.0000000003"],
-            "12345678901234567890.0000000003",
+            ["12345678901234567890.0000000001", "12345678901234567890.0000000003"],
+            ["12345678901234567890.0000000001", "12345678901234567890.0000000003"],
         ),
-        ("date", ["DATE '0001-01-01'", "DATE '2024-02-29'"], "2024-02-29"),
+        (
+            "date",
+            ["DATE '0001-01-01'", "DATE '2024-02-29'"],
+            ["0001-01-01", "2024-02-29"],
+            ["DATE '0001-01-01'", "DATE '2024-02-29'"],
+        ),
         (
             "timestamp",
             ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"],
-            "2025-10-26T02:59:59.999999",
+            ["2025-03-30T02:30:00.000001", "2025-10-26T02:59:59.999999"],
+            ["TIMESTAMP '2025-03-30 02:30:00.000001'", "TIMESTAMP '2025-10-26 02:59:59.999999'"],
         ),
         (
             "timestamptz",
@@ -186,7 +198,11 @@ def test_the_window_predicate_is_what_reaches_the_server(
                 "TIMESTAMPTZ '2025-01-01 00:00:00.000001+05:30'",
                 "TIMESTAMPTZ '2025-06-30 23:59:59.999999-07'",
             ],
-            "2025-07-01T06:59:59.999999+00:00",
+            ["2024-12-31T18:30:00.000001+00:00", "2025-07-01T06:59:59.999999+00:00"],
+            [
+                "TIMESTAMPTZ '2024-12-31 18:30:00.000001+00:00'",
+                "TIMESTAMPTZ '2025-07-01 06:59:59.999999+00:00'",
+            ],
         ),
     ],
 )
@@ -197,18 +213,27 @@ def test_every_cursor_type_round_trips_exactly(
     spark_resource: IncrementalSparkResource,
     column_type: str,
     values: list[str],
-    expected_cursor: str,
+    cursors: list[str],
+    literals: list[str],
 ) -> None:
     pg.execute(f"CREATE TABLE orders (id int PRIMARY KEY, c {column_type})")
     pg.execute(f"INSERT INTO orders VALUES (1, {values[0]})")
     project = _project(tmp_path, pg, mode="append", cursor="c", primary_key=["id"])
-    assert materialize(project, "orders", instance, spark_resource).success
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    assert first.metadata["cursor"] == cursors[0]
     pg.execute(f"INSERT INTO orders VALUES (2, {values[1]})")
 
     run = materialize(project, "orders", instance, spark_resource)
 
     assert run.success, run.failure
-    assert run.metadata["cursor"] == expected_cursor
+    # The stored text comes back as the exact lower bound: any drift would show in the SQL.
+    assert run.metadata["previous_cursor"] == cursors[0]
+    assert run.metadata["extract_filter"] == f'"c" >= {literals[0]} AND "c" <= {literals[1]}'
+    assert run.metadata["cursor"] == cursors[1]
+    assert (
+        run.metadata["rows_extracted"] == 2
+    )  # the row on the lower bound, read again, and the new one
     assert run.metadata["rows_written"] == 1
     lake = read_lake(tmp_path / "lake", "orders")
     source = dict(pg.query("SELECT id, c FROM orders"))
