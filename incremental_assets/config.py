@@ -28,6 +28,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+from pydantic_core import ErrorDetails
 
 from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError
@@ -329,9 +330,10 @@ def load_project(path: str | os.PathLike[str] | None = None) -> Project:
     """Read, validate and resolve the configuration. Raises ConfigError listing every problem."""
     file = Path(path).resolve() if path is not None else config_path()
     raw = _read_yaml(file)
-    problems: list[Problem] = []
-    raw = _substitute_env(raw, (), problems)
-    project = _validate(raw, file, problems)
+    unset: list[tuple[tuple[Any, ...], str]] = []
+    substituted = _substitute_env(raw, (), unset)
+    problems = [_unset_variable(raw, path, name) for path, name in unset]
+    project = _validate(substituted, file, problems)
     if problems or project is None:
         raise ConfigError(_render_problems(file, problems))
     return project
@@ -353,11 +355,14 @@ def _read_yaml(file: Path) -> Any:
         raise ConfigError(f"{file} is not valid YAML{where}: {problem}.") from None
 
 
-def _substitute_env(node: Any, path: tuple[Any, ...], problems: list[Problem]) -> Any:
+def _substitute_env(
+    node: Any, path: tuple[Any, ...], unset: list[tuple[tuple[Any, ...], str]]
+) -> Any:
+    """Replace `${VAR}` everywhere; collect (place, variable) for the ones that are not set."""
     if isinstance(node, dict):
-        return {k: _substitute_env(v, (*path, k), problems) for k, v in node.items()}
+        return {k: _substitute_env(v, (*path, k), unset) for k, v in node.items()}
     if isinstance(node, list):
-        return [_substitute_env(v, (*path, i), problems) for i, v in enumerate(node)]
+        return [_substitute_env(v, (*path, i), unset) for i, v in enumerate(node)]
     if not isinstance(node, str):
         return node
 
@@ -367,27 +372,36 @@ def _substitute_env(node: Any, path: tuple[Any, ...], problems: list[Problem]) -
         name = match.group(1)
         if name in os.environ:
             return os.environ[name]
-        problems.append(
-            _problem_at(
-                path,
-                f"environment variable {name} is not set; export it before starting Dagster "
-                f"(it is referenced as ${{{name}}})",
-            )
-        )
+        unset.append((path, name))
         return ""
 
     return _ENV_REF.sub(replace, node)
 
 
-def _problem_at(path: tuple[Any, ...], message: str) -> Problem:
-    """Name a place in the raw YAML the way every other message does."""
+def _unset_variable(raw: Any, path: tuple[Any, ...], name: str) -> Problem:
+    """Name the place of an unset `${VAR}` the way every other message does."""
+    message = (
+        f"environment variable {name} is not set; export it before starting Dagster "
+        f"(it is referenced as ${{{name}}})"
+    )
+    rest = ".".join(map(str, path[2:]))
     if len(path) >= 2 and path[0] == "sources":
-        return Problem(f"source '{path[1]}'", ".".join(map(str, path[2:])), message)
+        return Problem(f"source '{path[1]}'", rest, message)
     if len(path) >= 2 and path[0] == "tables":
-        return Problem(f"table #{path[1] + 1}", ".".join(map(str, path[2:])), message)
+        return Problem(_table_place(raw["tables"][path[1]], path[1]), rest, message)
     if path and path[0] in ("spark", "lake"):
         return Problem(str(path[0]), ".".join(map(str, path[1:])), message)
     return Problem("top level", ".".join(map(str, path)), message)
+
+
+def _table_place(entry: Any, index: int) -> str:
+    """How messages name a table: by its name, or by its position when it has none."""
+    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+        return f"table '{entry['name']}'"
+    shorthand = _SHORTHAND.match(entry.strip()) if isinstance(entry, str) else None
+    if shorthand:
+        return f"table '{_shorthand_name(shorthand)}'"
+    return f"table #{index + 1}"
 
 
 def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
@@ -471,7 +485,7 @@ def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
     if source is None:
         raise ValueError(f"'{text}' doesn't say which source to read; write <source>/{text}")
     entry: dict[str, Any] = {
-        "name": parts["table"].rsplit(".", 1)[-1],
+        "name": _shorthand_name(match),
         "source": source,
         "table": parts["table"],
     }
@@ -483,17 +497,20 @@ def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
     return entry
 
 
+def _shorthand_name(match: re.Match[str]) -> str:
+    return match["table"].rsplit(".", 1)[-1]
+
+
 def _validated_table(
     entry: Any, index: int, problems: list[Problem], sources: list[str]
 ) -> TableSettings | None:
+    where = _table_place(entry, index)
     if isinstance(entry, str):
         try:
             entry = expand_shorthand(entry, sources)
         except ValueError as exc:
-            problems.append(Problem(f"table #{index + 1}", "", str(exc)))
+            problems.append(Problem(where, "", str(exc)))
             return None
-    name = entry.get("name") if isinstance(entry, dict) else None
-    where = f"table '{name}'" if isinstance(name, str) else f"table #{index + 1}"
     if not isinstance(entry, dict):
         problems.append(
             Problem(where, "", "must be a mapping with name, source and table or query")
@@ -503,20 +520,45 @@ def _validated_table(
 
 
 def _problems_from(exc: ValidationError, where: str) -> list[Problem]:
-    """One problem per field. Of a union's alternatives, keep the most specific complaint."""
-    chosen: dict[str, tuple[int, str, str]] = {}
-    for error in exc.errors():
-        loc = error["loc"]
-        parts = [p for p in loc if p not in _UNION_MEMBERS]
+    """One problem per field path; of a union's alternatives, only the most useful one."""
+    problems: dict[str, Problem] = {}
+    for error in _closest_alternatives(exc.errors(), 0):
+        parts = [p for p in error["loc"] if p not in _UNION_MEMBERS]
         field = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in parts).replace(
             ".[", "["
         )
         top = str(parts[0]) if parts else ""
-        # `cursor.type: 'float' is not a cursor type` beats `cursor: Input should be a valid string`.
-        rank = len(loc)
-        if top not in chosen or rank > chosen[top][0]:
-            chosen[top] = (rank, field, _friendly(error["type"], error["msg"], top))
-    return [Problem(where, field, message) for _, field, message in chosen.values()]
+        message = _friendly(error["type"], error["msg"], top)
+        problems.setdefault(field, Problem(where, field, message))
+    return list(problems.values())
+
+
+def _closest_alternatives(errors: list[ErrorDetails], depth: int) -> list[ErrorDetails]:
+    """Drop the complaints of every union alternative but the one the input came closest to.
+
+    pydantic reports each alternative it tried (`cursor: {type: float}` fails as a string *and*
+    as a mapping); errors outside unions, and every error of the chosen alternative, are kept.
+    """
+    kept: list[ErrorDetails] = []
+    unions: dict[tuple[Any, ...], dict[Any, list[ErrorDetails]]] = {}
+    for error in errors:
+        loc = error["loc"]
+        member = next((i for i in range(depth, len(loc)) if loc[i] in _UNION_MEMBERS), None)
+        if member is None:
+            kept.append(error)
+        else:
+            unions.setdefault(loc[:member], {}).setdefault(loc[member], []).append(error)
+    for prefix, alternatives in unions.items():
+        best = max(alternatives.values(), key=_closeness)
+        kept += _closest_alternatives(best, len(prefix) + 1)
+    return sorted(kept, key=errors.index)
+
+
+def _closeness(alternative: list[ErrorDetails]) -> tuple[int, bool]:
+    """Errors deeper in the input, then complaints about a value rather than its type, win."""
+    deepest = max(len(error["loc"]) for error in alternative)
+    about_value = any(not error["type"].endswith("_type") for error in alternative)
+    return deepest, about_value
 
 
 _FIELD_HINTS = {

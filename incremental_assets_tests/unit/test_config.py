@@ -210,6 +210,30 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         assert expected in text
 
 
+def test_every_problem_of_one_table_is_reported_with_its_full_field_path(tmp_path: Path) -> None:
+    config = _with_table(
+        checks={"freshness": "soon", "reconcile_counts": 5},
+        cursor={"column": "x", "type": "float", "extra": 1},
+        sensor={"interval": "soon", "bogus": 1},
+        primary_key=[1],
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_project(_write(tmp_path, config))
+    text = str(raised.value)
+    assert "(7 problems)" in text, text
+    for expected in (
+        "table 'orders', field 'checks.freshness': 'soon' is not a duration",
+        "table 'orders', field 'checks.reconcile_counts': Input should be less than or equal to 1",
+        "table 'orders', field 'cursor.type': 'float' is not a cursor type",
+        "table 'orders', field 'cursor.extra': is not a known setting",
+        "table 'orders', field 'sensor.interval': 'soon' is not a duration",
+        "table 'orders', field 'sensor.bogus': is not a known setting",
+        "table 'orders', field 'primary_key[0]': Input should be a valid string",
+    ):
+        assert expected in text
+    assert "field 'cursor': " not in text  # the string alternative of the union is not reported
+
+
 def test_an_unset_secret_names_the_variable_and_the_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,6 +243,32 @@ def test_an_unset_secret_names_the_variable_and_the_place(
     assert "source 'shop', field 'password': environment variable SHOP_PASSWORD is not set" in str(
         raised.value
     )
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            {"name": "orders", "source": "shop", "table": "${ORDERS_TABLE}"},
+            "table 'orders', field 'table': environment variable ORDERS_TABLE is not set",
+        ),
+        (
+            "shop/sales.orders:id:bigint@${ORDERS_START}",
+            "table 'orders': environment variable ORDERS_START is not set",
+        ),
+        (
+            {"source": "shop", "table": "${ORDERS_TABLE}"},
+            "table #2, field 'table': environment variable ORDERS_TABLE is not set",
+        ),
+    ],
+)
+def test_an_unset_variable_in_a_table_names_the_table(
+    tmp_path: Path, entry: dict[str, Any] | str, message: str
+) -> None:
+    config = {**VALID, "tables": [VALID["tables"][1], entry]}
+    with pytest.raises(ConfigError) as raised:
+        load_project(_write(tmp_path, config))
+    assert message in str(raised.value)
 
 
 def test_a_dollar_brace_can_be_written_literally(tmp_path: Path) -> None:
