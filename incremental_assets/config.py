@@ -30,7 +30,12 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_cursor
+from incremental_assets.cursor import (
+    CursorType,
+    cursor_type_from_name,
+    parse_cursor,
+    parse_decimal,
+)
 from incremental_assets.errors import ConfigError, CursorError
 from incremental_assets.spec import (
     CursorSpec,
@@ -44,6 +49,7 @@ from incremental_assets.spec import (
     SparkSpec,
     TableSpec,
 )
+from incremental_assets.window import Lookback
 
 CONFIG_ENV = "INCREMENTAL_ASSETS_CONFIG"
 DEFAULT_CONFIG = "incremental_assets.yaml"
@@ -225,7 +231,7 @@ class TableSettings(_Model):
     cursor: str | CursorSettings | None = None
     primary_key: list[str] | str | None = None
     start: str | None = None
-    lookback: str | int | None = None
+    lookback: str | int | Decimal | None = None
     safety_lag: str | None = None
     delete_column: str | None = None
     schedule: str | None = None
@@ -249,10 +255,10 @@ class TableSettings(_Model):
     @field_validator("start", mode="before")
     @classmethod
     def _yaml_scalars_as_text(cls, value: Any) -> Any:
-        # YAML turns unquoted 2025-01-01 into a date and numbers into ints; keep the text form.
+        # YAML turns unquoted 2025-01-01 into a date and 1.50 into a number; keep the text form.
         if isinstance(value, datetime | date):
             return value.isoformat()
-        if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        if isinstance(value, int | Decimal) and not isinstance(value, bool):
             return str(value)
         return value
 
@@ -261,14 +267,10 @@ class TableSettings(_Model):
     def _lag(cls, value: str | None) -> str | None:
         return _check_duration(value)
 
-    @field_validator("lookback")
+    @field_validator("lookback", mode="before")
     @classmethod
-    def _lookback(cls, value: str | int | None) -> str | int | None:
-        if isinstance(value, str):
-            parse_duration(value)
-        elif isinstance(value, int) and value < 0:
-            raise ValueError("lookback can't be negative")
-        return value
+    def _lookback(cls, value: Any) -> Any:
+        return None if value is None else _lookback_setting(value)
 
     @field_validator("timezone")
     @classmethod
@@ -285,6 +287,43 @@ class TableSettings(_Model):
     @classmethod
     def _cron(cls, value: str | None) -> str | None:
         return None if value is None else _check_cron(value)
+
+
+def _lookback_setting(value: object) -> str | int | Decimal:
+    """A duration (`5m`) as written, or an exact number of cursor units: int when whole."""
+    if isinstance(value, str) and _DURATION.match(value):
+        return value
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | Decimal):
+            raise ValueError("not a number")
+        number = parse_decimal(str(value))
+    except ValueError:
+        raise ValueError(
+            f"'{value}' is neither a duration nor a number; write a duration such as 5m for date "
+            "and timestamp cursors, a number such as 1000 for integer and decimal cursors"
+        ) from None
+    if number < 0:
+        raise ValueError(f"lookback can't be negative ({value})")
+    return int(number) if number == number.to_integral_value() else number
+
+
+def lookback_for(cursor_type: CursorType, lookback: str | int | Decimal) -> Lookback:
+    """What a validated `lookback:` means for a cursor of this type; ValueError says what to write."""
+    if cursor_type is CursorType.STRING:
+        raise ValueError("string cursors have no distance to look back by; remove lookback")
+    if cursor_type.is_temporal:
+        if not isinstance(lookback, str):
+            raise ValueError(
+                f"{cursor_type.value} cursors look back by a duration, e.g. lookback: 5m"
+            )
+        return parse_duration(lookback)
+    if isinstance(lookback, str):
+        raise ValueError(f"{cursor_type.value} cursors look back by a number, e.g. lookback: 1000")
+    if cursor_type is CursorType.INTEGER and isinstance(lookback, Decimal):
+        raise ValueError(
+            f"integer cursors can't look back by a fraction ({lookback}); write a whole number"
+        )
+    return lookback
 
 
 class KeyPrefix(_Model):
@@ -347,12 +386,27 @@ def _read_yaml(file: Path) -> Any:
             "reference)."
         )
     try:
-        return yaml.safe_load(file.read_text())
+        return yaml.load(file.read_text(), Loader=_ExactLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{file} is not valid YAML{where}: {problem}.") from None
+
+
+class _ExactLoader(yaml.SafeLoader):
+    """SafeLoader that reads `1.50` as Decimal('1.50'): a `start` or `lookback` never becomes a float."""
+
+
+def _exact_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Decimal | float:
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    try:
+        return parse_decimal(text)
+    except ValueError:  # .inf, .nan, 1:30.5
+        return loader.construct_yaml_float(node)
+
+
+_ExactLoader.add_constructor("tag:yaml.org,2002:float", _exact_number)
 
 
 def _substitute_env(
@@ -800,20 +854,11 @@ def _cursor_rule_problems(
         yield Problem(
             where, "safety_lag", f"applies to date and timestamp cursors, not {declared.value}"
         )
-    if declared is CursorType.STRING and t.lookback is not None:
-        yield Problem(
-            where, "lookback", "string cursors have no distance to look back by; remove lookback"
-        )
-    elif isinstance(t.lookback, str) and not declared.is_temporal:
-        yield Problem(
-            where,
-            "lookback",
-            f"a {declared.value} cursor looks back by a number, e.g. lookback: 1000",
-        )
-    elif isinstance(t.lookback, int) and declared.is_temporal:
-        yield Problem(
-            where, "lookback", "a time cursor looks back by a duration, e.g. lookback: 5m"
-        )
+    if t.lookback is not None:
+        try:
+            lookback_for(declared, t.lookback)
+        except ValueError as exc:
+            yield Problem(where, "lookback", str(exc))
     if t.start is not None:
         try:
             parse_cursor(declared, t.start)

@@ -81,6 +81,7 @@ def cursor_type_from_name(name: str) -> CursorType:
 
 
 _INTEGER = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
@@ -105,11 +106,11 @@ def _parse_integer(text: str) -> int:
     return int(text)
 
 
-def _parse_decimal(text: str) -> Decimal:
-    value = Decimal(text)
-    if not value.is_finite():
-        raise ValueError("expected a finite number")
-    return value
+def parse_decimal(text: str) -> Decimal:
+    """Decimal digits, exactly as written (`1.50`, `-2`, `1.5e3`). Raises ValueError."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError("expected a finite number in decimal digits")
+    return Decimal(text)
 
 
 def _parse_date(text: str) -> date:
@@ -145,7 +146,7 @@ def _normalise_offset(offset: str) -> str:
 
 _PARSERS: dict[CursorType, Callable[[str], CursorValue]] = {
     CursorType.INTEGER: _parse_integer,
-    CursorType.DECIMAL: _parse_decimal,
+    CursorType.DECIMAL: parse_decimal,
     CursorType.DATE: _parse_date,
     CursorType.TIMESTAMP: lambda text: _parse_timestamp(text, aware=False),
     CursorType.TIMESTAMPTZ: lambda text: _parse_timestamp(text, aware=True),

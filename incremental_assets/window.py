@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import Decimal
+from decimal import (
+    MAX_EMAX,
+    MAX_PREC,
+    MIN_EMIN,
+    Context,
+    Decimal,
+    Inexact,
+    Rounded,
+    localcontext,
+)
 from typing import Protocol
 
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
@@ -56,6 +65,7 @@ def lower_bound(
 def subtract_lookback(
     cursor_type: CursorType, value: CursorValue, lookback: Lookback
 ) -> CursorValue:
+    """`value - lookback`, exactly."""
     if cursor_type is CursorType.DATE:
         assert isinstance(value, date) and isinstance(lookback, timedelta)
         whole_days = -(-lookback // timedelta(days=1))
@@ -67,9 +77,14 @@ def subtract_lookback(
         assert isinstance(value, int) and isinstance(lookback, int)
         return value - lookback
     if cursor_type is CursorType.DECIMAL:
-        assert isinstance(value, Decimal)
-        return value - Decimal(lookback)  # type: ignore[arg-type]
+        assert isinstance(value, Decimal) and isinstance(lookback, int | Decimal)
+        with localcontext(_EXACT):
+            return value - lookback
     raise ValueError(f"lookback does not apply to {cursor_type.value} cursors")
+
+
+# Unbounded precision, and a trap should anything still round: a rounded bound skips rows.
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, Rounded])
 
 
 class Dialect(Protocol):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from incremental_assets.config import (
     POSTGRES_PACKAGE,
     expand_shorthand,
     load_project,
+    lookback_for,
     parse_duration,
 )
 from incremental_assets.cursor import CursorType
@@ -108,7 +110,8 @@ BAD_INPUTS = [
     ),
     (
         _with_table(lookback="5 minutes"),
-        "table 'orders', field 'lookback': '5 minutes' is not a duration; write a number and a unit",
+        "table 'orders', field 'lookback': '5 minutes' is neither a duration nor a number; write a "
+        "duration such as 5m for date and timestamp cursors, a number such as 1000 for integer",
     ),
     (
         _with_table(safety_lag="soon"),
@@ -120,7 +123,20 @@ BAD_INPUTS = [
     ),
     (
         _with_table(cursor={"column": "id", "type": "integer"}, lookback="5m", safety_lag=None),
-        "field 'lookback': a integer cursor looks back by a number",
+        "field 'lookback': integer cursors look back by a number, e.g. lookback: 1000",
+    ),
+    (
+        _with_table(cursor={"column": "id", "type": "integer"}, lookback=0.5, safety_lag=None),
+        "field 'lookback': integer cursors can't look back by a fraction (0.5); write a whole number",
+    ),
+    (
+        _with_table(lookback=100),
+        "field 'lookback': timestamptz cursors look back by a duration, e.g. lookback: 5m",
+    ),
+    (_with_table(lookback=-1), "field 'lookback': lookback can't be negative (-1)"),
+    (
+        _with_table(cursor={"column": "id", "type": "string"}, lookback=1, safety_lag=None),
+        "field 'lookback': string cursors have no distance to look back by",
     ),
     (
         _with_table(cursor={"column": "id", "type": "bigint"}, lookback=None, start=None),
@@ -298,6 +314,60 @@ def test_unquoted_yaml_dates_are_kept_as_cursor_text(tmp_path: Path) -> None:
         tmp_path, text.replace("- name: orders\n", "- name: orders\n  start: 2025-01-01\n", 1)
     )
     assert load_project(path).tables[0].start == "2025-01-01"
+
+
+def _decimal_table(lookback: str, start: str = "1") -> str:
+    """A config whose decimal cursor's `lookback` and `start` are written verbatim into the YAML."""
+    text = yaml.safe_dump(
+        _with_table(cursor={"column": "n", "type": "decimal"}, safety_lag=None), sort_keys=False
+    )
+    return text.replace("  lookback: 5m\n", f"  lookback: {lookback}\n").replace(
+        "  start: '2025-01-01T00:00:00Z'\n", f"  start: {start}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("0.5", Decimal("0.5")),
+        ("'0.5'", Decimal("0.5")),
+        ("12345678901234567890.0000000001", Decimal("12345678901234567890.0000000001")),
+        ("0.10000000000000000001", Decimal("0.10000000000000000001")),
+        ("1000", 1000),
+        ("'1000'", 1000),
+        ("1_000.0", 1000),
+        ("0", 0),
+    ],
+)
+def test_a_numeric_lookback_is_kept_exactly_as_written(
+    tmp_path: Path, written: str, expected: int | Decimal
+) -> None:
+    lookback = load_project(_write(tmp_path, _decimal_table(written))).tables[0].lookback
+    assert lookback == expected
+    assert type(lookback) is type(expected)
+
+
+def test_an_unquoted_decimal_start_keeps_every_digit(tmp_path: Path) -> None:
+    config = _decimal_table("1", start="12345678901234567890.0000000010")
+    assert load_project(_write(tmp_path, config)).tables[0].start == (
+        "12345678901234567890.0000000010"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cursor_type", "lookback", "expected"),
+    [
+        (CursorType.DECIMAL, Decimal("0.5"), Decimal("0.5")),
+        (CursorType.DECIMAL, 3, 3),
+        (CursorType.INTEGER, 3, 3),
+        (CursorType.TIMESTAMP, "90s", timedelta(seconds=90)),
+        (CursorType.DATE, "2d", timedelta(days=2)),
+    ],
+)
+def test_a_lookback_means_cursor_units_or_a_duration(
+    cursor_type: CursorType, lookback: str | int | Decimal, expected: object
+) -> None:
+    assert lookback_for(cursor_type, lookback) == expected
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,28 @@ def test_identifiers_are_quoted_safely() -> None:
         (CursorType.INTEGER, 100, 5, None, 100),  # inclusive: ties with the cursor are read again
         (CursorType.INTEGER, 100, None, 30, 70),
         (CursorType.DECIMAL, Decimal("1.5"), None, 1, Decimal("0.5")),
+        (CursorType.DECIMAL, Decimal("1.50"), None, Decimal("0.25"), Decimal("1.25")),
+        (
+            CursorType.DECIMAL,
+            Decimal("12345678901234567890.0000000001"),
+            None,
+            1,
+            Decimal("12345678901234567889.0000000001"),
+        ),
+        (  # 30 digits: rounding to 28 would move the bound *up*, past rows tied with the cursor
+            CursorType.DECIMAL,
+            Decimal("99999999999999999999.9999999999"),
+            None,
+            0,
+            Decimal("99999999999999999999.9999999999"),
+        ),
+        (
+            CursorType.DECIMAL,
+            Decimal("1E+40"),
+            None,
+            Decimal("1E-40"),
+            Decimal("9" * 40 + "." + "9" * 40),
+        ),
         (CursorType.DATE, date(2025, 1, 10), None, timedelta(hours=36), date(2025, 1, 8)),
         (CursorType.TIMESTAMP, TS, None, timedelta(minutes=5), TS - timedelta(minutes=5)),
         (
