@@ -3,9 +3,10 @@
 Every statement is SQL this module renders itself, so what reaches the server is exactly the
 window predicate, with exact literals:
 
+* for the transaction cap, one statement reads the other sessions' open transactions first;
 * one bounds query freezes the upper bound (max cursor in the window, capped at now - safety_lag
-  and below the oldest open transaction) and measures what else the run needs: the row count
-  and key range for partitioning, NULL cursors, ties at the bound, the clock for the future cap;
+  and below the transaction cap) and measures what else the run needs: the row count and key
+  range for partitioning, NULL cursors, ties at the bound, the clock for the future cap;
 * the read is `spark.read.jdbc(..., predicates=[...])` over
   `(SELECT <columns> FROM <table> WHERE <window>) AS src`, one predicate per Spark partition,
   each a range of the partition column.
@@ -19,7 +20,8 @@ without a declared precision as text, because Spark would round it to decimal(38
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -59,11 +61,34 @@ _TRANSACTION_CAPS = (
     # Without pg_read_all_stats, other roles' sessions show no transaction start at all.
     f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>') AS hidden"
 )
-_NO_TRANSACTION_CAP = (
-    "CAST(NULL AS timestamptz) AS oldest, CAST(NULL AS text) AS holder, 0 AS hidden"
+_OPEN_TRANSACTIONS = (
+    f"SELECT {POSTGRES.wire(CursorType.TIMESTAMPTZ, 'now()')} AS read_at, "
+    f"{POSTGRES.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, caps.holder AS holder, "
+    f"caps.hidden AS hidden FROM (SELECT {_TRANSACTION_CAPS}) AS caps"
 )
 # The most digits Spark's widest decimal keeps: decimal(38,18).
 _FITS_DECIMAL_38_18 = r"^-?[0-9]{1,20}(\.[0-9]{1,18})?$"
+
+
+@dataclass(frozen=True)
+class OpenTransactions:
+    """Other sessions' open transactions, read before the bounds query.
+
+    Read in a statement of its own, before the bounds query takes its snapshot: a transaction
+    whose rows that snapshot can't see is then either listed here or started after `read_at`, so
+    a bound below both passes none of its rows. (Read in the same statement, it would come after
+    the snapshot, and miss a transaction that committed in between.)
+    """
+
+    read_at: datetime  # the server's clock when they were read
+    oldest_start: datetime | None  # None: no other transaction was open
+    holder: str | None  # which session, for the metadata
+    hidden_sessions: int  # sessions the role can't see: the cap may be incomplete
+
+    @property
+    def cap(self) -> datetime:
+        """The instant the upper bound stays strictly below."""
+        return self.read_at if self.oldest_start is None else min(self.read_at, self.oldest_start)
 
 
 class JdbcSource:
@@ -132,15 +157,23 @@ class JdbcSource:
             )
 
     def freeze(self, request: FreezeRequest) -> Bounds:
-        row = self._query(self.bounds_sql(request), "the bounds query")[0]
+        capped = request.transaction_cap and request.cursor.type.is_temporal
+        return self.freeze_below(request, self.open_transactions() if capped else None)
+
+    def open_transactions(self) -> OpenTransactions:
+        """Other sessions' open transactions, read in a statement of its own."""
+        row = self._query(_OPEN_TRANSACTIONS, "reading the open transactions")[0]
+        oldest = None if row["oldest"] is None else _instant(row["oldest"])
+        return OpenTransactions(_instant(row["read_at"]), oldest, row["holder"], int(row["hidden"]))
+
+    def freeze_below(self, request: FreezeRequest, open_: OpenTransactions | None) -> Bounds:
+        """The bounds query, kept below `open_` (read before it) when the transaction cap applies."""
+        row = self._query(self.bounds_sql(request, open_), "the bounds query")[0]
         partitioning = request.partitioning
         transaction = None
-        if request.transaction_cap and request.cursor.type.is_temporal:
-            oldest = (
-                EPOCH_UTC + timedelta(microseconds=int(row["oldest"])) if row["oldest"] else None
-            )
+        if open_ is not None:
             transaction = TransactionCap(
-                oldest, row["holder"], int(row["hidden"]), int(row["held"])
+                open_.oldest_start, open_.holder, open_.hidden_sessions, int(row["held"])
             )
         return Bounds(
             upper=decode_upper(request.cursor, row["upper"]),
@@ -157,19 +190,24 @@ class JdbcSource:
             transaction=transaction,
         )
 
-    def bounds_sql(self, request: FreezeRequest) -> str:
+    def bounds_sql(self, request: FreezeRequest, open_: OpenTransactions | None) -> str:
         d = POSTGRES
         kind, timezone = request.cursor.type, request.timezone
         cursor = d.quote(request.cursor.column)
-        where = [render_window(freeze_window(request), d)]
+        conditions = [render_window(freeze_window(request), d)]
         if request.safety_lag is not None:
-            where.append(f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}")
-        capped = request.transaction_cap and kind.is_temporal
-        below_cap = (
-            f"(caps.oldest IS NULL OR {cursor} < {d.cursor_time(kind, 'caps.oldest', timezone)})"
-            if capped
-            else "TRUE"
-        )
+            conditions.append(f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}")
+        where = join_conditions(conditions)
+        cap = None
+        if open_ is not None:
+            cap = d.cursor_time(kind, d.literal(CursorType.TIMESTAMPTZ, open_.cap), timezone)
+        below_cap = "TRUE" if cap is None else f"({cursor} < {cap} OR ahead.dated)"
+        # A row dated after the clock can't be a late commit's: its run reads everything and the
+        # cursor stops at the cap instead (through `future_cap`), so such rows don't wait for years.
+        ahead = "FALSE"
+        if cap is not None:
+            clock = d.cursor_time(kind, "now()", timezone)
+            ahead = f"EXISTS (SELECT 1 FROM {self.relation} WHERE {where} AND {cursor} > {clock})"
         part = request.partitioning
         part_column = d.quote(part.column) if part else "NULL"
         part_type = part.type if part else CursorType.INTEGER
@@ -177,20 +215,20 @@ class JdbcSource:
             f"SELECT max({cursor}) FILTER (WHERE {below_cap}) AS m, count(*) FILTER (WHERE {below_cap}) AS n, "
             f"count(*) FILTER (WHERE NOT {below_cap}) AS held, "
             f"min({part_column}) FILTER (WHERE {below_cap}) AS pl, max({part_column}) FILTER (WHERE {below_cap}) AS ph "
-            f"FROM {self.relation} WHERE {join_conditions(where)}"
+            f"FROM {self.relation} WHERE {where}"
         )
-        future = "NULL"
+        future = None
         if request.future_tolerance is not None and kind.is_temporal:
-            future = d.wire(kind, d.now_plus(kind, request.future_tolerance, timezone))
+            future = d.now_plus(kind, request.future_tolerance, timezone)
+        if cap is not None:
+            future = cap if future is None else f"least({future}, {cap})"
         return (
             f"SELECT {d.wire(kind, 'w.m')} AS upper, w.n AS n, w.held AS held, "
             f"{d.wire(part_type, 'w.pl')} AS part_low, {d.wire(part_type, 'w.ph')} AS part_high, "
             f"(SELECT count(*) FROM {self.relation} WHERE {cursor} IS NULL) AS null_rows, "
             f"(SELECT count(*) FROM {self.relation} WHERE {cursor} = w.m) AS boundary_rows, "
-            f"{future} AS future_cap, {d.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, "
-            f"caps.holder AS holder, caps.hidden AS hidden "
-            f"FROM (SELECT {_TRANSACTION_CAPS if capped else _NO_TRANSACTION_CAP}) AS caps "
-            f"CROSS JOIN LATERAL ({window}) AS w"
+            f"{'NULL' if future is None else d.wire(kind, future)} AS future_cap "
+            f"FROM (SELECT {ahead} AS dated) AS ahead CROSS JOIN LATERAL ({window}) AS w"
         )
 
     def read(
@@ -294,6 +332,10 @@ def _is_unbounded_numeric(field: T.StructField) -> bool:
         and (field.dataType.precision, field.dataType.scale) == (38, 18)
         and metadata.get("scale") == 0
     )
+
+
+def _instant(epoch_micros: str) -> datetime:
+    return EPOCH_UTC + timedelta(microseconds=int(epoch_micros))
 
 
 def _literal_text(text: str) -> str:

@@ -8,14 +8,19 @@ connections, as production databases see them.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import psycopg
 import pytest
+from pyspark.sql import SparkSession
 
+from incremental_assets.cursor import CursorType
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.sources.base import Cursor, FreezeRequest
+from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
 from incremental_assets_tests.postgres import PostgresServer
 
@@ -140,3 +145,84 @@ def test_the_cap_says_when_the_role_cannot_see_other_sessions(
     assert run.success, run.failure
     assert run.metadata["transaction_cap"].startswith("partial (")
     assert "GRANT pg_read_all_stats" in run.metadata["warnings"]
+
+
+def _begin_writer(
+    postgres: PostgresServer, pg: Schema, key: int
+) -> tuple[psycopg.Connection, datetime]:
+    """An open transaction that has inserted one row, and the start it stamped the row with."""
+    writer = postgres.connect(autocommit=False)
+    started = writer.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    writer.execute(f"INSERT INTO {pg.name}.events (id, note) VALUES ({key}, 'writer')")
+    return writer, started
+
+
+@pytest.mark.parametrize("between", ["commits", "begins"])
+def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_reads(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    spark: SparkSession,
+    between: str,
+) -> None:
+    """Open transactions are read first, the bounds second; a writer acts in between.
+
+    commits: open at the first read, committed before the second. Had both been one statement,
+    its snapshot could have missed the rows and its transaction list the writer.
+    begins: started after the first read, still open at the second, while a later writer
+    commits newer rows; the bound must stay below the clock of the first read.
+    """
+    pg.execute(
+        TABLE,
+        "INSERT INTO events (id, note, updated_at) VALUES (1, 'old', now() - INTERVAL '1 hour')",
+    )
+    source = JdbcSource(spark, _project(tmp_path, pg).table("events"))
+    request = FreezeRequest(
+        Cursor("updated_at", CursorType.TIMESTAMPTZ),
+        None,
+        None,
+        "UTC",
+        None,
+        transaction_cap=True,
+        future_tolerance=timedelta(0),
+    )
+    if between == "commits":
+        writer, started = _begin_writer(postgres, pg, 1000)
+        open_transactions = source.open_transactions()
+        writer.commit()
+    else:
+        open_transactions = source.open_transactions()
+        writer, started = _begin_writer(postgres, pg, 1000)
+    pg.execute("INSERT INTO events (id, note) VALUES (2, 'newer, committed')")
+
+    bounds = source.freeze_below(request, open_transactions)
+    writer.commit()
+    writer.close()
+
+    assert bounds.upper is not None and bounds.upper < started  # type: ignore[operator]
+    assert bounds.rows == 1
+    assert bounds.transaction is not None
+    assert bounds.transaction.rows_held_back == (2 if between == "commits" else 1)
+
+
+def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_below_it(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(
+        TABLE,
+        "INSERT INTO events VALUES (1, 'past', now() - INTERVAL '1 hour'), (2, 'future', now() + INTERVAL '10 years')",
+    )
+    project = _project(tmp_path, pg)
+
+    first = materialize(project, "events", instance, spark_resource)
+    pg.execute("INSERT INTO events (id, note) VALUES (3, 'later')")
+    second = materialize(project, "events", instance, spark_resource)
+
+    assert first.success and second.success, (first.failure, second.failure)
+    assert first.metadata["rows_written"] == 2
+    future = pg.query("SELECT updated_at FROM events WHERE id = 2")[0][0]
+    assert datetime.fromisoformat(first.metadata["cursor"]) < future
+    assert _ids(tmp_path) == [1, 2, 3]  # the future row was re-read, and kept once
