@@ -16,7 +16,9 @@ A cursor value is held as a plain Python value:
 
 Sources hand back bounds in a *wire* form chosen to be independent of every time zone setting
 (JVM, Spark session, database session): timestamptz as microseconds since the epoch, dates as days
-since the epoch, everything else (timestamp included) as exact text. `decode_wire` reads it.
+since the epoch, timestamp as microseconds since 1970-01-01 00:00 on the wall clock (PostgreSQL)
+or exact text (Spark), everything else as exact text. `decode_wire` reads it; a value outside
+years 1-9999 (BC, say) is an error, never a silently different value.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from incremental_assets.errors import CursorError
 
 EPOCH_DATE = date(1970, 1, 1)
 EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH_NAIVE = datetime(1970, 1, 1)
 
 CursorValue = int | Decimal | date | datetime | str
 
@@ -80,12 +83,13 @@ def cursor_type_from_name(name: str) -> CursorType:
         raise CursorError(f"'{name}' is not a cursor type; use one of {allowed}.") from None
 
 
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 _TIMESTAMP = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
-    r"\s*(Z|[+-]\d{2}(?::?\d{2})?)?"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
+    r"(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,9}))?)?)?"
+    r"\s*(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?"
 )
 
 
@@ -176,24 +180,17 @@ def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
     try:
         if cursor_type is CursorType.TIMESTAMPTZ:
             return EPOCH_UTC + timedelta(microseconds=int(wire))
+        if cursor_type is CursorType.TIMESTAMP and _INTEGER.fullmatch(wire):
+            return EPOCH_NAIVE + timedelta(microseconds=int(wire))
         if cursor_type is CursorType.DATE:
             return EPOCH_DATE + timedelta(days=int(wire))
     except OverflowError:
         raise CursorError(
-            f"the source returned a {cursor_type.value} cursor value outside years 1-9999."
+            f"the source returned a {cursor_type.value} cursor value outside years 1-9999 "
+            "(BC or later than 9999), which this package can't hold exactly; leave such rows out "
+            "with a `query:` or use another cursor column."
         ) from None
     return parse_cursor(cursor_type, wire)
-
-
-def encode_wire(cursor_type: CursorType, value: CursorValue) -> int | str:
-    """The inverse of `decode_wire`, used when a bound must be compared in a wire-form query."""
-    if cursor_type is CursorType.TIMESTAMPTZ:
-        assert isinstance(value, datetime)
-        return (value - EPOCH_UTC) // timedelta(microseconds=1)
-    if cursor_type is CursorType.DATE:
-        assert isinstance(value, date)
-        return (value - EPOCH_DATE).days
-    return format_cursor(cursor_type, value)
 
 
 def later_of(

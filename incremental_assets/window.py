@@ -14,7 +14,7 @@ Boundary semantics (the README states the same):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import (
     MAX_EMAX,
     MAX_PREC,
@@ -54,12 +54,18 @@ def lower_bound(
     start: CursorValue | None,
     lookback: Lookback | None,
 ) -> CursorValue | None:
-    """Where the next read starts: the previous cursor minus the lookback, else `start`."""
+    """Where the next read starts: the previous cursor minus the lookback, else `start`.
+
+    A lookback reaching below year 1 means no lower bound: reading more is safe, less is not.
+    """
     if previous is None:
         return start
     if lookback is None:
         return previous
-    return subtract_lookback(cursor_type, previous, lookback)
+    try:
+        return subtract_lookback(cursor_type, previous, lookback)
+    except OverflowError:
+        return None
 
 
 def subtract_lookback(
@@ -128,10 +134,10 @@ class PostgresDialect:
         return _sql_string(text)
 
     def wire(self, cursor_type: CursorType, expression: str) -> str:
-        if cursor_type is CursorType.TIMESTAMPTZ:
+        if cursor_type.is_timestamp:
+            # Of a timestamp without time zone, EXTRACT(EPOCH) is nominal: no zone is consulted.
+            # Unlike to_char, it keeps BC years apart and fails on 'infinity' instead of giving NULL.
             return f"CAST(CAST(EXTRACT(EPOCH FROM {expression}) * 1000000 AS BIGINT) AS TEXT)"
-        if cursor_type is CursorType.TIMESTAMP:
-            return f"to_char({expression}, 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
         if cursor_type is CursorType.DATE:
             return f"CAST({expression} - DATE '1970-01-01' AS TEXT)"
         return f"CAST({expression} AS TEXT)"
@@ -184,16 +190,20 @@ class SparkSqlDialect:
         return self.literal(cursor_type, local_clock(cursor_type, delta, timezone))
 
 
-def local_clock(cursor_type: CursorType, delta: timedelta, timezone: str) -> CursorValue:
-    """This process's clock moved by `delta`, as a value of a time cursor's type."""
+def local_clock(
+    cursor_type: CursorType, delta: timedelta, timezone: str, now: datetime | None = None
+) -> CursorValue:
+    """This process's clock (or `now`) moved by `delta`, as a value of a time cursor's type."""
     from zoneinfo import ZoneInfo
 
-    now = datetime.now(ZoneInfo(timezone)) + delta
+    # Move the instant, then read the wall clock: aware arithmetic in a zone is wall-clock
+    # arithmetic, which would stretch or shrink `delta` across a daylight saving change.
+    moved = ((now or datetime.now(UTC)) + delta).astimezone(ZoneInfo(timezone))
     if cursor_type is CursorType.TIMESTAMPTZ:
-        return now
+        return moved
     if cursor_type is CursorType.DATE:
-        return now.date()
-    return now.replace(tzinfo=None)
+        return moved.date()
+    return moved.replace(tzinfo=None)
 
 
 POSTGRES = PostgresDialect()
@@ -210,9 +220,11 @@ def render_window(window: Window, dialect: Dialect) -> str:
         operator = "<" if window.upper_exclusive else "<="
         parts.append(f"{column} {operator} {dialect.literal(window.cursor_type, window.upper)}")
     predicate = "FALSE" if window.empty else " AND ".join(parts) if parts else "TRUE"
-    if window.include_nulls and predicate != "TRUE":
-        return f"({predicate}) OR {column} IS NULL"
-    return predicate
+    if not window.include_nulls or predicate == "TRUE":
+        return predicate
+    if predicate == "FALSE":
+        return f"{column} IS NULL"
+    return f"({predicate}) OR {column} IS NULL"
 
 
 def repeated_hour_start(value: datetime, timezone: str) -> datetime | None:
@@ -226,10 +238,12 @@ def repeated_hour_start(value: datetime, timezone: str) -> datetime | None:
     zone = ZoneInfo(timezone)
 
     def repeated(moment: datetime) -> bool:
-        return (
-            moment.replace(tzinfo=zone, fold=0).utcoffset()
-            != moment.replace(tzinfo=zone, fold=1).utcoffset()
-        )
+        # fold=0 is the offset before a transition, fold=1 the one after. They differ in a gap
+        # too (clocks skipping forward), but only when clocks go back is the offset before larger.
+        before = moment.replace(tzinfo=zone, fold=0).utcoffset()
+        after = moment.replace(tzinfo=zone, fold=1).utcoffset()
+        assert before is not None and after is not None
+        return before > after
 
     if not repeated(value):
         return None
