@@ -58,8 +58,10 @@ _TRANSACTION_CAPS = (
     f"(SELECT min(xact_start) {_WRITERS}) AS oldest, "
     "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
     f"xact_start) {_WRITERS} ORDER BY xact_start LIMIT 1) AS holder, "
-    # Without pg_read_all_stats, other roles' sessions show no transaction start at all.
-    f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>') AS hidden"
+    # Without pg_read_all_stats, other roles' sessions show no transaction start at all, nor
+    # their backend_type; autovacuum workers are the ones with no role.
+    f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>' "
+    "AND usesysid IS NOT NULL) AS hidden"
 )
 _OPEN_TRANSACTIONS = (
     f"SELECT {POSTGRES.wire(CursorType.TIMESTAMPTZ, 'now()')} AS read_at, "

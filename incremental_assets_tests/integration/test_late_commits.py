@@ -8,6 +8,8 @@ connections, as production databases see them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.postgres import PostgresServer, wait_for
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 
@@ -119,6 +121,21 @@ def test_a_lookback_window_catches_late_rows_and_append_keeps_each_once(
     assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
 
 
+@contextmanager
+def _reader_role(pg: Schema) -> Iterator[dict[str, str]]:
+    """A role that may read the table but not other roles' sessions in pg_stat_activity."""
+    role = f"reader_{pg.name}"
+    pg.execute(
+        f"CREATE ROLE {role} LOGIN PASSWORD 'pw'",
+        f"GRANT USAGE ON SCHEMA {pg.name} TO {role}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {pg.name} TO {role}",
+    )
+    try:
+        yield {"user": role, "password": "pw"}
+    finally:
+        pg.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+
+
 def test_the_cap_says_when_the_role_cannot_see_other_sessions(
     tmp_path: Path,
     pg: Schema,
@@ -127,24 +144,60 @@ def test_the_cap_says_when_the_role_cannot_see_other_sessions(
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(TABLE)
-    role = f"reader_{pg.name}"
-    pg.execute(
-        f"CREATE ROLE {role} LOGIN PASSWORD 'pw'",
-        f"GRANT USAGE ON SCHEMA {pg.name} TO {role}",
-        f"GRANT SELECT ON ALL TABLES IN SCHEMA {pg.name} TO {role}",
-    )
-    try:
-        project = _project(tmp_path, pg, user={"user": role, "password": "pw"})
+    with _reader_role(pg) as reader:
+        project = _project(tmp_path, pg, user=reader)
         late = _open_late_writer(postgres, pg)  # a superuser session the reader can't inspect
         run = materialize(project, "events", instance, spark_resource)
         late.rollback()
         late.close()
-    finally:
-        pg.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
 
     assert run.success, run.failure
     assert run.metadata["transaction_cap"].startswith("partial (")
     assert "GRANT pg_read_all_stats" in run.metadata["warnings"]
+
+
+@contextmanager
+def _autovacuum_worker(pg: Schema) -> Iterator[int]:
+    """An autovacuum worker busy in this database (slowed right down), and its pid."""
+    pg.execute(
+        "ALTER SYSTEM SET autovacuum_naptime = 1",
+        "SELECT pg_reload_conf()",
+        "CREATE TABLE dead (id int, pad text) WITH (autovacuum_vacuum_threshold = 0, "
+        "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_cost_delay = 100, "
+        "autovacuum_vacuum_cost_limit = 1)",
+        "INSERT INTO dead SELECT i, repeat('x', 100) FROM generate_series(1, 50000) i",
+        "DELETE FROM dead WHERE id % 2 = 0",
+    )
+    workers = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+    try:
+        wait_for(lambda: pg.query(workers), timeout=60)
+        yield pg.query(workers)[0][0]
+    finally:
+        pg.execute(
+            "ALTER TABLE dead SET (autovacuum_enabled = false)",
+            "ALTER SYSTEM RESET autovacuum_naptime",
+            "SELECT pg_reload_conf()",
+            f"SELECT pg_terminate_backend(pid) FROM ({workers}) AS w",
+        )
+
+
+def test_autovacuum_workers_do_not_count_as_hidden_sessions(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Without pg_read_all_stats an autovacuum worker looks like another role's session."""
+    pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'on time')")
+    with _reader_role(pg) as reader, _autovacuum_worker(pg) as worker:
+        project = _project(tmp_path, pg, user=reader)
+        run = materialize(project, "events", instance, spark_resource)
+        still_there = pg.query(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {worker}")
+
+    assert still_there == [(1,)]  # the worker was there all through the run
+    assert run.success, run.failure
+    assert run.metadata["transaction_cap"] == "no other transaction open"
+    assert "pg_read_all_stats" not in run.metadata.get("warnings", "")
 
 
 def _begin_writer(
