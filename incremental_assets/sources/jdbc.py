@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import parse_qsl, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.cursor import EPOCH_UTC, CursorType
+from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
     Bounds,
     FreezeRequest,
@@ -103,6 +105,7 @@ class JdbcSource:
         self.source: JdbcSourceSpec = table.source
         self.relation = f"({table.query}) AS q" if table.query is not None else str(table.table)
         self._schema: T.StructType | None = None
+        _refuse_application_name(table, self.source)
 
     def describe(self) -> str:
         return f"{self.table.source_object} in {self.source.redacted_url()}"
@@ -334,6 +337,18 @@ def _is_unbounded_numeric(field: T.StructField) -> bool:
         and (field.dataType.precision, field.dataType.scale) == (38, 18)
         and metadata.get("scale") == 0
     )
+
+
+def _refuse_application_name(table: TableSpec, source: JdbcSourceSpec) -> None:
+    """Our sessions must carry our name: the transaction cap tells our reads from writers by it."""
+    settings = [*source.properties, *(k for k, _ in parse_qsl(urlparse(source.url).query))]
+    if any(name.lower() == "applicationname" for name in settings):
+        raise ConfigError(
+            f"Table '{table.name}': source '{source.name}' sets ApplicationName, but this loader "
+            f"names its sessions application_name '{APPLICATION_NAME}' so that the transaction "
+            "cap doesn't wait on its own reads (or on another table's). Fix: remove ApplicationName "
+            f"from the properties and the url of source '{source.name}'."
+        )
 
 
 def _instant(epoch_micros: str) -> datetime:

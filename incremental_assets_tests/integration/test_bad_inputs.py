@@ -51,6 +51,10 @@ def _break(pg: Schema, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if case == "missing column":
         pg.execute("ALTER TABLE orders RENAME COLUMN updated_at TO changed_at")
         return {}, {}
+    if case == "application name in properties":
+        return {"properties": {"ApplicationName": "nightly-etl"}}, {}
+    if case == "application name in url":
+        return {"url": f"{pg.server.jdbc_url}?ApplicationName=nightly-etl"}, {}
     if case == "bad query":
         return {}, {"query": f"SELECT id, updated_at, 1 / (id - id) AS boom FROM {pg.name}.orders"}
     raise AssertionError(case)
@@ -74,6 +78,13 @@ CASES = [
         ["field 'cursor': column 'updated_at' is not in", "(columns: id, changed_at)"],
     ),
     ("bad query", ["division by zero", "the `query:` of table 'orders' must run on its own"]),
+    *(
+        (
+            f"application name in {place}",
+            ["source 'shop' sets ApplicationName", "remove ApplicationName from the properties"],
+        )
+        for place in ("properties", "url")
+    ),
 ]
 
 
