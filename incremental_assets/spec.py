@@ -76,6 +76,7 @@ class TableSpec:
     cursor: CursorSpec | None = None
     primary_key: tuple[str, ...] = ()
     start: str | None = None
+    # A duration (`5m`) for time cursors, else exact cursor units: int when whole, else Decimal.
     lookback: str | int | Decimal | None = None
     safety_lag: timedelta | None = None
     delete_column: str | None = None
