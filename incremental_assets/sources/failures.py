@@ -96,6 +96,11 @@ def _fix(table: TableSpec, text: str) -> str:
         return f"Fix: `table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
     if "column" in lowered and "does not exist" in lowered:
         return f"Fix: a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."
+    if "-dimensional array" in lowered:
+        return (
+            f"Fix: an array column of table '{table.name}' holds arrays of more than one dimension, "
+            "which can't be read exactly; cast it in `query:` (CAST(c AS text))."
+        )
     if any(
         s in lowered
         for s in (

@@ -15,7 +15,9 @@ Some columns don't survive the JDBC driver exactly, so they travel in a neutral 
 rebuilt in Spark: `timestamp` and `timestamptz` as microseconds since the epoch and `date` as days,
 because the driver turns wall-clock values into instants in the JVM's zone (shifting the ones that
 don't exist there) and misreads offsets with seconds (early years, local mean time); and `numeric`
-without a declared precision as text, because Spark would round it to decimal(38,18) silently.
+without a declared precision (or with more than 38 digits) as text, because Spark would round it
+to decimal(38,18) (or (38,s)) silently. One-dimensional arrays of these travel element by element
+in the same forms; arrays of more dimensions are refused.
 """
 
 from __future__ import annotations
@@ -70,8 +72,6 @@ _OPEN_TRANSACTIONS = (
     f"{POSTGRES.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, caps.holder AS holder, "
     f"caps.hidden AS hidden FROM (SELECT {_TRANSACTION_CAPS}) AS caps"
 )
-# The most digits Spark's widest decimal keeps: decimal(38,18).
-_FITS_DECIMAL_38_18 = r"^-?[0-9]{1,20}(\.[0-9]{1,18})?$"
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,9 @@ class JdbcSource:
         if self._schema is None:
             with failures_of(self.table, "reading the schema"):
                 reader = self.spark.read.format("jdbc").options(**self._options())
-                self._schema = selected(
-                    self.table, reader.option("dbtable", self.relation).load().schema
-                )
+                schema = selected(self.table, reader.option("dbtable", self.relation).load().schema)
+            self._check_arrays(schema)
+            self._schema = schema
         return self._schema
 
     def count_rows(self) -> int:
@@ -259,45 +259,66 @@ class JdbcSource:
 
     def _select(self, field: T.StructField) -> str:
         column = self.dialect.quote(field.name)
-        if isinstance(field.dataType, T.TimestampNTZType | T.TimestampType | T.DateType):
-            epoch = (
-                f"{column} - DATE '1970-01-01'"
-                if isinstance(field.dataType, T.DateType)
-                else f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT)"
-            )
-            # 'infinity' has no epoch; failing a cast of a message is how plain SQL names the column.
-            refuse = f"CAST('column {field.name} holds ' || CAST({column} AS TEXT) AS BIGINT)"
-            return f"CASE WHEN isfinite({column}) OR {column} IS NULL THEN {epoch} ELSE {refuse} END AS {column}"
-        if _is_unbounded_numeric(field):
-            return f"CAST({column} AS TEXT) AS {column}"
-        return column
+        scalar, dimensions = _scalar_type(field.dataType)
+        if not _travels_neutral(field, scalar):
+            return column
+        if dimensions == 0:
+            return f"{_neutral_sql(field.name, scalar, column)} AS {column}"
+        element = _neutral_sql(field.name, scalar, "_e.v")
+        ndims = f"array_ndims({column})"
+        refuse = _refusal(
+            f"{_literal_text(f'column {field.name} holds a ')} || {ndims} || '-dimensional array'"
+        )
+        if isinstance(scalar, T.DecimalType):
+            refuse = f"CAST({refuse} AS TEXT)"
+        # Element by element, in order; a NULL array stays NULL rather than becoming empty.
+        return (
+            f"CASE WHEN {ndims} > 1 THEN ARRAY[{refuse}] WHEN {column} IS NOT NULL THEN ARRAY("
+            f"SELECT {element} FROM unnest({column}) WITH ORDINALITY AS _e(v, i) ORDER BY _e.i) "
+            f"END AS {column}"
+        )
 
     def _rebuild(self, field: T.StructField) -> Column:
         column = F.col(f"`{field.name}`")
-        if isinstance(field.dataType, T.TimestampNTZType):
+        scalar, dimensions = _scalar_type(field.dataType)
+        if not _travels_neutral(field, scalar):
+            return column
+        if dimensions == 0:
+            return self._rebuild_value(field.name, scalar, column).alias(field.name)
+        rebuilt = F.transform(column, lambda e: self._rebuild_value(field.name, scalar, e))
+        return rebuilt.alias(field.name)
+
+    def _rebuild_value(self, name: str, scalar: T.DataType, value: Column) -> Column:
+        if isinstance(scalar, T.TimestampNTZType):
             # Pure arithmetic on wall-clock values: no time zone is consulted.
             epoch = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
-            return F.timestamp_add("MICROSECOND", column, epoch).alias(field.name)
-        if isinstance(field.dataType, T.TimestampType):
-            return F.timestamp_micros(column).alias(field.name)
-        if isinstance(field.dataType, T.DateType):
-            return F.date_from_unix_date(column).alias(field.name)
-        if _is_unbounded_numeric(field):
-            message = F.concat(
-                F.lit(f"column '{field.name}' of table '{self.table.name}' holds "),
-                column,
-                F.lit(
-                    ", which needs more digits than decimal(38,18) keeps. Fix: declare the column "
-                    "numeric(p,s) with p <= 38, or cast it in `query:` (to text to keep every digit)"
-                ),
-            )
-            fits = column.isNull() | column.rlike(_FITS_DECIMAL_38_18)
-            return (
-                F.when(fits, column.cast(field.dataType))
-                .otherwise(F.raise_error(message))
-                .alias(field.name)
-            )
-        return column
+            return F.timestamp_add("MICROSECOND", value, epoch)
+        if isinstance(scalar, T.TimestampType):
+            return F.timestamp_micros(value)
+        if isinstance(scalar, T.DateType):
+            return F.date_from_unix_date(value)
+        assert isinstance(scalar, T.DecimalType)
+        message = F.concat(
+            F.lit(f"column '{name}' of table '{self.table.name}' holds "),
+            value,
+            F.lit(
+                f", which {scalar.simpleString()} can't hold exactly. Fix: declare the column "
+                "numeric(p,s) with p <= 38, or cast it in `query:` (to text to keep every digit)"
+            ),
+        )
+        fits = value.isNull() | value.rlike(_decimal_pattern(scalar))
+        return F.when(fits, value.cast(scalar)).otherwise(F.raise_error(message))
+
+    def _check_arrays(self, schema: T.StructType) -> None:
+        """Arrays of more than one dimension of the types that travel in a neutral form."""
+        for field in schema.fields:
+            scalar, dimensions = _scalar_type(field.dataType)
+            if dimensions > 1 and _travels_neutral(field, scalar):
+                raise ConfigError(
+                    f"Table '{self.table.name}': column '{field.name}' is a {dimensions}-dimensional "
+                    f"array of {scalar.simpleString()}, which can't be read exactly. Fix: cast it in "
+                    f"`query:` (CAST({field.name} AS text)), or select the elements you need."
+                )
 
     def _ranges(
         self, bounds: Bounds | None, partitioning: Partitioning | None
@@ -328,15 +349,58 @@ class JdbcSource:
         return f"{column} >= {low} AND {column} < {high}"
 
 
-def _is_unbounded_numeric(field: T.StructField) -> bool:
-    """PostgreSQL `numeric` without (p,s): Spark reports decimal(38,18) with a driver scale of 0."""
-    metadata = field.metadata or {}
-    return (
-        isinstance(field.dataType, T.DecimalType)
-        and metadata.get("jdbcClientType") == "numeric"
-        and (field.dataType.precision, field.dataType.scale) == (38, 18)
-        and metadata.get("scale") == 0
+def _scalar_type(data_type: T.DataType) -> tuple[T.DataType, int]:
+    """The type of a column, or of its arrays' elements, and how many array dimensions it has."""
+    dimensions = 0
+    while isinstance(data_type, T.ArrayType):
+        data_type, dimensions = data_type.elementType, dimensions + 1
+    return data_type, dimensions
+
+
+def _travels_neutral(field: T.StructField, scalar: T.DataType) -> bool:
+    """Whether the column (or its elements) travels as epoch numbers or as text."""
+    return isinstance(scalar, T.TimestampNTZType | T.TimestampType | T.DateType) or (
+        _is_wide_numeric(field, scalar)
     )
+
+
+def _is_wide_numeric(field: T.StructField, scalar: T.DataType) -> bool:
+    """A `numeric` Spark may round: without (p,s) it reports decimal(38,18), above 38 digits (38,s)."""
+    return (
+        isinstance(scalar, T.DecimalType)
+        and scalar.precision == 38
+        and (field.metadata or {}).get("jdbcClientType") in ("numeric", "_numeric")
+    )
+
+
+def _neutral_sql(name: str, scalar: T.DataType, value: str) -> str:
+    """A value as epoch micros (timestamps), epoch days (dates) or text (numerics)."""
+    if isinstance(scalar, T.DecimalType):
+        return f"CAST({value} AS TEXT)"
+    epoch = (
+        f"{value} - DATE '1970-01-01'"
+        if isinstance(scalar, T.DateType)
+        else f"CAST(EXTRACT(EPOCH FROM {value}) * 1000000 AS BIGINT)"
+    )
+    # 'infinity' has no epoch number.
+    refuse = _refusal(f"{_literal_text(f'column {name} holds ')} || CAST({value} AS TEXT)")
+    return f"CASE WHEN isfinite({value}) OR {value} IS NULL THEN {epoch} ELSE {refuse} END"
+
+
+def _refusal(message: str) -> str:
+    """Fails when evaluated: casting the message to a number is how plain SQL raises it.
+
+    The message must depend on a column, or the planner evaluates it ahead of time.
+    """
+    return f"CAST({message} AS BIGINT)"
+
+
+def _decimal_pattern(data_type: T.DecimalType) -> str:
+    """PostgreSQL's text of a numeric that `data_type` holds exactly (trailing zeros aside)."""
+    whole, scale = data_type.precision - data_type.scale, data_type.scale
+    integer = f"[0-9]{{1,{whole}}}" if whole else "0"
+    fraction = rf"(\.[0-9]{{1,{scale}}}0*)?" if scale else r"(\.0+)?"
+    return f"^-?{integer}{fraction}$"
 
 
 def _refuse_application_name(table: TableSpec, source: JdbcSourceSpec) -> None:

@@ -26,13 +26,20 @@ CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE TABLE items (
     id int PRIMARY KEY,
     u uuid, j jsonb, ints int[], words text[], m mood, n numeric, b bytea, f boolean,
-    early timestamptz, late timestamptz, early_local timestamp, old_day date
+    early timestamptz, late timestamptz, early_local timestamp, old_day date,
+    wide numeric(50,10), deep numeric(50,45),
+    numbers numeric[], locals timestamp[], instants timestamptz[], days date[]
 )
 """
 ROW = (
     "1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"k\": [1, 2.5, \"x\"]}', '{1,2,NULL}', '{a,\"b c\"}', 'happy', "
     "12345678901234567890.123456789012345678, '\\x00ff10', true, '0001-01-01 00:00:00.000001+00', "
-    "'9999-12-31 23:59:59.999999+00', '1000-06-15 12:00:00', '4713-01-01 BC'"
+    "'9999-12-31 23:59:59.999999+00', '1000-06-15 12:00:00', '4713-01-01 BC', "
+    "12345678901234567890123456789012345678, 0.123456789012345678901234567890123, "
+    "'{12345678901234567890.123456789012345678,NULL,-0.5}', "
+    '\'{"2025-03-09 02:30:00.000001",NULL,"1000-06-15 12:00:00"}\', '
+    '\'{"0001-01-01 00:00:00.000001+00","9999-12-31 23:59:59.999999+00"}\', '
+    "'{\"4713-01-01 BC\",2025-01-01,NULL}'"
 )
 
 
@@ -68,7 +75,7 @@ def test_every_type_arrives_exactly(
 
     assert run.success, run.failure
     lake = read_lake(tmp_path / "lake", "items")
-    row = lake.drop_columns(["old_day"]).to_pylist()[0]
+    row = lake.drop_columns(["old_day", "days"]).to_pylist()[0]
     assert row["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
     assert json.loads(row["j"]) == {"k": [1, 2.5, "x"]}
     assert row["ints"] == [1, 2, None] and row["words"] == ["a", "b c"]
@@ -78,9 +85,25 @@ def test_every_type_arrives_exactly(
     assert row["early"] == datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
     assert row["late"] == datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
     assert row["early_local"] == datetime(1000, 6, 15, 12)
+    # Above 38 digits Spark keeps the integer digits: numeric(50,10) is decimal(38,0) in the lake.
+    assert row["wide"] == Decimal("12345678901234567890123456789012345678")
+    assert row["deep"] == Decimal("0.123456789012345678901234567890123")
+    assert row["numbers"] == [
+        Decimal("12345678901234567890.123456789012345678"),
+        None,
+        Decimal("-0.5"),
+    ]
+    assert row["locals"] == [datetime(2025, 3, 9, 2, 30, 0, 1), None, datetime(1000, 6, 15, 12)]
+    assert row["instants"] == [
+        datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ]
     # 4713 BC (year -4712, proleptic Gregorian in both PostgreSQL and Parquet), as days since 1970.
     assert lake["old_day"].cast(pa.int32()).to_pylist() == [
         pg.query("SELECT old_day - DATE '1970-01-01' FROM items")[0][0]
+    ]
+    assert lake["days"].cast(pa.list_(pa.int32())).to_pylist() == [
+        [pg.query("SELECT DATE '4713-01-01 BC' - DATE '1970-01-01'")[0][0], 20089, None]
     ]
 
 
@@ -90,10 +113,34 @@ def test_every_type_arrives_exactly(
         (
             "n",
             "0.1234567890123456789012",
-            "column 'n' of table 'items' holds 0.1234567890123456789012, which needs more digits than decimal(38,18)",
+            "column 'n' of table 'items' holds 0.1234567890123456789012, which decimal(38,18) can't hold exactly",
+        ),
+        (
+            "wide",
+            "1.5",
+            "column 'wide' of table 'items' holds 1.5000000000, which decimal(38,0) can't hold exactly",
+        ),
+        (
+            "deep",
+            "0.1234567890123456789012345678901234",
+            "column 'deep' of table 'items' holds 0.123456789012345678901234567890123400000000000, which decimal(38,33)",
+        ),
+        (
+            "numbers",
+            "'{1,1.23456789012345678901234}'",
+            "column 'numbers' of table 'items' holds 1.23456789012345678901234, which decimal(38,18)",
+        ),
+        (
+            "numbers",
+            "'{123456789012345678901234567890}'",
+            "column 'numbers' of table 'items' holds 123456789012345678901234567890, which decimal(38,18)",
         ),
         ("early", "'infinity'", "holds a value Spark can't store (PostgreSQL 'infinity'"),
         ("early_local", "'-infinity'", "holds a value Spark can't store (PostgreSQL 'infinity'"),
+        ("instants", "'{2025-01-01,infinity}'", "column instants holds infinity"),
+        ("days", "'{-infinity}'", "holds a value Spark can't store (PostgreSQL 'infinity'"),
+        ("locals", "'{{2025-01-01,2025-01-02}}'", "column locals holds a 2-dimensional array"),
+        ("numbers", "'{{1},{2}}'", "cast it in `query:` (CAST(c AS text))"),
     ],
 )
 def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
@@ -113,4 +160,23 @@ def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
     assert not run.success
     assert "Table 'items'" in (run.failure or "")
     assert message in (run.failure or "")
+    assert lake_files(tmp_path / "lake", "items") == []
+
+
+def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, grid timestamptz[][])")
+    pg.execute("INSERT INTO items VALUES (1, '{{2025-01-01}}')")
+
+    run = materialize(_project(tmp_path, pg), "items", instance, spark_resource)
+
+    assert not run.success
+    assert (
+        "Table 'items': column 'grid' is a 2-dimensional array of timestamp, which can't be read "
+        "exactly. Fix: cast it in `query:` (CAST(grid AS text))" in (run.failure or "")
+    )
     assert lake_files(tmp_path / "lake", "items") == []
