@@ -1,7 +1,9 @@
 """Neither the JVM's, the Spark session's nor the database session's time zone may shift a value.
 
 Each case moves all three away from UTC (to zones with daylight saving time and odd offsets) and
-loads values that sit in DST gaps and overlaps, at microsecond precision, in early years.
+loads values that sit in DST gaps and overlaps, at microsecond precision, in early years, alone
+and in arrays. The database session's zone is set by `sessionInitStatement`: pgjdbc sends the
+JVM's zone when it connects, which would override a `-c TimeZone=` in `options`.
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ def zones(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[tuple
 
 
 def _load(tmp_path: Path, pg: Schema, database_zone: str, cursor: str) -> Any:
-    source = pg.source(properties={"options": f"-c TimeZone={database_zone}"})
+    source = pg.source(properties={"sessionInitStatement": f"SET TimeZone = '{database_zone}'"})
     table = {
         "name": "moments",
         "source": "shop",
-        "table": f"{pg.name}.moments",
+        # What the read's own session reports as its zone comes along as a column.
+        "query": f"SELECT m.*, current_setting('TimeZone') AS db_zone FROM {pg.name}.moments m",
         "mode": "merge",
         "cursor": cursor,
         "primary_key": ["id"],
@@ -81,19 +84,30 @@ def test_values_and_cursors_are_exact_whatever_the_zones(
     zones: tuple[str, str, str],
     cursor: str,
 ) -> None:
-    pg.execute("CREATE TABLE moments (id int PRIMARY KEY, ts timestamp, tstz timestamptz, d date)")
+    pg.execute(
+        "CREATE TABLE moments (id int PRIMARY KEY, ts timestamp, tstz timestamptz, d date, "
+        "ts_a timestamp[], tstz_a timestamptz[], d_a date[])"
+    )
     for row in ROWS:
-        pg.execute("INSERT INTO moments VALUES (%s, %s, %s, %s)", params=row)
+        pg.execute(
+            "INSERT INTO moments VALUES (%s, %s, %s, %s, ARRAY[%s, NULL, %s]::timestamp[], "
+            "ARRAY[%s, %s]::timestamptz[], ARRAY[NULL, %s]::date[])",
+            params=(*row, row[1], ROWS[0][1], row[2], ROWS[1][2], row[3]),
+        )
     project = _load(tmp_path, pg, zones[2], cursor)
 
     run = materialize(project, "moments", instance, spark_resource)
 
     assert run.success, run.failure
+    columns = ["id", "ts", "tstz", "d", "ts_a", "tstz_a", "d_a"]
     with pg.server.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")
-        source = sorted(conn.execute(f"SELECT id, ts, tstz, d FROM {pg.name}.moments").fetchall())
-    lake = rows_by(read_lake(tmp_path / "lake", "moments"), ["id", "ts", "tstz", "d"])
-    assert lake == source
+        source = sorted(
+            conn.execute(f"SELECT {', '.join(columns)} FROM {pg.name}.moments").fetchall()
+        )
+    lake = read_lake(tmp_path / "lake", "moments")
+    assert rows_by(lake, columns) == source
+    assert set(lake["db_zone"].to_pylist()) == {zones[2]} and zones[2] != zones[0]
     expected = {
         "ts": "2025-11-02T01:30:00.500000",
         "tstz": "2025-11-02T05:30:00.500000+00:00",
