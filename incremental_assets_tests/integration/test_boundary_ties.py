@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from incremental_assets_tests.harness import Schema, materialize, read_lake, row
 T = "TIMESTAMPTZ '2025-01-01 12:00:00+00'"
 
 
-def _project(tmp_path: Path, pg: Schema) -> Any:
+def _project(tmp_path: Path, pg: Schema, **settings: Any) -> Any:
     source = pg.source(rows_per_partition=200, max_partitions=4)
     table = {
         "name": "events",
@@ -23,6 +24,7 @@ def _project(tmp_path: Path, pg: Schema) -> Any:
         "cursor": "at",
         "primary_key": ["id"],
         "transaction_cap": False,
+        **settings,
     }
     return write_project(
         tmp_path,
@@ -78,3 +80,49 @@ def test_an_unusually_large_tie_is_reported(
         "10001 rows share the cursor value 2025-01-01T12:00:00.000000+00:00"
         in run.metadata["warnings"]
     )
+
+
+def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Without an integer key the read is split on the cursor; every cut falls on a tied value."""
+    pg.execute("CREATE TABLE events (key text PRIMARY KEY, at timestamptz NOT NULL)")
+    project = _project(tmp_path, pg, primary_key=["key"])
+    log = pg.server.log_text
+
+    def add(run: int, offsets: range) -> None:
+        # 300 rows on each of a few consecutive microseconds: 4 partitions of one value each.
+        for offset in offsets:
+            pg.execute(
+                f"INSERT INTO events SELECT 'r{run}-{offset}-' || i, {T} + INTERVAL '{offset} microseconds' "
+                "FROM generate_series(1, 300) i"
+            )
+
+    def cuts(since: int) -> list[int]:
+        """Where the partitions of the reads logged since `since` split the cursor's range."""
+        lines = [line for line in log()[since:].splitlines() if pg.name in line]
+        reads = [line for line in lines if re.search(r"\) AS src\s+WHERE", line)]
+        return sorted(int(c) for line in reads for c in re.findall(r'"at" <=? (\d+)', line))
+
+    add(1, range(4))
+    first = materialize(project, "events", instance, spark_resource)
+    seen = len(log())
+    add(2, range(3, 7))  # more ties on the last cursor value, then new values
+    second = materialize(project, "events", instance, spark_resource)
+    third = materialize(project, "events", instance, spark_resource)
+
+    assert first.success and second.success and third.success
+    assert (
+        first.metadata["rows_written"],
+        second.metadata["rows_extracted"],
+        second.metadata["rows_written"],
+        third.metadata["rows_written"],
+    ) == (1200, 1500, 1200, 0)
+    keys = rows_by(read_lake(tmp_path / "lake", "events"), ["key"])
+    assert len(keys) == len(set(keys)) == 2400
+    # Four partitions in the second run, each cut on a tied value (which only one side reads).
+    micros = pg.query(f"SELECT CAST(EXTRACT(EPOCH FROM {T}) * 1000000 AS BIGINT)")[0][0]
+    assert cuts(seen) == [micros + 4, micros + 5, micros + 6]
