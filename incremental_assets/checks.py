@@ -1,32 +1,49 @@
 """Asset checks that run with every materialization and show on the asset's page.
 
-* `primary_key_unique` (merge): no key appears twice. A key always hashes to the same bucket, so
+* `primary_key_unique` (merge): no key appears twice. A key always lands in the same bucket, so
   checking the bucket files this run wrote covers the whole table.
-* `cursor_not_backwards`: the new cursor is not below the previous one.
+* `cursor_not_backwards`: the new cursor is not below the one the run started from. Incremental
+  runs keep the later of the two by construction, so a failure there (ERROR) is a bug; a full
+  refresh lands lower when the source lost its newest rows (WARN). String cursors are ordered
+  by the database's collation, which Python can't reproduce: they are not compared.
 * `freshness` (with `checks.freshness`): a time cursor is no older than the lag. The same lag also
   becomes the asset's Dagster freshness policy, which watches the last success between runs.
-* `row_counts_match_source` (merge, with `checks.reconcile_counts`): the source's and the lake's
-  row counts differ by at most that fraction.
+* `row_counts_match_source` (merge, with `checks.reconcile_counts`): the lake's rows and the rows
+  the source says it should hold (per key the latest version by cursor, unless its delete column
+  is set; from `start`; NULL cursors as `null_cursor` says) differ by at most that fraction.
+
+A check that raises (the source is unreachable while counting, say) records a failed result
+carrying the message: the lake is already committed, so the materialization must still be
+recorded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Window as W
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.sources import open_source
+from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import Mode, TableSpec
+from incremental_assets.window import Window
 from incremental_assets.writers.lake import LakeTable
 
 KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"
 FRESHNESS = "freshness"
 COUNTS = "row_counts_match_source"
+ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
+# The severity of a failed check; cursor_not_backwards only warns after a full refresh.
+SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: WARN}
 
 
 def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
@@ -58,6 +75,57 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
     return specs
 
 
+def evaluate_checks(
+    spark: SparkSession,
+    table: TableSpec,
+    lake: LakeTable,
+    result: LoadResult,
+    stored: StoredState,
+    log: Callable[[str], None],
+) -> list[dg.AssetCheckResult]:
+    """Every check of the table, each one failing on its own if it raises."""
+    planned: list[tuple[str, Callable[[], dg.AssetCheckResult]]] = [
+        (CURSOR_FORWARD, lambda: cursor_not_backwards(result, stored))
+    ]
+    if table.mode is Mode.MERGE:
+        key = result.primary_key or table.primary_key
+        planned.append((KEY_UNIQUE, lambda: primary_key_unique(spark, key, lake, result)))
+    if table.freshness is not None:
+        planned.append((FRESHNESS, lambda: freshness(table, result, datetime.now(UTC))))
+    if table.reconcile_tolerance is not None:
+        planned.append(
+            (
+                COUNTS,
+                lambda: row_counts_match(table, result, live_source_rows(spark, table, result)),
+            )
+        )
+    return [_guarded(table, name, check, log) for name, check in planned]
+
+
+def _guarded(
+    table: TableSpec,
+    name: str,
+    check: Callable[[], dg.AssetCheckResult],
+    log: Callable[[str], None],
+) -> dg.AssetCheckResult:
+    try:
+        return check()
+    except Exception as exc:
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        message = (
+            f"Table '{table.name}': the check {name} could not run: {cause.rstrip('.')}. The load "
+            "itself is committed and recorded; the next run checks again."
+        )
+        log(message)
+        return dg.AssetCheckResult(
+            check_name=name,
+            passed=False,
+            severity=SEVERITY[name],
+            description=message,
+            metadata={"error": dg.MetadataValue.text(message)},
+        )
+
+
 def primary_key_unique(
     spark: SparkSession, key: tuple[str, ...], lake: LakeTable, result: LoadResult
 ) -> dg.AssetCheckResult:
@@ -70,30 +138,43 @@ def primary_key_unique(
     return dg.AssetCheckResult(
         check_name=KEY_UNIQUE,
         passed=duplicates == 0,
-        severity=dg.AssetCheckSeverity.ERROR,
+        severity=ERROR,
         metadata={"duplicate_keys": duplicates, "files_checked": len(files)},
     )
 
 
 def cursor_not_backwards(result: LoadResult, stored: StoredState) -> dg.AssetCheckResult:
     kind, previous = result.cursor_type, stored.cursor
-    backwards = False
-    if (
-        kind is not None
-        and kind is not CursorType.STRING
-        and previous
-        and result.cursor is not None
-    ):
-        try:
-            backwards = result.cursor < parse_cursor(kind, previous)  # type: ignore[operator]
-        except Exception:  # a previous cursor a full refresh replaced may not parse any more
-            backwards = False
     metadata = {"previous_cursor": previous or "", "cursor": _text(kind, result.cursor)}
-    # A full refresh may legitimately land lower (rows were deleted at the source): a warning.
-    severity = dg.AssetCheckSeverity.WARN if result.full_refresh else dg.AssetCheckSeverity.ERROR
-    return dg.AssetCheckResult(
-        check_name=CURSOR_FORWARD, passed=not backwards, severity=severity, metadata=metadata
+    unlike = _incomparable(result, stored)
+    if unlike:
+        metadata["not_compared"] = unlike
+    backwards = (
+        not unlike
+        and kind is not None
+        and previous is not None
+        and result.cursor < parse_cursor(kind, previous)  # type: ignore[operator]
     )
+    return dg.AssetCheckResult(
+        check_name=CURSOR_FORWARD,
+        passed=not backwards,
+        # A full refresh lands lower when the source lost its newest rows: worth a look, not a bug.
+        severity=WARN if result.full_refresh else ERROR,
+        metadata=metadata,
+    )
+
+
+def _incomparable(result: LoadResult, stored: StoredState) -> str:
+    """Why the new cursor can't be compared with the stored one, or '' if it can."""
+    if stored.cursor is None or result.cursor is None or result.cursor_type is None:
+        return ""  # nothing to compare: passes
+    if stored.cursor_column and stored.cursor_column != result.cursor_column:
+        return f"the previous cursor belongs to column {stored.cursor_column}"
+    if stored.cursor_type is not result.cursor_type:
+        return f"the previous cursor is a {stored.cursor_type or 'value of unknown type'}"
+    if result.cursor_type is CursorType.STRING:
+        return "string cursors follow the database's collation"
+    return ""
 
 
 def freshness(table: TableSpec, result: LoadResult, now: datetime) -> dg.AssetCheckResult:
@@ -106,7 +187,7 @@ def freshness(table: TableSpec, result: LoadResult, now: datetime) -> dg.AssetCh
     else:
         metadata["measured"] = "the last success (now): the cursor is not a time"
     return dg.AssetCheckResult(
-        check_name=FRESHNESS, passed=passed, severity=dg.AssetCheckSeverity.WARN, metadata=metadata
+        check_name=FRESHNESS, passed=passed, severity=WARN, metadata=metadata
     )
 
 
@@ -117,13 +198,50 @@ def row_counts_match(table: TableSpec, result: LoadResult, source_rows: int) -> 
     return dg.AssetCheckResult(
         check_name=COUNTS,
         passed=abs(source_rows - lake_rows) <= allowed,
-        severity=dg.AssetCheckSeverity.WARN,
+        severity=WARN,
         metadata={
             "source_rows": source_rows,
             "lake_rows": lake_rows,
             "allowed_difference": int(allowed),
         },
     )
+
+
+def live_source_rows(spark: SparkSession, table: TableSpec, result: LoadResult) -> int:
+    """The rows a merge lake should hold by the source: per key the latest version, not deleted."""
+    keys = [F.col(f"`{c}`") for c in result.primary_key or table.primary_key]
+    with failures_of(table, "counting the source's rows"):
+        frame = _loadable_rows(spark, table, result)
+        if not table.delete_column:
+            return frame.select(*keys).distinct().count()
+        order = (
+            [F.col(f"`{result.cursor_column}`").desc_nulls_last()] if result.cursor_column else []
+        )
+        latest = frame.withColumn(
+            "_version", F.row_number().over(W.partitionBy(*keys).orderBy(*order or keys))
+        ).where(F.col("_version") == 1)
+        return latest.where(~_deleted(latest, table.delete_column)).count()
+
+
+def _loadable_rows(spark: SparkSession, table: TableSpec, result: LoadResult) -> DataFrame:
+    """The source's rows from `start`, without NULL cursors unless `null_cursor: include`."""
+    column, kind = result.cursor_column, result.cursor_type
+    include_nulls = table.null_cursor == "include"
+    window = None
+    if table.start is not None and column is not None and kind is not None:
+        window = Window(column, kind, parse_cursor(kind, table.start), include_nulls=include_nulls)
+    frame = open_source(spark, table).read(window, None, None)
+    if column is not None and not include_nulls:
+        frame = frame.where(F.col(f"`{column}`").isNotNull())
+    return frame
+
+
+def _deleted(frame: DataFrame, delete_column: str) -> Column:
+    """As the merge writer removes rows: a true flag, or any value in a column of another type."""
+    column = F.col(f"`{delete_column}`")
+    if isinstance(frame.schema[delete_column].dataType, T.BooleanType):
+        return F.coalesce(column, F.lit(False))
+    return column.isNotNull()
 
 
 def _cursor_age(result: LoadResult, now: datetime, timezone: str) -> timedelta | None:

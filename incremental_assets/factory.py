@@ -8,22 +8,24 @@ resumes, so a second run that was waiting for the lock always sees the first run
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import SparkSession
 
 from incremental_assets import checks
-from incremental_assets.cursor import CursorValue, format_cursor
-from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
+from incremental_assets.cursor import CursorType, CursorValue, format_cursor, parse_cursor
+from incremental_assets.errors import (
+    ConfigError,
+    CursorError,
+    IncrementalAssetsError,
+    InstanceError,
+)
 from incremental_assets.load import LoadRequest, run_incremental_load
 from incremental_assets.pause_points import pause_point
 from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
-from incremental_assets.sources import open_source
-from incremental_assets.spec import Mode, Project, TableSpec
+from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import metadata_for, read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets.writers.lake import LakeTable
@@ -69,18 +71,23 @@ def build_table_asset(
         lake = LakeTable(project.lake.table_uri(table.name))
         with failing_cleanly():
             ensure_persistent_instance(context.instance, table.name)
-            request_backfill = _backfill(table, config)
             with lake.lock(table.name, f"run {context.run_id}", project.lake.lock_timeout):
                 stored = read_stored_state(context.instance, spec.key)
                 request = LoadRequest(
-                    table, project.lake, stored, config.full_refresh, request_backfill
+                    table,
+                    project.lake,
+                    stored,
+                    config.full_refresh,
+                    _backfill(table, config, stored),
                 )
                 session = spark.spark_session
                 with spark_progress(session, context.log.info):
                     result = run_incremental_load(session, request, log=context.log.info)
-                pause_point("committed")
-                _log_result(context, table, result)
-                check_results = _evaluate_checks(session, table, lake, result, stored)
+                    pause_point("committed")
+                    _log_result(context, table, result)
+                    check_results = checks.evaluate_checks(
+                        session, table, lake, result, stored, context.log.warning
+                    )
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata_for(result), check_results=check_results
                 )
@@ -88,7 +95,9 @@ def build_table_asset(
     return load_table
 
 
-def _backfill(table: TableSpec, config: TableRunConfig) -> tuple[str, str] | None:
+def _backfill(
+    table: TableSpec, config: TableRunConfig, stored: StoredState
+) -> tuple[str, str] | None:
     if config.backfill_from is None and config.backfill_to is None:
         return None
     if config.backfill_from is None or config.backfill_to is None or config.full_refresh:
@@ -96,7 +105,51 @@ def _backfill(table: TableSpec, config: TableRunConfig) -> tuple[str, str] | Non
             f"Table '{table.name}': a backfill needs both backfill_from and backfill_to (and no "
             "full_refresh), e.g. {backfill_from: '2025-01-01', backfill_to: '2025-02-01'}."
         )
-    return config.backfill_from, config.backfill_to
+    window = (config.backfill_from, config.backfill_to)
+    check_backfill_window(table, stored.cursor_type, window, ("backfill_from", "backfill_to"))
+    return window
+
+
+def check_backfill_window(
+    table: TableSpec,
+    stored_type: CursorType | None,
+    window: tuple[str, str],
+    names: tuple[str, str],
+) -> None:
+    """Refuse a backfill that can't run, before Spark starts: no cursor, bad values, empty window.
+
+    The values are checked when the cursor's type is known (declared, or recorded by a run);
+    otherwise the load checks them once the source has told it.
+    """
+    if table.cursor is None:
+        raise ConfigError(
+            f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full "
+            "refresh instead."
+        )
+    kind = stored_type or table.cursor.declared_type
+    if kind is None:
+        return
+    low, high = (
+        _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
+    )
+    # Strings are ordered by the database's collation: only an equal pair is surely empty.
+    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
+    if empty:
+        raise ConfigError(
+            f"Table '{table.name}': the backfill window [{window[0]}, {window[1]}) is empty; "
+            f"{names[0]} is where it starts (inclusive) and must be below {names[1]}, where it "
+            "ends (exclusive). Fix the order of the two values."
+        )
+
+
+def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) -> CursorValue:
+    try:
+        return parse_cursor(kind, text)
+    except CursorError as exc:
+        column = table.cursor.column if table.cursor else ""
+        raise ConfigError(
+            f"Table '{table.name}', {name}: {exc} The cursor column '{column}' is a {kind.value}."
+        ) from None
 
 
 def _log_result(context: dg.AssetExecutionContext, table: TableSpec, result: LoadResult) -> None:
@@ -114,23 +167,6 @@ def _log_result(context: dg.AssetExecutionContext, table: TableSpec, result: Loa
     )
     for warning in result.warnings:
         context.log.warning(f"{table.name}: {warning}")
-
-
-def _evaluate_checks(
-    spark: SparkSession, table: TableSpec, lake: LakeTable, result: LoadResult, stored: StoredState
-) -> list[dg.AssetCheckResult]:
-    results = [checks.cursor_not_backwards(result, stored)]
-    if table.mode is Mode.MERGE:
-        results.append(
-            checks.primary_key_unique(spark, result.primary_key or table.primary_key, lake, result)
-        )
-    if table.freshness is not None:
-        results.append(checks.freshness(table, result, datetime.now(UTC)))
-    if table.reconcile_tolerance is not None:
-        results.append(
-            checks.row_counts_match(table, result, open_source(spark, table).count_rows())
-        )
-    return results
 
 
 @contextmanager

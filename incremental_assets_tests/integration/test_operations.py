@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.cli import main as cli
@@ -13,7 +15,14 @@ from incremental_assets.config import load_project
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.harness import (
+    Schema,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+    write_project,
+)
 
 
 def _config(tmp_path: Path, pg: Schema, **table: Any) -> dict[str, Any]:
@@ -35,12 +44,20 @@ def _config(tmp_path: Path, pg: Schema, **table: Any) -> dict[str, Any]:
 
 
 def _checks(
-    project: Any, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    project: Any,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    full_refresh: bool = False,
 ) -> dict[str, Any]:
     asset = build_table_asset(
         project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
     )
-    result = dg.materialize([asset], instance=instance, resources={"spark": spark_resource})
+    result = dg.materialize(
+        [asset],
+        instance=instance,
+        resources={"spark": spark_resource},
+        run_config={"ops": {"orders": {"config": {"full_refresh": full_refresh}}}},
+    )
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
@@ -235,3 +252,137 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(
 
     assert run.success, run.failure
     assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id"]) == [(2,), (3,)]
+
+
+def test_row_counts_leave_out_soft_deleted_rows(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL, deleted_at timestamptz)")
+    pg.execute(
+        "INSERT INTO orders SELECT i, i, CASE WHEN i % 4 = 0 THEN now() END FROM generate_series(1, 20) i"
+    )
+    project = write_project(
+        tmp_path,
+        _config(tmp_path, pg, delete_column="deleted_at", checks={"reconcile_counts": 0.0}),
+    )
+
+    counts = _checks(project, instance, spark_resource)["row_counts_match_source"]
+
+    assert counts.passed, counts.metadata
+    assert counts.metadata["source_rows"].value == counts.metadata["lake_rows"].value == 15
+
+
+def test_row_counts_of_files_count_the_latest_version_of_each_key(
+    tmp_path: Path, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    landing = tmp_path / "landing" / "orders"
+    landing.mkdir(parents=True)
+    pq.write_table(
+        pa.table({"id": [1, 2, 3, 4], "at": [1, 1, 1, 1], "gone": [False] * 4}),
+        landing / "a.parquet",
+    )
+    # Key 1 is deleted by its newer version, key 2 comes back; key 5 is new.
+    pq.write_table(
+        pa.table({"id": [1, 2, 5], "at": [2, 2, 2], "gone": [True, False, False]}),
+        landing / "b.parquet",
+    )
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"drop": {"type": "files", "path": str(tmp_path / "landing")}},
+        "tables": [
+            {
+                "name": "orders",
+                "source": "drop",
+                "table": "orders",
+                "mode": "merge",
+                "cursor": "at",
+                "primary_key": ["id"],
+                "delete_column": "gone",
+                "checks": {"reconcile_counts": 0.0},
+            }
+        ],
+    }
+
+    counts = _checks(write_project(tmp_path, config), instance, spark_resource)[
+        "row_counts_match_source"
+    ]
+
+    assert counts.passed, counts.metadata
+    assert counts.metadata["source_rows"].value == counts.metadata["lake_rows"].value == 4
+
+
+def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    # Row 2 is younger than the safety lag, so the load never computes its key; counting the
+    # source afterwards does, and divides by zero.
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL, d int NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, now() - INTERVAL '1 hour', 1), (2, now(), 0)")
+    config = _config(
+        tmp_path,
+        pg,
+        query=f"SELECT id / d AS id, at FROM {pg.name}.orders",
+        safety_lag="10m",
+        checks={"reconcile_counts": 0.0},
+    )
+    del config["tables"][0]["table"]
+    project = write_project(tmp_path, config)
+
+    checks = _checks(project, instance, spark_resource)
+
+    counts = checks["row_counts_match_source"]
+    assert not counts.passed and counts.severity == dg.AssetCheckSeverity.WARN
+    assert "the check row_counts_match_source could not run" in (counts.description or "")
+    assert "division by zero" in counts.metadata["error"].value
+    assert checks["primary_key_unique"].passed
+    assert latest_metadata(instance, "orders")["rows_written"] == 1
+
+
+def test_a_full_refresh_that_lands_below_the_cursor_warns(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 10) i")
+    project = write_project(tmp_path, _config(tmp_path, pg))
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("DELETE FROM orders WHERE id > 7")  # the source lost its newest rows
+
+    check = _checks(project, instance, spark_resource, full_refresh=True)["cursor_not_backwards"]
+
+    assert latest_metadata(instance, "orders")["cursor"] == "7"
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["previous_cursor"].value == "10"
+
+
+def test_an_empty_backfill_window_in_asset_config_is_refused(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    project = write_project(tmp_path, _config(tmp_path, pg, cursor={"column": "at", "type": "int"}))
+    asset = build_table_asset(
+        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
+    )
+    config = {"ops": {"orders": {"config": {"backfill_from": "20", "backfill_to": "10"}}}}
+
+    run = dg.materialize(
+        [asset],
+        instance=instance,
+        resources={"spark": spark_resource},
+        run_config=config,
+        raise_on_error=False,
+    )
+
+    (failure,) = run.get_step_failure_events()
+    message = failure.step_failure_data.error.message  # type: ignore[union-attr]
+    assert "the backfill window [20, 10) is empty; backfill_from is where it starts" in message

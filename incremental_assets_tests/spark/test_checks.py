@@ -1,0 +1,94 @@
+"""The checks on results a correct load never returns: each must be able to fail."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from incremental_assets.checks import cursor_not_backwards, primary_key_unique
+from incremental_assets.cursor import CursorType
+from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.writers.lake import LakeTable
+from incremental_assets_tests.load_results import load_result
+
+JANUARY = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def _stored(cursor: str, column: str = "updated_at", kind: CursorType | None = None) -> StoredState:
+    return StoredState(cursor, column, kind or CursorType.TIMESTAMPTZ, 3, "run-1")
+
+
+@pytest.mark.parametrize(
+    ("full_refresh", "severity"),
+    [(False, dg.AssetCheckSeverity.ERROR), (True, dg.AssetCheckSeverity.WARN)],
+)
+def test_a_cursor_below_the_stored_one_fails(
+    full_refresh: bool, severity: dg.AssetCheckSeverity
+) -> None:
+    result = load_result(cursor=JANUARY, full_refresh=full_refresh)
+    check = cursor_not_backwards(result, _stored("2025-02-01T00:00:00.000000+00:00"))
+    assert not check.passed and check.severity == severity
+    assert check.metadata["previous_cursor"].value == "2025-02-01T00:00:00.000000+00:00"
+
+
+@pytest.mark.parametrize(
+    ("result", "stored", "reason"),
+    [
+        (
+            load_result(cursor=JANUARY, full_refresh=False),
+            _stored("2025-02-01T00:00:00.000000+00:00", column="created_at"),
+            "column created_at",
+        ),
+        (
+            load_result(cursor="aa", cursor_type=CursorType.STRING, full_refresh=False),
+            _stored("zz", kind=CursorType.STRING),
+            "string cursors",
+        ),
+    ],
+)
+def test_cursors_that_cant_be_compared_pass_and_say_why(
+    result: LoadResult, stored: StoredState, reason: str
+) -> None:
+    check = cursor_not_backwards(result, stored)
+    assert check.passed
+    assert reason in check.metadata["not_compared"].value
+
+
+def test_a_cursor_at_or_past_the_stored_one_passes() -> None:
+    result = load_result(cursor=JANUARY, full_refresh=False)
+    assert cursor_not_backwards(result, _stored("2025-01-01T00:00:00.000000+00:00")).passed
+
+
+def _lake_file(lake: Path, name: str, ids: list[int]) -> str:
+    file = f"part-h00001of00016-{name}-00000.parquet"
+    pq.write_table(pa.table({"id": ids, "v": ["x"] * len(ids)}), lake / file)
+    return file
+
+
+def test_duplicate_keys_in_the_files_a_run_wrote_fail_the_key_check(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = tmp_path / "orders"
+    lake.mkdir()
+    first = _lake_file(lake, "20250101T000000aaaa0001", [1, 2, 3])
+    second = _lake_file(lake, "20250101T000000aaaa0002", [3, 4])
+    table = LakeTable(str(lake))
+
+    clean = primary_key_unique(
+        spark, ("id",), table, load_result(full_refresh=False, files=(first,))
+    )
+    both = primary_key_unique(
+        spark, ("id",), table, load_result(full_refresh=False, files=(first, second))
+    )
+    whole_lake = primary_key_unique(spark, ("id",), table, load_result(full_refresh=True))
+
+    assert clean.passed
+    assert not both.passed and both.metadata["duplicate_keys"].value == 1
+    assert not whole_lake.passed and whole_lake.metadata["files_checked"].value == 2
+    assert both.severity == dg.AssetCheckSeverity.ERROR
