@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import os
 import socket
 import sys
@@ -30,11 +31,18 @@ import dagster as dg
 from incremental_assets.config import load_project
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, IncrementalAssetsError, InstanceError
-from incremental_assets.factory import op_name_for
+from incremental_assets.factory import check_backfill_window, op_name_for
 from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import (
+    CURSOR,
     CURSOR_ACTION,
-    latest_state_record,
+    NOTE,
+    PREVIOUS_CURSOR,
+    ROW_COUNT,
+    ROWS_EXTRACTED,
+    ROWS_WRITTEN,
+    metadata_of,
+    read_state_records,
     read_stored_state,
     record_cursor_override,
 )
@@ -109,12 +117,30 @@ def _tables(project: Project, names: Sequence[str]) -> list[TableSpec]:
 
 
 def _instance() -> dg.DagsterInstance:
-    if not os.environ.get("DAGSTER_HOME"):
+    home = os.environ.get("DAGSTER_HOME", "")
+    if not home:
         raise InstanceError(
             "DAGSTER_HOME is not set, so there is no instance holding the cursors. Point it at the "
             "directory Dagster uses (for example: export DAGSTER_HOME=$PWD/.dagster_home)."
         )
-    return dg.DagsterInstance.get()
+    if not os.path.isabs(home):
+        raise InstanceError(
+            f"DAGSTER_HOME is '{home}', a relative path, and Dagster needs an absolute one. Fix: "
+            f"export DAGSTER_HOME={os.path.abspath(home)}"
+        )
+    if not os.path.isdir(home):
+        raise InstanceError(
+            f"DAGSTER_HOME is {home}, which is not a directory. Point it at the directory that "
+            f"holds your instance, or create a new one: mkdir -p {home}"
+        )
+    try:
+        return dg.DagsterInstance.get()
+    except dg.DagsterError as exc:
+        cause = " ".join(str(exc).split())
+        raise InstanceError(
+            f"The Dagster instance in DAGSTER_HOME={home} can't be opened: {cause} Fix "
+            f"{os.path.join(home, 'dagster.yaml')}."
+        ) from None
 
 
 def _key(table: TableSpec) -> dg.AssetKey:
@@ -135,30 +161,48 @@ def validate(args: argparse.Namespace) -> int:
 def table_status(
     instance: dg.DagsterInstance, project: Project, table: TableSpec
 ) -> dict[str, Any]:
-    record = latest_state_record(instance, _key(table))
-    values: dict[str, Any] = {}
-    if record is not None:
-        event = (
-            record.event_log_entry.asset_materialization or record.event_log_entry.asset_observation
-        )
-        values = {k: getattr(v, "value", v) for k, v in (event.metadata if event else {}).items()}
+    """The cursor the next run starts from, the last materialization, and a pending override."""
+    records = read_state_records(instance, _key(table))
+    run = records.materialization
+    values = _values(run)
     return {
         "table": table.name,
         "asset_key": "/".join(table.asset_key_path),
         "mode": table.mode.value,
         "cursor_column": table.cursor.column if table.cursor else None,
-        "cursor": values.get("cursor"),
-        "last_event": ("cursor " + values[CURSOR_ACTION])
-        if CURSOR_ACTION in values
-        else ("materialization" if record else None),
-        "last_event_at": datetime.fromtimestamp(record.timestamp, UTC).isoformat()
-        if record
-        else None,
-        "last_run_id": (record.run_id or None) if record else None,
-        "rows_in_lake": values.get("dagster/row_count"),
-        "rows_extracted": values.get("rows_extracted"),
-        "rows_written": values.get("rows_written"),
+        "cursor": records.stored_state().cursor,
+        "last_run_id": run.run_id if run else None,
+        "last_run_at": _when(run),
+        "last_run_cursor": values.get(CURSOR),
+        "rows_in_lake": values.get(ROW_COUNT),
+        "rows_extracted": values.get(ROWS_EXTRACTED),
+        "rows_written": values.get(ROWS_WRITTEN),
+        "cursor_override": _override(records.override),
         "lake_uri": project.lake.table_uri(table.name),
+    }
+
+
+def _values(record: dg.EventLogRecord | None) -> dict[str, Any]:
+    if record is None:
+        return {}
+    return {k: getattr(v, "value", v) for k, v in metadata_of(record).items()}
+
+
+def _when(record: dg.EventLogRecord | None) -> str | None:
+    return datetime.fromtimestamp(record.timestamp, UTC).isoformat() if record else None
+
+
+def _override(record: dg.EventLogRecord | None) -> dict[str, Any] | None:
+    """A `cursor set|reset` recorded after the last materialization: the next run honours it."""
+    if record is None:
+        return None
+    values = _values(record)
+    return {
+        "action": values[CURSOR_ACTION],
+        "cursor": values.get(CURSOR),
+        "previous_cursor": values.get(PREVIOUS_CURSOR),
+        "note": values.get(NOTE),
+        "at": _when(record),
     }
 
 
@@ -169,13 +213,20 @@ def show_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'table':<16}{'mode':<13}{'rows':>9}  {'last event':<37}cursor")
+    print(f"{'table':<16}{'mode':<13}{'rows':>9}  {'last run':<21}cursor")
     for row in rows:
-        when = (row["last_event_at"] or "never")[:19].replace("T", " ")
-        event = f"{row['last_event'] or ''} {when}".strip()
-        print(
-            f"{row['table']:<16}{row['mode']:<13}{row['rows_in_lake'] if row['rows_in_lake'] is not None else '-':>9}  {event:<32}{row['cursor']}"
-        )
+        rows_in_lake = "-" if row["rows_in_lake"] is None else row["rows_in_lake"]
+        when = (row["last_run_at"] or "never")[:19].replace("T", " ")
+        print(f"{row['table']:<16}{row['mode']:<13}{rows_in_lake:>9}  {when:<21}{row['cursor']}")
+        override = row["cursor_override"]
+        if override:
+            start = (
+                f"reads from {override['cursor']}" if override["cursor"] else "extracts everything"
+            )
+            print(
+                f"{'':<16}cursor {override['action']} at {override['at'][:19].replace('T', ' ')}: "
+                f"the next run {start} (was {override['previous_cursor']}); {override['note']}"
+            )
     return 0
 
 
@@ -245,18 +296,23 @@ def run_tables(args: argparse.Namespace) -> int:
 
 def run_backfill(args: argparse.Namespace) -> int:
     project = _project(args)
-    tables = _tables(project, [args.table])
-    return _materialize(project, tables, {"backfill_from": args.start, "backfill_to": args.end})
+    (table,) = _tables(project, [args.table])
+    with _instance() as instance:
+        stored = read_stored_state(instance, _key(table))
+    check_backfill_window(table, stored.cursor_type, (args.start, args.end), ("--from", "--to"))
+    return _materialize(project, [table], {"backfill_from": args.start, "backfill_to": args.end})
 
 
 def _materialize(project: Project, tables: list[TableSpec], op_config: dict[str, Any]) -> int:
     from incremental_assets.definitions import build_definitions
     from incremental_assets.translator import IncrementalAssetsTranslator
 
-    defs = build_definitions(project)
+    defs = dg.Definitions.merge(
+        build_definitions(project), dg.Definitions(loggers={"progress": progress_logger})
+    )
     translator = IncrementalAssetsTranslator(project.lake)
     specs = [translator.get_asset_spec(t) for t in tables]
-    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    run_config: dict[str, Any] = {"loggers": {"progress": {}}}
     if op_config:
         run_config["ops"] = {op_name_for(spec): {"config": op_config} for spec in specs}
     with _instance() as instance:
@@ -267,26 +323,82 @@ def _materialize(project: Project, tables: list[TableSpec], op_config: dict[str,
             run_config=run_config,
             raise_on_error=False,
         )
-        failures = {
-            event.step_key: event.step_failure_data.error.message.strip()
-            if event.step_failure_data.error
-            else "failed"
-            for event in result.get_step_failure_events()
-        }
-        print(f"\nrun {result.run_id}: {'succeeded' if result.success else 'FAILED'}")
-        for table, spec in zip(tables, specs, strict=True):
-            failure = failures.get(op_name_for(spec))
-            if failure:
-                print(
-                    f"  {table.name}: {failure.removeprefix('dagster._core.definitions.events.Failure: ')}"
-                )
-                continue
-            row = table_status(instance, project, table)
-            print(
-                f"  {table.name}: cursor {row['cursor']}, {row['rows_extracted']} read, "
-                f"{row['rows_written']} written, {row['rows_in_lake']} in the lake"
-            )
-    return 0 if result.success else 1
+        failed_checks = _print_summary(instance, project, tables, specs, result)
+    return 0 if result.success and not failed_checks else 1
+
+
+def _print_summary(
+    instance: dg.DagsterInstance,
+    project: Project,
+    tables: list[TableSpec],
+    specs: list[dg.AssetSpec],
+    result: dg.ExecuteInProcessResult,
+) -> int:
+    """One line per table, then its checks; returns how many ERROR checks failed."""
+    failures = {
+        event.step_key: event.step_failure_data.error.message.strip()
+        if event.step_failure_data.error
+        else "failed"
+        for event in result.get_step_failure_events()
+    }
+    evaluations = result.get_asset_check_evaluations()
+    print(f"\nrun {result.run_id}: {'succeeded' if result.success else 'FAILED'}")
+    failed = 0
+    for table, spec in zip(tables, specs, strict=True):
+        failure = failures.get(op_name_for(spec))
+        if failure:
+            print(f"  {table.name}: {failure.removeprefix(_FAILURE_PREFIX)}")
+            continue
+        row = table_status(instance, project, table)
+        print(
+            f"  {table.name}: cursor {row['cursor']}, {row['rows_extracted']} read, "
+            f"{row['rows_written']} written, {row['rows_in_lake']} in the lake"
+        )
+        for check in (e for e in evaluations if e.asset_key == spec.key):
+            print(f"    check {check.check_name}: {_check_text(check)}")
+            failed += not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    return failed
+
+
+_FAILURE_PREFIX = "dagster._core.definitions.events.Failure: "
+
+
+def _check_text(check: dg.AssetCheckEvaluation) -> str:
+    if check.passed:
+        return "passed"
+    details = check.description or ", ".join(
+        f"{k} {getattr(v, 'value', v)}" for k, v in check.metadata.items()
+    )
+    return f"FAILED ({check.severity.value}): {details}"
+
+
+class _MessageOnly(logging.Formatter):
+    """A run's own log lines (window, rows, progress) without Dagster's events and stack traces;
+    the summary after the run reports failures once, as one message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        meta = getattr(record, "dagster_meta", None) or {}
+        time = self.formatTime(record, "%H:%M:%S")
+        return f"{time} {meta.get('orig_message', record.getMessage())}"
+
+
+class _UserMessages(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        meta = getattr(record, "dagster_meta", None) or {}
+        return meta.get("dagster_event") is None
+
+
+@dg.logger(
+    config_schema=None,
+    description="A run's own log lines, one per line, for the incremental-assets command.",
+)
+def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    logger = logging.Logger("incremental-assets", level=logging.INFO)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_MessageOnly())
+    handler.addFilter(_UserMessages())
+    logger.addHandler(handler)
+    return logger
 
 
 if __name__ == "__main__":

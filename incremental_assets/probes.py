@@ -1,32 +1,54 @@
 """Cheap "is there anything new?" probes for sensors: plain DB-API and file listings, no JVM.
 
-Each probe returns a change marker (a string that differs whenever there is something new to
-load, used as the run key) or None when the source holds nothing past the stored state.
+Each probe returns a short description of what is new (the newest cursor value a run would load,
+the newest file a run would read), or None when a run would find nothing past the stored state.
+The probes apply the same limits as a run (`safety_lag`, `future_tolerance`, the transaction
+cap), so rows a run would hold back don't ask for a run that can't load them.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlparse
 
 import psycopg
 import pyarrow.fs as pafs
 
-from incremental_assets.cursor import CursorType, parse_cursor
+from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
+from incremental_assets.sources.base import join_conditions
+from incremental_assets.sources.jdbc import _TRANSACTION_CAPS, APPLICATION_NAME
 from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES
 
-# libpq accepts these JDBC URL parameters under the same names.
-_SHARED_PARAMETERS = {
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "connect_timeout",
-    "options",
-    "application_name",
+# libpq accepts these JDBC parameters under the same names, or under the name given here.
+_LIBPQ_NAMES = {
+    "sslmode": "sslmode",
+    "sslrootcert": "sslrootcert",
+    "sslcert": "sslcert",
+    "sslkey": "sslkey",
+    "sslpassword": "sslpassword",
+    "options": "options",
+    "connectTimeout": "connect_timeout",
+    "connect_timeout": "connect_timeout",
+    "ApplicationName": "application_name",
+    "application_name": "application_name",
+}
+_NON_VALIDATING = "org.postgresql.ssl.NonValidatingFactory"
+# PostgreSQL type OIDs of the columns that can be cursors; anything else compares as text.
+_CURSOR_TYPE_OIDS = {
+    20: CursorType.INTEGER,
+    21: CursorType.INTEGER,
+    23: CursorType.INTEGER,
+    1700: CursorType.DECIMAL,
+    1082: CursorType.DATE,
+    1114: CursorType.TIMESTAMP,
+    1184: CursorType.TIMESTAMPTZ,
 }
 
 
@@ -34,8 +56,8 @@ def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
     """psycopg connection arguments from a `jdbc:postgresql://host[:port][,host2...]/db?...` URL."""
     url = urlparse(source.url.removeprefix("jdbc:"))
     hosts = [h.rsplit(":", 1) if ":" in h else [h, "5432"] for h in url.netloc.split(",") if h]
-    params = {k: v for k, v in parse_qsl(url.query) if k in _SHARED_PARAMETERS}
-    params.update({k: v for k, v in source.properties.items() if k in _SHARED_PARAMETERS})
+    jdbc = {**dict(parse_qsl(url.query, keep_blank_values=True)), **source.properties}
+    params = libpq_parameters(jdbc)
     return {
         "host": ",".join(h for h, _ in hosts) or "localhost",
         "port": ",".join(p for _, p in hosts) or "5432",
@@ -43,71 +65,199 @@ def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
         "user": source.user,
         "password": source.password,
         "connect_timeout": params.pop("connect_timeout", "10"),
-        "application_name": params.pop("application_name", "incremental_assets sensor"),
+        "application_name": params.pop("application_name", APPLICATION_NAME),
         **params,
     }
 
 
-def probe_source(table: TableSpec, stored: StoredState) -> str | None:
+def libpq_parameters(jdbc: dict[str, str]) -> dict[str, str]:
+    """pgjdbc's connection parameters in libpq's terms, SSL included.
+
+    pgjdbc's `ssl=true` verifies the certificate and the host name (libpq's `verify-full`), unless
+    `sslfactory` is the non-validating one (`require`); `ssl=false` turns SSL off.
+    """
+    params = {_LIBPQ_NAMES[k]: v for k, v in jdbc.items() if k in _LIBPQ_NAMES}
+    if "sslmode" not in params and "ssl" in jdbc:
+        if jdbc["ssl"].lower() == "false":
+            params["sslmode"] = "disable"
+        elif jdbc.get("sslfactory") == _NON_VALIDATING:
+            params["sslmode"] = "require"
+        else:
+            params["sslmode"] = "verify-full"
+    return params
+
+
+def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | None) -> str | None:
+    """What a run would load now, or None. `last_run`: when the last run that read files began."""
     if isinstance(table.source, FilesSourceSpec):
-        return _probe_files(table, table.source)
+        return _probe_files(table, table.source, last_run)
     return _probe_postgres(table, table.source, stored)
 
 
 def _probe_postgres(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
     relation = f"({table.query}) AS q" if table.query is not None else str(table.table)
     try:
-        with psycopg.connect(**connect_args(source), autocommit=True) as conn:
+        conn = psycopg.connect(**connect_args(source), autocommit=True)
+    except psycopg.Error as exc:
+        fix = "Fix the connection settings of the source (url, user, password, properties)"
+        raise _probe_error(table, source, exc, fix) from None
+    with conn:
+        try:
             if table.cursor is None:
                 return _table_changes(conn, table, stored)
             return _newest_cursor(conn, table, relation, stored)
-    except psycopg.Error as exc:
-        message = " ".join(str(exc).split())
-        raise SourceError(
-            f"Table '{table.name}' (source '{source.name}', {source.redacted_url()}): the sensor's probe "
-            f"failed: {message}. Fix the connection settings of the source, or stop the sensor."
-        ) from None
+        except psycopg.Error as exc:
+            fix = f"Fix `table:`, `query:` or `cursor:` of table '{table.name}'"
+            raise _probe_error(table, source, exc, fix) from None
+
+
+def _probe_error(
+    table: TableSpec, source: JdbcSourceSpec, exc: psycopg.Error, fix: str
+) -> SourceError:
+    message = " ".join(str(exc).split())
+    return SourceError(
+        f"Table '{table.name}' (source '{source.name}', {source.redacted_url()}): the sensor's probe "
+        f"failed: {message}. {fix}, or stop the sensor; the tick is marked failed until then."
+    )
 
 
 def _newest_cursor(
     conn: psycopg.Connection, table: TableSpec, relation: str, stored: StoredState
 ) -> str | None:
+    """The newest cursor value past the stored one that a run would load now."""
     assert table.cursor is not None
+    kind = stored.cursor_type or table.cursor.declared_type or _column_type(conn, table, relation)
     column = POSTGRES.quote(table.cursor.column)
-    where = "TRUE"
+    conditions = []
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
-        where = f"{column} > {POSTGRES.literal(stored.cursor_type, previous)}"
-    kind = stored.cursor_type or table.cursor.declared_type or CursorType.STRING
-    row = conn.execute(
-        f"SELECT {POSTGRES.wire(kind, f'max({column})')} FROM {relation} WHERE {where}"
-    ).fetchone()  # type: ignore[call-overload]
+        conditions.append(f"{column} > {POSTGRES.literal(stored.cursor_type, previous)}")
+    sources = relation
+    if kind.is_temporal:
+        conditions += _time_limits(table, kind, column)
+        if table.transaction_cap:
+            sources = f"(SELECT {_TRANSACTION_CAPS}) AS caps CROSS JOIN {relation}"
+            oldest = POSTGRES.cursor_time(kind, "caps.oldest", table.timezone)
+            conditions.append(f"(caps.oldest IS NULL OR {column} < {oldest})")
+    sql = f"SELECT {POSTGRES.wire(kind, f'max({column})')} FROM {sources} WHERE {join_conditions(conditions)}"
+    row = conn.execute(sql).fetchone()  # type: ignore[call-overload]
     newest = row[0] if row else None
-    return None if newest is None else f"{table.name}:{newest}"
+    return None if newest is None else format_cursor(kind, decode_wire(kind, newest))
+
+
+def _time_limits(table: TableSpec, kind: CursorType, column: str) -> list[str]:
+    """A run's own limits on a time cursor: the safety lag and the future cap, by the server's clock."""
+    limits = []
+    if table.safety_lag is not None:
+        limits.append(f"{column} <= {POSTGRES.now_plus(kind, -table.safety_lag, table.timezone)}")
+    if table.future_tolerance is not None:
+        # Rows dated past the cap are loaded by a run but never move the cursor past the cap, so
+        # counting them would ask for a run on every tick until the clock reaches them.
+        limits.append(
+            f"{column} <= {POSTGRES.now_plus(kind, table.future_tolerance, table.timezone)}"
+        )
+    return limits
+
+
+def _column_type(conn: psycopg.Connection, table: TableSpec, relation: str) -> CursorType:
+    """The cursor's type before any run has recorded it, from the column's PostgreSQL type."""
+    assert table.cursor is not None
+    cursor = conn.execute(f"SELECT {POSTGRES.quote(table.cursor.column)} FROM {relation} LIMIT 0")  # type: ignore[call-overload]
+    oid = cursor.description[0].type_code if cursor.description else 0
+    return _CURSOR_TYPE_OIDS.get(oid, CursorType.STRING)
 
 
 def _table_changes(conn: psycopg.Connection, table: TableSpec, stored: StoredState) -> str | None:
     """A table without a cursor: PostgreSQL's count of inserted, updated and deleted rows."""
     if table.query is not None:
-        return None if stored.run_id else f"{table.name}:first"
+        return None if stored.run_id else "first"
     row = conn.execute(
         "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relid = CAST(%s AS regclass)",
         (table.table,),
     ).fetchone()
-    return f"{table.name}:changes:{row[0] if row else 0}"
+    return f"changes:{row[0] if row else 0}"
 
 
-def _probe_files(table: TableSpec, source: FilesSourceSpec) -> str | None:
-    """The newest modification time and the number of files under the table's folder."""
-    path = f"{source.path.rstrip('/')}/{(table.table or '').lstrip('/')}"
-    uri = "s3://" + path[len("s3a://") :] if path.startswith("s3a://") else path
-    fs, root = pafs.FileSystem.from_uri(uri)
-    infos = [
-        i
-        for i in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-        if i.type == pafs.FileType.File and not i.base_name.startswith(("_", "."))
+def _probe_files(
+    table: TableSpec, source: FilesSourceSpec, last_run: datetime | None
+) -> str | None:
+    """Files modified since the last run began (or, with `safety_lag`, that have aged past it since).
+
+    With a lag, the rows of a file are assumed to be dated no later than the file was written, so
+    they are all loadable once the file is `safety_lag` old.
+    """
+    lag_ns = (table.safety_lag or timedelta(0)) // timedelta(microseconds=1) * 1000
+    since_ns = None if last_run is None else int(last_run.timestamp() * 1e9)
+    now_ns = time.time_ns()
+    ready = [
+        info.mtime_ns or 0
+        for info in source_files(source, table.table or "")
+        if (since_ns is None or (info.mtime_ns or 0) + lag_ns > since_ns)
+        and (info.mtime_ns or 0) + lag_ns <= now_ns
     ]
-    if not infos:
+    if not ready:
         return None
-    newest = max(i.mtime_ns or 0 for i in infos)
-    return f"{table.name}:files:{newest}:{len(infos)}"
+    newest = datetime.fromtimestamp(max(ready) / 1e9, UTC).isoformat(timespec="microseconds")
+    return f"{len(ready)} files, newest modified {newest}"
+
+
+_GLOB_CHARACTERS = re.compile(r"[*?\[{]")
+
+
+def source_files(source: FilesSourceSpec, table_path: str) -> list[pafs.FileInfo]:
+    """The data files Spark reads for `table:`: a folder (recursively), a file, or a Hadoop glob."""
+    path = f"{source.path.rstrip('/')}/{table_path.lstrip('/')}".rstrip("/")
+    uri = "s3://" + path[len("s3a://") :] if path.startswith("s3a://") else path
+    fs, root = pafs.FileSystem.from_uri(_static_prefix(uri))
+    pattern = path[len(_static_prefix(path)) :].strip("/")
+    if fs.get_file_info(root).type == pafs.FileType.File:
+        return [fs.get_file_info(root)]
+    listing = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    patterns = (
+        [p.split("/") for p in _expand_braces(pattern.replace("[^", "[!"))] if pattern else [[]]
+    )
+    return [
+        info
+        for info in listing
+        if info.type == pafs.FileType.File
+        and _read_by_spark(info.path[len(root) :].strip("/").split("/"), patterns)
+    ]
+
+
+def _static_prefix(path: str) -> str:
+    """The part of a path before its first glob segment."""
+    segments = path.split("/")
+    for index, segment in enumerate(segments):
+        if _GLOB_CHARACTERS.search(segment):
+            return "/".join(segments[:index])
+    return path
+
+
+def _read_by_spark(segments: list[str], patterns: list[list[str]]) -> bool:
+    """Whether a file (path segments below the static prefix) matches a pattern, as Spark reads it.
+
+    A pattern may match a folder, whose files are then read. Names starting with `_` or `.` are
+    skipped, as Spark skips them, unless the pattern spells that first character out.
+    """
+    for pattern in patterns:
+        named = [*pattern, *[""] * (len(segments) - len(pattern))]
+        if (
+            len(segments) >= len(pattern)
+            and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segments, pattern, strict=False))
+            and not any(_hidden(s, p) for s, p in zip(segments, named, strict=True))
+        ):
+            return True
+    return False
+
+
+def _hidden(name: str, pattern: str) -> bool:
+    return name.startswith(("_", ".")) and not pattern.startswith(name[0])
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    """Hadoop's `{a,b}` alternatives, which fnmatch doesn't know, as separate patterns."""
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if match is None:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    return [e for option in match.group(1).split(",") for e in _expand_braces(head + option + tail)]

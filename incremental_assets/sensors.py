@@ -2,26 +2,54 @@
 
 A tick reads the table's stored state from the instance and probes the source (`probes.py`):
 PostgreSQL over a plain DB-API connection, files by listing their modification times. No JVM
-starts. The run key is the probe's change marker (for example the newest cursor value), so a tick
-that sees the same new rows twice doesn't launch a second run. Sensors are stopped unless the
-table's config says `sensor: true` or `sensor: {interval: ...}`.
+starts. The run key names the stored cursor and what is new (`orders:2025-01-01T...->2025-01-02T...`):
+a tick that sees the same new rows again doesn't launch a second run, and a run that could not
+move the cursor (rows held back) doesn't make the next tick ask again, while a run that did move
+it makes new rows ask for a new run. A probe that fails fails the tick. Sensors are stopped unless
+the table's config says `sensor: true` or `sensor: {interval: ...}`.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import dagster as dg
 
-from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.probes import probe_source
-from incremental_assets.spec import Project, TableSpec
-from incremental_assets.state import read_stored_state
+from incremental_assets.spec import FilesSourceSpec, Project, TableSpec
+from incremental_assets.state import (
+    CURSOR_ACTION,
+    StateRecords,
+    last_incremental_materialization,
+    metadata_of,
+    read_state_records,
+)
 from incremental_assets.translator import IncrementalAssetsTranslator
+
+AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
 
 
 def build_sensors(
     project: Project, translator: IncrementalAssetsTranslator
 ) -> list[dg.SensorDefinition]:
-    return [_sensor_for(table, translator.get_asset_spec(table).key) for table in project.tables]
+    specs = {table.name: translator.get_asset_spec(table) for table in project.tables}
+    sensors = [_sensor_for(table, specs[table.name].key) for table in project.tables]
+    automated = [spec.key for spec in specs.values() if spec.automation_condition is not None]
+    return [*sensors, _automation_sensor(automated)] if automated else sensors
+
+
+def _automation_sensor(keys: list[dg.AssetKey]) -> dg.SensorDefinition:
+    """Evaluates the tables' `automation:` conditions, running from the start.
+
+    Dagster's own default automation sensor starts stopped, so without this one `automation:`
+    would do nothing until someone switched that sensor on.
+    """
+    return dg.AutomationConditionSensorDefinition(
+        AUTOMATION_SENSOR,
+        target=dg.AssetSelection.assets(*keys),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Requests runs of the tables whose `automation:` condition is met.",
+    )
 
 
 def _sensor_for(table: TableSpec, key: dg.AssetKey) -> dg.SensorDefinition:
@@ -41,17 +69,51 @@ def _sensor_for(table: TableSpec, key: dg.AssetKey) -> dg.SensorDefinition:
 
 
 def evaluate(
-    instance: dg.DagsterInstance, table: TableSpec, key: dg.AssetKey, last_marker: str | None
+    instance: dg.DagsterInstance, table: TableSpec, key: dg.AssetKey, last_run_key: str | None
 ) -> dg.SensorResult | dg.SkipReason:
-    stored = read_stored_state(instance, key)
-    try:
-        marker = probe_source(table, stored)
-    except IncrementalAssetsError as exc:
-        return dg.SkipReason(str(exc))
-    if marker is None:
-        return dg.SkipReason(f"nothing in the source past the cursor {stored.cursor}")
-    if marker == last_marker:
-        return dg.SkipReason(f"a run was already requested for {marker}")
+    records = read_state_records(instance, key)
+    stored = records.stored_state()
+    last_run = _last_run_start(instance, key, records) if _reads_files(table) else None
+    new = probe_source(table, stored, last_run)
+    if new is None:
+        return dg.SkipReason(
+            f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
+        )
+    run_key = run_key_for(table, records, new)
+    if run_key == last_run_key:
+        return dg.SkipReason(f"a run was already requested for {run_key}")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=marker, asset_selection=[key])], cursor=marker
+        run_requests=[dg.RunRequest(run_key=run_key, asset_selection=[key])], cursor=run_key
     )
+
+
+def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:
+    """`<table>:<stored cursor>-><what is new>`, and the hand-set cursor's event when there is one.
+
+    The override's event id makes a `cursor set|reset` ask for a run even when the same key was
+    used before it.
+    """
+    stored = records.stored_state().cursor
+    key = f"{table.name}:{stored}->{new}" if stored is not None else f"{table.name}:{new}"
+    if records.override is not None:
+        action = metadata_of(records.override)[CURSOR_ACTION]
+        key += f" (after cursor {getattr(action, 'value', action)} #{records.override.storage_id})"
+    return key
+
+
+def _reads_files(table: TableSpec) -> bool:
+    return isinstance(table.source, FilesSourceSpec)
+
+
+def _last_run_start(
+    instance: dg.DagsterInstance, key: dg.AssetKey, records: StateRecords
+) -> datetime | None:
+    """When the run that wrote the stored state began; None when a hand-set cursor came after it."""
+    if records.override is not None:
+        return None
+    record = last_incremental_materialization(instance, key)
+    if record is None:
+        return None
+    run = instance.get_run_record_by_id(record.run_id)
+    started = run.start_time if run is not None and run.start_time else record.timestamp
+    return datetime.fromtimestamp(started, UTC)

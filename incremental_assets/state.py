@@ -6,13 +6,14 @@ so the stored cursor only ever describes data that was durably written to the la
 
 An operator can move the cursor by hand (`incremental-assets cursor set|reset`): that records a
 runless *observation* carrying the same keys plus `cursor_action`. Observations don't mark the
-asset as updated (nothing downstream runs because of them), and the reader honours whichever of
-the two, the latest materialization or the latest cursor observation, came last.
+asset as updated (nothing downstream runs because of them). The reader honours the latest such
+observation if it came after the latest materialization, and the materialization otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -37,33 +38,79 @@ EXTRACT_SECONDS = "extract_seconds"
 WRITE_SECONDS = "write_seconds"
 FILES_WRITTEN = "files_written"
 WARNINGS = "warnings"
+BACKFILL = "backfill"
 ROW_COUNT = "dagster/row_count"
 CURSOR_ACTION = "cursor_action"
 NOTE = "note"
 
 
+@dataclass(frozen=True)
+class StateRecords:
+    """The latest materialization, and a `cursor set|reset` recorded after it, if any."""
+
+    materialization: dg.EventLogRecord | None
+    override: dg.EventLogRecord | None
+
+    @property
+    def latest(self) -> dg.EventLogRecord | None:
+        """The record the cursor comes from: an override supersedes the materialization before it."""
+        return self.override or self.materialization
+
+    def stored_state(self) -> StoredState:
+        record = self.latest
+        if record is None:
+            return StoredState.initial()
+        return state_from_metadata(metadata_of(record), record.event_log_entry.run_id or None)
+
+
 def read_stored_state(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> StoredState:
     """The state of the latest materialization or cursor observation, or the initial state."""
-    record = latest_state_record(instance, asset_key)
-    if record is None:
-        return StoredState.initial()
-    return state_from_metadata(_metadata(record), record.event_log_entry.run_id or None)
+    return read_state_records(instance, asset_key).stored_state()
 
 
-def latest_state_record(
+def read_state_records(instance: dg.DagsterInstance, asset_key: dg.AssetKey) -> StateRecords:
+    latest = instance.fetch_materializations(asset_key, limit=1).records
+    materialization = latest[0] if latest else None
+    # Only an override newer than the last materialization counts; other observations (from any
+    # other tool) may come in any number, so page through them instead of looking at a few.
+    after = materialization.storage_id if materialization is not None else None
+    override = _newest(
+        instance.fetch_observations,
+        dg.AssetRecordsFilter(asset_key=asset_key, after_storage_id=after),
+        lambda record: CURSOR_ACTION in metadata_of(record),
+    )
+    return StateRecords(materialization, override)
+
+
+def last_incremental_materialization(
     instance: dg.DagsterInstance, asset_key: dg.AssetKey
 ) -> dg.EventLogRecord | None:
-    materializations = instance.fetch_materializations(asset_key, limit=1).records
-    observations = [
-        r
-        for r in instance.fetch_observations(asset_key, limit=20).records
-        if CURSOR_ACTION in _metadata(r)
-    ]
-    candidates = [*materializations[:1], *observations[:1]]
-    return max(candidates, key=lambda r: r.storage_id) if candidates else None
+    """The latest materialization that was not a bounded backfill (which leaves the cursor)."""
+    return _newest(
+        instance.fetch_materializations,
+        dg.AssetRecordsFilter(asset_key=asset_key),
+        lambda record: BACKFILL not in metadata_of(record),
+    )
 
 
-def _metadata(record: dg.EventLogRecord) -> Mapping[str, Any]:
+_PAGE = 100
+
+
+def _newest(
+    fetch: Callable[..., dg.EventRecordsResult],
+    records_filter: dg.AssetRecordsFilter,
+    wanted: Callable[[dg.EventLogRecord], bool],
+) -> dg.EventLogRecord | None:
+    cursor = None
+    while True:
+        page = fetch(records_filter, limit=_PAGE, cursor=cursor)
+        found = next((r for r in page.records if wanted(r)), None)
+        if found is not None or not page.has_more:
+            return found
+        cursor = page.cursor
+
+
+def metadata_of(record: dg.EventLogRecord) -> Mapping[str, Any]:
     event = record.event_log_entry.asset_materialization or record.event_log_entry.asset_observation
     return event.metadata if event is not None else {}
 

@@ -8,14 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 
+from incremental_assets.cli import main as cli
+from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
     materializations,
+    materialize,
     run_cli,
     write_cli_config,
+    write_project,
 )
 
 
@@ -41,6 +46,15 @@ def _materialize(
     return run_cli(tmp_path, env, "--select", "orders", *extra)
 
 
+def _create_orders(pg: Schema, rows: int) -> None:
+    """Orders 1..rows, one second apart from 2025-01-01T00:00:00Z."""
+    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+    pg.execute(
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
+        f"FROM generate_series(1, {rows}) i"
+    )
+
+
 def _latest(home: Path) -> dict[str, Any]:
     return materializations(home, "orders")[-1]
 
@@ -50,10 +64,7 @@ def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(
     tmp_path: Path, pg: Schema, connect: str
 ) -> None:
     """Through a Spark Connect server: the subprocesses start no JVM of their own."""
-    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
-    pg.execute(
-        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 30) i"
-    )
+    _create_orders(pg, 30)
     env = _env(tmp_path, _config(tmp_path, pg, connect))
 
     first = _materialize(tmp_path, env)
@@ -111,9 +122,15 @@ def test_a_temporary_instance_is_refused_with_an_explanation(tmp_path: Path, pg:
 
 
 def _incremental_assets(
-    tmp_path: Path, env: dict[str, str], *args: str
+    tmp_path: Path, env: dict[str, str], *args: str, python_m: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    command = [str(Path(sys.executable).with_name("incremental-assets")), *args]
+    """The installed command, or `python -m incremental_assets`."""
+    program = (
+        [sys.executable, "-m", "incremental_assets"]
+        if python_m
+        else [str(Path(sys.executable).with_name("incremental-assets"))]
+    )
+    command = [*program, *args]
     return subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
@@ -123,10 +140,7 @@ def _incremental_assets(
 def test_the_incremental_assets_command_runs_and_reports(
     tmp_path: Path, pg: Schema, connect: str
 ) -> None:
-    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
-    pg.execute(
-        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 12) i"
-    )
+    _create_orders(pg, 12)
     env = _env(tmp_path, _config(tmp_path, pg, connect))
 
     run = _incremental_assets(tmp_path, env, "run", "orders")
@@ -139,12 +153,13 @@ def test_the_incremental_assets_command_runs_and_reports(
         in run.stdout
     )
     (row,) = json.loads(status.stdout)
-    assert (row["table"], row["mode"], row["rows_in_lake"], row["last_event"]) == (
+    assert (row["table"], row["mode"], row["rows_in_lake"], row["cursor_override"]) == (
         "orders",
         "merge",
         12,
-        "materialization",
+        None,
     )
+    assert row["last_run_id"] is not None
     assert row["cursor"] == "2025-01-01T00:00:12.000000+00:00"
     assert "orders" in human.stdout and "2025-01-01T00:00:12.000000+00:00" in human.stdout
 
@@ -166,3 +181,170 @@ def test_the_command_explains_errors_without_a_traceback(tmp_path: Path, pg: Sch
     assert unknown.returncode == 1 and "no table named 'nope'" in unknown.stderr
     assert no_home.returncode == 1 and "DAGSTER_HOME is not set" in no_home.stderr
     assert all("Traceback" not in r.stderr for r in (validate, unknown, no_home))
+
+
+def _python_m(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return _incremental_assets(tmp_path, env, *args, python_m=True)
+
+
+@pytest.mark.xdist_group("connect")
+def test_python_m_validates_runs_refreshes_backfills_and_reports_checks(
+    tmp_path: Path, pg: Schema, connect: str
+) -> None:
+    _create_orders(pg, 10)
+    table = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+        "checks": {"freshness": "1h"},  # the rows are from 2025: this check fails, as a warning
+    }
+    config = write_cli_config(tmp_path, {"shop": pg.source()}, [table], remote=connect)
+    env = _env(tmp_path, config)
+
+    validate = _python_m(tmp_path, env, "validate")
+    run = _python_m(tmp_path, env, "run", "orders")
+    full = _python_m(tmp_path, env, "run", "orders", "--full")
+    backfill = _python_m(
+        tmp_path,
+        env,
+        "backfill",
+        "orders",
+        "--from",
+        "2025-01-01T00:00:03Z",
+        "--to",
+        "2025-01-01T00:00:06Z",
+    )
+    # The first run recorded the cursor's type: a bad value is refused before Spark starts.
+    typo = _python_m(tmp_path, env, "backfill", "orders", "--from", "forty", "--to", "2025-02-01")
+
+    assert validate.returncode == 0 and "valid, 1 tables" in validate.stdout
+    for done in (run, full, backfill):
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "check primary_key_unique: passed" in done.stdout
+        assert "check freshness: FAILED (WARN): " in done.stdout
+        assert "Stack Trace" not in done.stdout + done.stderr
+    assert "orders: cursor 2025-01-01T00:00:10.000000+00:00, 10 read" in run.stdout
+    assert "window" in run.stdout  # the run's own log lines show progress
+    runs = materializations(tmp_path / "home", "orders")
+    assert runs[1]["full_refresh"] is True and runs[1]["rows_extracted"] == 10
+    assert runs[2]["backfill"] == "[2025-01-01T00:00:03Z, 2025-01-01T00:00:06Z)"
+    assert runs[2]["rows_extracted"] == 3 and runs[2]["cursor"] == runs[1]["cursor"]
+    assert typo.returncode == 1 and "'forty' is not a valid timestamptz" in typo.stderr
+    assert "--from" in typo.stderr and "Traceback" not in typo.stderr
+    assert len(materializations(tmp_path / "home", "orders")) == 3
+
+
+@pytest.mark.xdist_group("connect")
+def test_a_failed_run_prints_one_message_and_no_stack_trace(
+    tmp_path: Path, pg: Schema, connect: str
+) -> None:
+    config = _config(tmp_path, pg, connect)  # the table doesn't exist in the database
+    run = _python_m(tmp_path, _env(tmp_path, config), "run", "orders")
+
+    assert run.returncode == 1
+    assert "FAILED" in run.stdout and "orders: Table 'orders'" in run.stdout
+    assert "does not exist" in run.stdout
+    assert "Stack Trace" not in run.stdout + run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(
+    ("home", "message"),
+    [
+        ("relative/home", "DAGSTER_HOME is 'relative/home', a relative path"),
+        ("/nonexistent/dagster_home", "which is not a directory"),
+    ],
+)
+def test_a_bad_dagster_home_is_explained(
+    tmp_path: Path,
+    pg: Schema,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    home: str,
+    message: str,
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", home)
+    assert cli(["--config", str(_config(tmp_path, pg)), "status"]) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("table", "window", "message"),
+    [
+        (
+            {"cursor": {"column": "at", "type": "integer"}},
+            ("forty", "50"),
+            "'forty' is not a valid integer",
+        ),
+        (
+            {"cursor": {"column": "at", "type": "integer"}},
+            ("50", "40"),
+            "the backfill window [50, 40) is empty",
+        ),
+        ({"cursor": {"column": "at", "type": "integer"}}, ("50", "50"), "is empty"),
+        ({"mode": "full_refresh"}, ("1", "2"), "has no cursor, so there is no window to backfill"),
+    ],
+)
+def test_a_backfill_that_cant_run_is_refused_before_spark_starts(
+    tmp_path: Path,
+    pg: Schema,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    table: dict[str, Any],
+    window: tuple[str, str],
+    message: str,
+) -> None:
+    entry = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **table}
+    config = write_cli_config(tmp_path, {"shop": pg.source()}, [entry])
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+
+    code = cli(
+        ["--config", str(config), "backfill", "orders", "--from", window[0], "--to", window[1]]
+    )
+
+    assert code == 1 and message in capsys.readouterr().err
+    assert not (tmp_path / "lake").exists()  # nothing ran
+
+
+def test_status_shows_the_last_run_and_a_pending_cursor_override_apart(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 30) i")
+    entry = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", "cursor": "at"}
+    project = write_project(
+        tmp_path,
+        {
+            "lake": {"path": str(tmp_path / "lake")},
+            "sources": {"shop": pg.source()},
+            "tables": [entry],
+        },
+    )
+    run = materialize(project, "orders", instance, spark_resource)
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    config = ["--config", project.path]
+    assert cli([*config, "cursor", "set", "orders", "20", "--reason", "replay"]) == 0
+    capsys.readouterr()
+
+    assert cli([*config, "status", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert cli([*config, "status"]) == 0
+    text = capsys.readouterr().out
+
+    assert (row["cursor"], row["last_run_cursor"], row["last_run_id"]) == ("20", "30", run.run_id)
+    assert (row["rows_in_lake"], row["rows_written"]) == (30, 30)
+    override = row["cursor_override"]
+    assert (override["action"], override["cursor"], override["previous_cursor"]) == (
+        "set",
+        "20",
+        "30",
+    )
+    assert override["note"].startswith("replay (set by ")
+    assert "cursor set at " in text and "the next run reads from 20 (was 30); replay" in text

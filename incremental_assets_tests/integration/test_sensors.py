@@ -5,16 +5,22 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from incremental_assets.cli import main as cli
+from incremental_assets.definitions import build_definitions
+from incremental_assets.errors import SourceError
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
 from incremental_assets_tests.harness import Schema, materialize, write_project
+from incremental_assets_tests.postgres import PostgresServer
 
 
 def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
@@ -61,7 +67,7 @@ def test_a_run_is_requested_only_when_rows_pass_the_stored_cursor(
 
     pg.execute("INSERT INTO orders VALUES (3, 30)")
     second = _requested(evaluate(instance, table, key, first))
-    assert second == "orders:30"
+    assert second == "orders:20->30"
     # The same new rows seen by the next tick don't launch a second run.
     assert _requested(evaluate(instance, table, key, second)) is None
 
@@ -127,3 +133,141 @@ def test_a_tick_starts_no_jvm(tmp_path: Path, pg: Schema) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "no jvm" in done.stdout
+
+
+def _first_key(result: dg.SensorResult | dg.SkipReason) -> str:
+    key = _requested(result)
+    assert key is not None, result
+    return key
+
+
+def test_rows_held_back_by_the_safety_lag_ask_for_a_run_once_the_lag_has_passed(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    # A wall-clock cursor in a zone far from UTC: the lag must be measured in that zone.
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamp NOT NULL)")
+    pg.execute(
+        "INSERT INTO orders VALUES (1, TIMESTAMP '2025-01-01 00:00:00'), "
+        "(2, now() AT TIME ZONE 'Asia/Tokyo')"
+    )
+    project = _project(tmp_path, pg, cursor="at", safety_lag="3s", timezone="Asia/Tokyo")
+    table, key = project.table("orders"), dg.AssetKey("orders")
+
+    first = _first_key(evaluate(instance, table, key, None))
+    assert first == "orders:2025-01-01T00:00:00.000000"  # row 2 is younger than the lag
+    assert materialize(project, "orders", instance, spark_resource).success
+    assert _requested(evaluate(instance, table, key, first)) is None  # row 2 is still held back
+    time.sleep(3.5)
+
+    second = _first_key(evaluate(instance, table, key, first))
+    assert second.startswith("orders:2025-01-01T00:00:00.000000->20")
+    run = materialize(project, "orders", instance, spark_resource)
+    assert run.success and run.metadata["rows_written"] == 1
+    assert _requested(evaluate(instance, table, key, second)) is None
+
+
+def test_rows_held_back_by_an_open_transaction_ask_for_a_run_once_it_ends(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, TIMESTAMPTZ '2025-01-01 00:00:00+00')")
+    project = _project(tmp_path, pg, cursor="at", transaction_cap=True)
+    table, key = project.table("orders"), dg.AssetKey("orders")
+    assert materialize(project, "orders", instance, spark_resource).success
+    with postgres.connect(autocommit=False) as open_transaction:
+        open_transaction.execute("SELECT 1")  # the transaction has started: rows after it wait
+        pg.execute("INSERT INTO orders VALUES (2, now())")
+        assert _requested(evaluate(instance, table, key, None)) is None
+    new = _first_key(evaluate(instance, table, key, None))
+    assert new.startswith("orders:2025-01-01T00:00:00.000000+00:00->20")
+    run = materialize(project, "orders", instance, spark_resource)
+    assert run.success and run.metadata["rows_written"] == 1
+
+
+def _files_project(tmp_path: Path, table: str, **extra: Any) -> Any:
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"drop": {"type": "files", "path": str(tmp_path / "landing")}},
+        "tables": [{"name": "events", "source": "drop", "table": table, "cursor": "at", **extra}],
+    }
+    return write_project(tmp_path, config)
+
+
+def test_a_glob_table_is_watched_through_the_files_it_matches(
+    tmp_path: Path, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    landing = tmp_path / "landing" / "events"
+    (landing / "2025").mkdir(parents=True)
+    project = _files_project(tmp_path, "events/*/*.parquet")
+    table, key = project.table("events"), dg.AssetKey("events")
+    pq.write_table(pa.table({"at": [1]}), landing / "2025" / "a.parquet")
+    pq.write_table(pa.table({"at": [5]}), landing / "outside.parquet")  # not matched
+
+    first = _first_key(evaluate(instance, table, key, None))
+    assert first.startswith("events:1 files, newest modified ")
+    assert materialize(project, "events", instance, spark_resource).success
+    assert _requested(evaluate(instance, table, key, first)) is None
+    (landing / "2025" / "notes.txt").write_text("not matched")
+    pq.write_table(pa.table({"at": [6]}), landing / "2025" / "_tmp.parquet")  # hidden from Spark
+    assert _requested(evaluate(instance, table, key, first)) is None
+    pq.write_table(pa.table({"at": [2]}), landing / "2025" / "b.parquet")
+    assert _requested(evaluate(instance, table, key, first)) not in (None, first)
+
+
+def test_a_files_sensor_switched_on_after_the_last_run_asks_for_nothing(
+    tmp_path: Path, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    landing = tmp_path / "landing" / "events"
+    landing.mkdir(parents=True)
+    pq.write_table(pa.table({"at": [1]}), landing / "a.parquet")
+    project = _files_project(tmp_path, "events")
+    table, key = project.table("events"), dg.AssetKey("events")
+    assert materialize(project, "events", instance, spark_resource).success
+
+    assert _requested(evaluate(instance, table, key, None)) is None
+
+
+def test_a_hand_set_cursor_asks_for_a_run_even_under_a_used_run_key(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
+    project = _project(tmp_path, pg, cursor="at")
+    table, key = project.table("orders"), dg.AssetKey("orders")
+    first = _first_key(evaluate(instance, table, key, None))
+    assert materialize(project, "orders", instance, spark_resource).success
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+
+    assert cli(["--config", project.path, "cursor", "reset", "orders", "--reason", "again"]) == 0
+    again = _first_key(evaluate(instance, table, key, first))
+
+    assert again.startswith("orders:20 (after cursor reset #")
+
+
+def test_a_failing_probe_fails_the_tick(tmp_path: Path, pg: Schema) -> None:
+    # pgjdbc's ssl=true means verify-full; the test server has no SSL, so the probe must fail.
+    source = {**pg.source(), "url": pg.source()["url"] + "?ssl=true"}
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"shop": source},
+        "tables": [{"name": "orders", "source": "shop", "table": "orders", "cursor": "at"}],
+    }
+    project = write_project(tmp_path, config)
+    sensor = build_definitions(project).resolve_sensor_def("orders_source_sensor")
+
+    with dg.instance_for_test() as instance:
+        with pytest.raises(SourceError, match=r"Table 'orders' .*the sensor's probe failed: .*SSL"):
+            evaluate(instance, project.table("orders"), dg.AssetKey("orders"), None)
+        with pytest.raises(SourceError):
+            sensor(dg.build_sensor_context(instance=instance))

@@ -4,39 +4,23 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import dagster as dg
+import pytest
 
+from incremental_assets import state
 from incremental_assets.cursor import CursorType
-from incremental_assets.results import LoadResult, MergeCounts
 from incremental_assets.spec import Mode
-from incremental_assets.state import metadata_for, state_from_metadata
-
-
-def _result(**changes: object) -> LoadResult:
-    values: dict[str, object] = {
-        "mode": Mode.MERGE,
-        "cursor_column": "updated_at",
-        "cursor_type": CursorType.TIMESTAMPTZ,
-        "previous_cursor": None,
-        "cursor": datetime(2025, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
-        "full_refresh": True,
-        "batch": 3,
-        "extract_filter": "TRUE",
-        "rows_extracted": 10,
-        "rows_written": 9,
-        "files_written": 2,
-        "merge": MergeCounts(5, 4, 1),
-        "row_count": 100,
-        "columns": (("id", "bigint"), ("_batch", "bigint")),
-        "uri": "/lake/orders",
-        "extract_seconds": 1.23456,
-        "write_seconds": 0.5,
-    }
-    values.update(changes)
-    return LoadResult(**values)  # type: ignore[arg-type]
+from incremental_assets.state import (
+    metadata_for,
+    read_state_records,
+    read_stored_state,
+    record_cursor_override,
+    state_from_metadata,
+)
+from incremental_assets_tests.load_results import load_result
 
 
 def test_metadata_holds_the_cursor_as_exact_text_and_the_counts_as_numbers() -> None:
-    metadata = metadata_for(_result())
+    metadata = metadata_for(load_result())
     assert metadata["cursor"] == dg.MetadataValue.text("2025-01-01T00:00:00.000001+00:00")
     assert metadata["previous_cursor"] == dg.MetadataValue.null()
     assert metadata["rows_inserted"] == dg.MetadataValue.int(5)
@@ -47,19 +31,19 @@ def test_metadata_holds_the_cursor_as_exact_text_and_the_counts_as_numbers() -> 
 
 
 def test_merge_counts_appear_only_for_merge() -> None:
-    metadata = metadata_for(_result(mode=Mode.APPEND, merge=None))
+    metadata = metadata_for(load_result(mode=Mode.APPEND, merge=None))
     assert not {"rows_inserted", "rows_updated", "rows_deleted"} & set(metadata)
 
 
 def test_decimals_are_digits_never_floats() -> None:
     metadata = metadata_for(
-        _result(cursor_type=CursorType.DECIMAL, cursor=Decimal("0.10000000000000000001"))
+        load_result(cursor_type=CursorType.DECIMAL, cursor=Decimal("0.10000000000000000001"))
     )
     assert metadata["cursor"].value == "0.10000000000000000001"
 
 
 def test_the_stored_state_reads_back_what_was_written() -> None:
-    state = state_from_metadata(metadata_for(_result()), "run-1")
+    state = state_from_metadata(metadata_for(load_result()), "run-1")
     assert state.cursor == "2025-01-01T00:00:00.000001+00:00"
     assert state.cursor_type is CursorType.TIMESTAMPTZ
     assert (state.cursor_column, state.batch, state.row_count, state.run_id) == (
@@ -68,3 +52,43 @@ def test_the_stored_state_reads_back_what_was_written() -> None:
         100,
         "run-1",
     )
+
+
+def _materialize(instance: dg.DagsterInstance, cursor: datetime) -> None:
+    metadata = metadata_for(load_result(cursor=cursor))
+    instance.report_runless_asset_event(dg.AssetMaterialization("orders", metadata=metadata))
+
+
+def _observe(instance: dg.DagsterInstance, times: int) -> None:
+    for i in range(times):
+        instance.report_runless_asset_event(
+            dg.AssetObservation("orders", metadata={"seen_by": f"another tool {i}"})
+        )
+
+
+def test_a_hand_set_cursor_is_found_behind_any_number_of_other_observations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state, "_PAGE", 4)  # several pages without writing hundreds of events
+    key = dg.AssetKey("orders")
+    with dg.instance_for_test() as instance:
+        _materialize(instance, datetime(2025, 1, 1, tzinfo=UTC))
+        stored = read_stored_state(instance, key)
+        record_cursor_override(
+            instance,
+            key,
+            stored,
+            "2024-06-01T00:00:00.000000+00:00",
+            "updated_at",
+            CursorType.TIMESTAMPTZ,
+            "replay",
+        )
+        _observe(instance, 21)  # the reader used to look at the last 20 only
+
+        records = read_state_records(instance, key)
+        assert records.override is not None
+        assert read_stored_state(instance, key).cursor == "2024-06-01T00:00:00.000000+00:00"
+
+        _materialize(instance, datetime(2025, 2, 1, tzinfo=UTC))  # the run that honoured it
+        assert read_state_records(instance, key).override is None
+        assert read_stored_state(instance, key).cursor == "2025-02-01T00:00:00.000000+00:00"
