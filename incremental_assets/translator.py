@@ -35,11 +35,20 @@ class IncrementalAssetsTranslator:
     def automation_condition(self, table: TableSpec) -> dg.AutomationCondition | None:
         if table.automation is None:
             return None
-        if table.automation == "eager":
-            return dg.AutomationCondition.eager()
-        if table.automation == "on_missing":
-            return dg.AutomationCondition.on_missing()
+        if table.automation in ("eager", "on_missing"):
+            return self.never_materialized(table.automation)
         return dg.AutomationCondition.on_cron(table.automation)
+
+    def never_materialized(self, label: str) -> dg.AutomationCondition:
+        """Once, when the table has never been materialized.
+
+        A table has no upstream assets, so `eager` can only mean this too. Dagster's own
+        `on_missing()` and `eager()` count the first evaluation as handled, so a table that is
+        already missing when the condition first runs would never be requested.
+        """
+        handled = dg.AutomationCondition.newly_requested() | dg.AutomationCondition.newly_updated()
+        missing = dg.AutomationCondition.missing().newly_true().since(handled)
+        return (missing & ~dg.AutomationCondition.in_progress()).with_label(label)
 
     def source_text(self, table: TableSpec) -> str:
         if isinstance(table.source, JdbcSourceSpec):

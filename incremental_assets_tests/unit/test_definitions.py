@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -8,6 +9,7 @@ import yaml
 
 from incremental_assets.config import load_project
 from incremental_assets.definitions import ALL_TABLES_JOB, build_definitions
+from incremental_assets.sensors import AUTOMATION_SENSOR
 
 CONFIG = {
     "key_prefix": ["raw"],
@@ -117,3 +119,44 @@ def test_automation_freshness_and_checks_reach_the_asset(tmp_path: Path) -> None
     assert spec.freshness_policy is not None
     checks = {key.name for key in defs.resolve_assets_def(spec.key).check_keys}
     assert checks == {"cursor_not_backwards", "primary_key_unique", "freshness"}
+
+
+def _requested(result: dg.EvaluateAutomationConditionsResult, keys: list[str]) -> set[str]:
+    return {k for k in keys if result.get_num_requested(dg.AssetKey(["raw", k]))}
+
+
+def test_automation_is_evaluated_by_a_sensor_that_runs_from_the_start(tmp_path: Path) -> None:
+    shop = CONFIG["tables"][2]
+    tables = [
+        {**shop, "name": "hourly", "automation": {"on_cron": "0 * * * *"}},
+        {**shop, "name": "first_load", "automation": "on_missing"},
+        {**shop, "name": "eager", "automation": "eager"},
+        {**shop, "name": "manual"},
+    ]
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump({**CONFIG, "tables": tables}))
+    defs = build_definitions(load_project(path))
+    sensor = defs.resolve_sensor_def(AUTOMATION_SENSOR)
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    names = [t["name"] for t in tables]
+    ten_thirty = datetime(2025, 1, 1, 10, 30, tzinfo=UTC)
+
+    with dg.instance_for_test() as instance:
+        first = dg.evaluate_automation_conditions(
+            defs, instance, sensor.asset_selection, evaluation_time=ten_thirty
+        )
+        # Never materialized: requested once, not again on the next tick.
+        assert _requested(first, names) == {"first_load", "eager"}
+        past_eleven = dg.evaluate_automation_conditions(
+            defs,
+            instance,
+            sensor.asset_selection,
+            evaluation_time=ten_thirty + timedelta(minutes=40),
+            cursor=first.cursor,
+        )
+        assert _requested(past_eleven, names) == {"hourly"}  # the 11:00 tick passed
+
+
+def test_no_automation_sensor_without_automation(defs: dg.Definitions) -> None:
+    assert AUTOMATION_SENSOR not in {s.name for s in defs.sensors or []}  # type: ignore[union-attr]
