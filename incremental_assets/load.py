@@ -43,7 +43,12 @@ from incremental_assets.window import (
 )
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
-from incremental_assets.writers.lake import LakeTable, lake_error, new_txn
+from incremental_assets.writers.lake import (
+    LakeTable,
+    lake_error,
+    new_txn,
+    unfinished_commit_error,
+)
 from incremental_assets.writers.schema import SchemaChange, plan_schema_change
 
 Log = Callable[[str], None]
@@ -91,6 +96,7 @@ def run_incremental_load(
     lake = LakeTable(request.lake.table_uri(request.table.name))
     for note in lake.recover():
         log(f"{request.table.name}: {note}")
+    request, repeat = _repeat_unrecorded_refresh(request, lake)
     started = time.monotonic()
     source = open_source(spark, request.table)
     if request.table.mode is Mode.MERGE and not request.table.primary_key:
@@ -104,6 +110,9 @@ def run_incremental_load(
         plan = plan_backfill(source, request, schema)
     else:
         plan = plan_window(source, request, schema, lake)
+    if repeat:
+        log(f"{table.name}: {repeat}")
+        plan = replace(plan, warnings=(*plan.warnings, repeat))
     if plan.window is not None and plan.bounds is not None:
         window = render_window(plan.window, source.dialect)
         log(f"{table.name}: window {window}; {describe_bounds(plan.bounds)}")
@@ -137,12 +146,8 @@ def run_incremental_load(
         pause_point("staged")
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
-    except IncrementalAssetsError:
-        lake.discard(write.txn)
-        raise
     except Exception as exc:
-        lake.discard(write.txn)
-        raise _failure(table, lake, exc) from None
+        raise _failed_write(table, lake, write.txn, exc) from None
     if change.describe():
         plan.report["schema_change"] = change.describe()
     if write.reconcile:
@@ -380,6 +385,34 @@ def _check_null_cursors(table: TableSpec, cursor: Cursor, bounds: Bounds) -> Non
         )
 
 
+def _repeat_unrecorded_refresh(
+    request: LoadRequest, lake: LakeTable
+) -> tuple[LoadRequest, str | None]:
+    """Make this run a full refresh if the lake holds a replacement the stored state doesn't know.
+
+    A run that replaced the table as batch N and died before its materialization was recorded
+    leaves a stored cursor from before that snapshot, and this run would reuse batch N: an
+    incremental run would then overwrite the snapshot with a delta.
+    """
+    snapshot = lake.snapshot_batch()
+    if request.full_refresh or snapshot is None or snapshot <= request.stored.batch:
+        return request, None
+    table = request.table
+    if request.backfill:
+        raise WriteError(
+            f"Table '{table.name}': a full refresh replaced the lake table {lake.uri} as batch "
+            f"{snapshot}, but its run was never recorded (the last recorded batch is "
+            f"{request.stored.batch}), so a backfill would overwrite that snapshot. Nothing was "
+            "written. Run the table once without backfill_from and backfill_to (it repeats the "
+            "full refresh), then run the backfill."
+        )
+    note = (
+        f"a full refresh replaced the lake table as batch {snapshot} but its run was never "
+        "recorded; this run repeats the full refresh"
+    )
+    return replace(request, full_refresh=True), note
+
+
 def _check_lake_present(table: TableSpec, lake: LakeTable, stored: StoredState) -> None:
     if stored.row_count and not lake.data_files():
         raise WriteError(
@@ -423,6 +456,17 @@ def _reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
 
 def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:
     return (*((f.name, f.dataType.simpleString()) for f in schema.fields), (BATCH_COLUMN, "bigint"))
+
+
+def _failed_write(
+    table: TableSpec, lake: LakeTable, txn: str, exc: Exception
+) -> IncrementalAssetsError:
+    """Clean up after a failed read, stage or commit, and say what state the lake is in."""
+    if not lake.discard(txn):
+        return unfinished_commit_error(table.name, lake.uri, txn, root_messages(exc)[-1])
+    if isinstance(exc, IncrementalAssetsError):
+        return exc
+    return _failure(table, lake, exc)
 
 
 def _failure(table: TableSpec, lake: LakeTable, exc: Exception) -> IncrementalAssetsError:

@@ -3,6 +3,7 @@
 A batch is named by its sequence number, which follows the number in the previous
 materialization's metadata. A run that wrote batch N and died before its materialization was
 recorded is rerun with the same N, and its files replace the dead run's: nothing is duplicated.
+(If batch N replaced the whole table, the rerun repeats that full refresh: see `load.py`.)
 Rows that an inclusive lower bound or a lookback reads again are dropped when an earlier batch
 already holds them, by primary key and cursor (or by the whole row, without a key).
 """
@@ -59,7 +60,9 @@ class AppendWriter:
         evolved, rewritten = rewrite_to_schema(
             self.spark, plan, [f for f in existing if f not in replaced]
         )
-        plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten)
+        plan.lake.commit(
+            plan.txn, adds + evolved, [f.name for f in replaced] + rewritten, plan.snapshot_batch
+        )
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,

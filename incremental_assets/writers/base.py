@@ -37,6 +37,11 @@ class WritePlan:
     # Merge mode: also remove keys the source no longer has (hard deletes).
     reconcile: bool = False
 
+    @property
+    def snapshot_batch(self) -> int | None:
+        """The batch number the lake records as its last full replacement, when this run is one."""
+        return self.batch if self.replace_all else None
+
 
 @dataclass(frozen=True)
 class Staged:

@@ -5,14 +5,16 @@ Layout of `<lake>/<table>/`:
     part-<group>-<txn>-<n>.parquet   data files; <group> says which batch or bucket they hold
     _staging/<txn>/                  Spark's output for a run that has not committed yet
     _journal/<txn>.json              a commit in progress: files to add, files to remove
+    _snapshot                        the batch number of the last commit that replaced the table
     _lock                            the writer lock (local file systems)
 
 Names starting with `_` are skipped by Spark and pyarrow readers, so the table always reads as one
 dataset of complete files. A commit writes its journal, renames the staged files into place, then
-removes the files they replace. If the process dies part way, the next run rolls the journal
-forward before doing anything else; runs that died before journaling leave only staging behind,
-which is deleted. File operations go through pyarrow's file systems, so a lake on s3a:// or
-hdfs:// works the same way, without the JVM.
+removes the files they replace. If the process dies or fails part way, the next run rolls the
+journal forward before doing anything else, so a journaled commit's staging is never discarded;
+runs that failed before journaling leave only staging behind, which is deleted. File operations
+go through pyarrow's file systems, so a lake on s3a:// or hdfs:// works the same way, without
+the JVM.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _HASH_GROUP = re.compile(r"^h(\d{5})of(\d{5})$")
 _RANGE_GROUP = re.compile(r"^r([pn])(\d{12})w(\d+)$")
 STAGING = "_staging"
 JOURNAL = "_journal"
+SNAPSHOT = "_snapshot"
 LOCK = "_lock"
 
 
@@ -168,12 +171,20 @@ class LakeTable:
             return 0
         return int(pads.dataset(files, filesystem=self.fs, format="parquet").count_rows())
 
-    def commit(self, txn: str, adds: list[tuple[str, str]], removes: list[str]) -> None:
+    def commit(
+        self,
+        txn: str,
+        adds: list[tuple[str, str]],
+        removes: list[str],
+        snapshot_batch: int | None = None,
+    ) -> None:
         """Atomically (by roll-forward) add staged files and remove replaced ones.
 
-        `adds` pairs a path relative to `_staging/<txn>/` with a final file name.
+        `adds` pairs a path relative to `_staging/<txn>/` with a final file name. `snapshot_batch`
+        is the run's batch number when the commit replaces the whole table: the lake remembers it,
+        so a rerun that doesn't know the replacing run finished can tell.
         """
-        journal = {"txn": txn, "adds": adds, "removes": removes}
+        journal = {"txn": txn, "adds": adds, "removes": removes, "snapshot_batch": snapshot_batch}
         self.fs.create_dir(self._join(JOURNAL), recursive=True)
         self._write_durably(self._join(JOURNAL, f"{txn}.json"), json.dumps(journal).encode())
         self._apply(journal)
@@ -186,6 +197,7 @@ class LakeTable:
             if info.base_name.endswith(".json"):
                 with self.fs.open_input_stream(info.path) as stream:
                     journal = json.loads(stream.read())
+                self._check_adds_present(journal)
                 self._apply(journal)
                 done.append(f"rolled forward commit {journal['txn']}")
             else:
@@ -198,26 +210,63 @@ class LakeTable:
             done.append(f"removed uncommitted staging {info.base_name}")
         return done
 
-    def discard(self, txn: str) -> None:
-        """Remove a run's staging after a failure; the table itself is untouched."""
+    def discard(self, txn: str) -> bool:
+        """Remove a failed run's staging, unless its commit is journaled; say whether it did.
+
+        A journaled commit may be part applied, and only its staged files can finish it: they
+        stay for the next run's `recover`.
+        """
+        if self._is_file(self._join(JOURNAL, f"{txn}.json")):
+            return False
         with contextlib.suppress(FileNotFoundError, OSError):
             self.fs.delete_dir(self._join(STAGING, txn))
+        return True
+
+    def snapshot_batch(self) -> int | None:
+        """The batch number of the last commit that replaced the whole table, if known."""
+        path = self._join(SNAPSHOT)
+        if not self._is_file(path):
+            return None
+        with self.fs.open_input_stream(path) as stream:
+            return int(json.loads(stream.read())["batch"])
+
+    def _is_file(self, path: str) -> bool:
+        return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
 
     def _apply(self, journal: Mapping[str, Any]) -> None:
         txn = str(journal["txn"])
+        if journal.get("snapshot_batch") is not None:
+            marker = {"batch": journal["snapshot_batch"], "txn": txn}
+            self._write_durably(self._join(SNAPSHOT), json.dumps(marker).encode())
         for staged, final in journal["adds"]:
             source = self._join(STAGING, txn, staged)
-            if self.fs.get_file_info(source).type == pafs.FileType.File:
+            if self._is_file(source):
                 self.fs.move(source, self._join(final))
                 pause_point("mid-commit")
         for name in journal["removes"]:
             target = self._join(name)
-            if self.fs.get_file_info(target).type == pafs.FileType.File:
+            if self._is_file(target):
                 self.fs.delete_file(target)
         self._sync_dir(self.path)
         with contextlib.suppress(FileNotFoundError, OSError):
             self.fs.delete_dir(self._join(STAGING, txn))
         self.fs.delete_file(self._join(JOURNAL, f"{txn}.json"))
+
+    def _check_adds_present(self, journal: Mapping[str, Any]) -> None:
+        """Refuse to finish a commit whose new files are gone: its removals would lose rows."""
+        txn = str(journal["txn"])
+        for staged, final in journal["adds"]:
+            if not (
+                self._is_file(self._join(STAGING, txn, staged)) or self._is_file(self._join(final))
+            ):
+                raise WriteError(
+                    f"The lake table {self.uri} has an unfinished commit ({JOURNAL}/{txn}.json) "
+                    f"whose staged file {STAGING}/{txn}/{staged} is missing and was never moved "
+                    f"into place as {final}. Finishing the commit would remove the files it "
+                    "replaces without adding their replacements, so nothing was changed. Fix: "
+                    "restore the staged file, or delete the journal and run a full refresh (asset "
+                    "config full_refresh: true) to rebuild the table."
+                )
 
     def _write_durably(self, path: str, data: bytes) -> None:
         temporary = path + ".tmp"
@@ -290,6 +339,16 @@ def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
     return WriteError(
         f"Table '{table_name}': writing to the lake at {uri} failed: {cause}. Nothing was committed "
         "and the cursor did not move; fix the cause and run again."
+    )
+
+
+def unfinished_commit_error(table_name: str, uri: str, txn: str, cause: str) -> WriteError:
+    return WriteError(
+        f"Table '{table_name}': the commit into the lake at {uri} failed part way: {cause}. It is "
+        f"journaled ({JOURNAL}/{txn}.json) and its staged files are kept: until the next run of "
+        "this table, readers may see some of the new files next to the ones they replace. The "
+        "next run finishes this commit before anything else, then reads again from the cursor, "
+        "which did not move. Fix the cause and run again."
     )
 
 

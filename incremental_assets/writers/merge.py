@@ -98,7 +98,12 @@ class MergeWriter:
         evolved, rewritten_files = rewrite_to_schema(
             self.spark, plan, [f for f in existing if f not in replaced]
         )
-        plan.lake.commit(plan.txn, adds + evolved, [f.name for f in replaced] + rewritten_files)
+        plan.lake.commit(
+            plan.txn,
+            adds + evolved,
+            [f.name for f in replaced] + rewritten_files,
+            plan.snapshot_batch,
+        )
         merge = MergeCounts(
             observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
         )

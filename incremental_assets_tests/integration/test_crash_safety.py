@@ -1,7 +1,12 @@
-"""SIGKILL a real `dagster asset materialize` at each dangerous point, then run again."""
+"""SIGKILL a real `dagster asset materialize` at each dangerous point, then run again.
+
+The in-process tests make a run raise at a pause point instead: a commit that fails part way,
+and a run that committed but failed before its materialization was recorded.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -17,6 +22,8 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
+    lake_files,
+    latest_metadata,
     materializations,
     materialize,
     read_lake,
@@ -27,7 +34,7 @@ from incremental_assets_tests.harness import (
 from incremental_assets_tests.postgres import PostgresServer, wait_for
 
 
-def _setup(tmp_path: Path, pg: Schema, mode: str) -> Path:
+def _setup(tmp_path: Path, pg: Schema, mode: str, **options: object) -> Path:
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)"
     )
@@ -41,8 +48,10 @@ def _setup(tmp_path: Path, pg: Schema, mode: str) -> Path:
         "mode": mode,
         "cursor": "updated_at",
         "primary_key": ["id"],
+        **options,
     }
-    return write_cli_config(tmp_path, {"shop": pg.source()}, [table])
+    source = pg.source(rows_per_partition=10)  # several files per commit
+    return write_cli_config(tmp_path, {"shop": source}, [table])
 
 
 def _change(pg: Schema) -> None:
@@ -134,11 +143,104 @@ def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(
         rerun = materialize(project, "orders", instance, spark_resource)
     assert rerun.success, rerun.failure
 
-    lake = read_lake(tmp_path / "lake", "orders")
-    source = pg.query("SELECT id, v, updated_at FROM orders")
-    if mode == "merge":
-        assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(source)
+    _expected_lake(pg, tmp_path / "lake", mode, replaced=False)
+
+
+def _fail_at(monkeypatch: pytest.MonkeyPatch, module: str, point: str) -> None:
+    """Make `point` in `incremental_assets.<module>` raise, as a full disk or a lost mount would."""
+
+    def fail(name: str) -> None:
+        if name == point:
+            raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(f"incremental_assets.{module}.pause_point", fail)
+
+
+def _expected_lake(pg: Schema, lake_dir: Path, mode: str, replaced: bool) -> None:
+    versions = rows_by(read_lake(lake_dir, "orders"), ["id", "v", "updated_at"])
+    source = sorted(pg.query("SELECT id, v, updated_at FROM orders"))
+    if mode == "merge" or replaced:
+        assert versions == source
     else:
-        versions = rows_by(lake, ["id", "v", "updated_at"])
         assert len(versions) == len(set(versions)) == 70  # 50 first versions, 10 second, 10 new
-        assert set(sorted(source)) <= set(versions)
+        assert set(source) <= set(versions)
+
+
+@pytest.mark.parametrize(
+    ("mode", "full_refresh"),
+    [
+        ("append", False),
+        ("merge", False),
+        ("append", True),
+        ("merge", True),
+    ],
+)
+def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    full_refresh: bool,
+) -> None:
+    project = load_project(_setup(tmp_path, pg, mode, bucket_rows=10))
+    lake_dir = tmp_path / "lake" / "orders"
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    old_files = set(lake_files(tmp_path / "lake", "orders"))
+    _change(pg)
+    _fail_at(monkeypatch, "writers.lake", "mid-commit")  # right after the first rename
+
+    failed = materialize(project, "orders", instance, spark_resource, full_refresh)
+
+    assert not failed.success
+    assert "Table 'orders': the commit into the lake" in (failed.failure or "")
+    assert "failed part way: [Errno 28] No space left on device" in (failed.failure or "")
+    assert "The next run finishes this commit" in (failed.failure or "")
+    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
+    # Nothing was removed yet: the old table survives next to the first new file.
+    assert old_files < set(lake_files(tmp_path / "lake", "orders"))
+    (journal,) = (lake_dir / "_journal").glob("*.json")
+    assert len(json.loads(journal.read_text())["adds"]) > 1  # the commit stopped part way
+    monkeypatch.undo()
+
+    rerun = materialize(project, "orders", instance, spark_resource)
+
+    assert rerun.success, rerun.failure
+    assert not list((lake_dir / "_journal").iterdir())
+    assert not list((lake_dir / "_staging").iterdir())
+    _expected_lake(pg, lake_dir.parent, mode, replaced=full_refresh or mode == "full_refresh")
+
+
+@pytest.mark.parametrize(
+    ("mode", "full_refresh_again"),
+    [("append", False), ("append", True), ("merge", False), ("merge", True)],
+)
+def test_a_full_refresh_that_committed_but_was_not_recorded_is_repeated(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    full_refresh_again: bool,
+) -> None:
+    project = load_project(_setup(tmp_path, pg, mode))
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    _change(pg)
+    _fail_at(monkeypatch, "factory", "committed")
+    died = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    assert not died.success
+    assert latest_metadata(instance, "orders")["batch"] == 1  # the snapshot, batch 2, is unrecorded
+    monkeypatch.undo()
+
+    rerun = materialize(project, "orders", instance, spark_resource, full_refresh_again)
+
+    assert rerun.success, rerun.failure
+    assert (rerun.metadata["batch"], rerun.metadata["full_refresh"]) == (2, True)
+    assert rerun.metadata["rows_extracted"] == 60
+    if not full_refresh_again:
+        assert "repeats the full refresh" in rerun.metadata["warnings"]
+    _expected_lake(pg, tmp_path / "lake", mode, replaced=True)

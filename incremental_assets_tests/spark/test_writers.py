@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from incremental_assets.cursor import CursorType
+from incremental_assets.errors import WriteError
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
 from incremental_assets.writers.append import AppendWriter
@@ -238,11 +239,13 @@ def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging
         "txn": "tx1",
         "adds": [["data/a.parquet", "part-b000000000001-tx1-00000.parquet"]],
         "removes": ["part-b000000000001-tx0-00000.parquet"],
+        "snapshot_batch": 1,
     }
     (root / "_journal" / "tx1.json").write_text(json.dumps(journal))
 
     notes = lake.recover()
 
+    assert lake.snapshot_batch() == 1  # the commit replaced the table as batch 1
     assert [f.name for f in lake.data_files()] == ["part-b000000000001-tx1-00000.parquet"]
     assert (root / "part-b000000000001-tx1-00000.parquet").read_bytes() == b"new"
     assert not list((root / "_journal").iterdir()) and not list((root / "_staging").iterdir())
@@ -270,3 +273,39 @@ def test_integer_keys_are_bucketed_by_range_and_other_keys_by_hash(
         MergeWriter(spark), spark.createDataFrame([(250, "new", 2, None)], SCHEMA), _plan(ranged, 2)
     )
     assert before < {f.name for f in ranged.data_files()}
+
+
+def _journaled_commit(root: Path, staged: bool) -> None:
+    """A commit of tx1 that replaces the file of tx0 and died before any rename."""
+    (root / "_staging" / "tx1" / "data").mkdir(parents=True)
+    if staged:
+        (root / "_staging" / "tx1" / "data" / "a.parquet").write_bytes(b"new")
+    (root / "part-b000000000001-tx0-00000.parquet").write_bytes(b"old")
+    (root / "_journal").mkdir()
+    journal = {
+        "txn": "tx1",
+        "adds": [["data/a.parquet", "part-b000000000002-tx1-00000.parquet"]],
+        "removes": ["part-b000000000001-tx0-00000.parquet"],
+    }
+    (root / "_journal" / "tx1.json").write_text(json.dumps(journal))
+
+
+def test_a_journaled_commit_keeps_its_staging_when_its_run_fails(tmp_path: Path) -> None:
+    lake = LakeTable(str(tmp_path / "t"))
+    _journaled_commit(Path(lake.path), staged=True)
+
+    assert lake.discard("tx1") is False
+    lake.recover()
+
+    assert [f.name for f in lake.data_files()] == ["part-b000000000002-tx1-00000.parquet"]
+
+
+def test_recovery_refuses_a_commit_whose_new_files_are_gone(tmp_path: Path) -> None:
+    lake = LakeTable(str(tmp_path / "t"))
+    _journaled_commit(Path(lake.path), staged=False)
+
+    with pytest.raises(WriteError, match=r"staged file _staging/tx1/data/a.parquet is missing"):
+        lake.recover()
+
+    # Finishing it would have removed the old file and added nothing.
+    assert [f.name for f in lake.data_files()] == ["part-b000000000001-tx0-00000.parquet"]
