@@ -44,6 +44,7 @@ from incremental_assets.window import (
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
 from incremental_assets.writers.lake import (
+    DataFile,
     LakeTable,
     lake_error,
     new_txn,
@@ -107,7 +108,7 @@ def run_incremental_load(
     schema = source.schema()
     check_columns(table, schema)
     if request.backfill:
-        plan = plan_backfill(source, request, schema)
+        plan = plan_backfill(source, request, schema, lake)
     else:
         plan = plan_window(source, request, schema, lake)
     if repeat:
@@ -161,14 +162,19 @@ def plan_window(
     table, stored = request.table, request.stored
     cursor = resolve_cursor(table, schema)
     # No stored cursor: a first run, or one after `cursor reset`. Either way, everything again.
-    replace_all = request.full_refresh or cursor is None or stored.cursor is None
+    replace_all = (
+        request.full_refresh
+        or table.mode is Mode.FULL_REFRESH
+        or cursor is None
+        or stored.cursor is None
+    )
     if cursor is None:
         return WindowPlan(
             None, None, True, None, None, choose_partitioning(table, schema, None), None
         )
     if not replace_all:
-        _check_lake_present(table, lake, stored)
-    previous = read_previous_cursor(table, stored, cursor, request.full_refresh)
+        _check_lake_fits(table, lake, stored)
+    previous = read_previous_cursor(table, stored, cursor, replace_all)
     start = _start(table, cursor)
     warnings: list[str] = []
     lower = (
@@ -213,7 +219,9 @@ def plan_window(
     return _with_new_cursor(table, plan)
 
 
-def plan_backfill(source: Source, request: LoadRequest, schema: T.StructType) -> WindowPlan:
+def plan_backfill(
+    source: Source, request: LoadRequest, schema: T.StructType, lake: LakeTable
+) -> WindowPlan:
     """Re-read `[from, to)` into the lake; the cursor is carried forward unchanged."""
     table = request.table
     assert request.backfill is not None
@@ -222,6 +230,13 @@ def plan_backfill(source: Source, request: LoadRequest, schema: T.StructType) ->
         raise ConfigError(
             f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full refresh."
         )
+    if table.mode is Mode.FULL_REFRESH:
+        raise ConfigError(
+            f"Table '{table.name}', field 'mode': a full_refresh table is replaced by a new snapshot "
+            "on every run, so a backfill has nothing to add. Run the table without backfill_from "
+            "and backfill_to."
+        )
+    _check_lake_fits(table, lake, request.stored)
     low, high = (_cursor_value(table, cursor, text, "backfill") for text in request.backfill)
     previous = read_previous_cursor(table, request.stored, cursor, full_refresh=False)
     partitioning = choose_partitioning(table, schema, cursor)
@@ -413,14 +428,32 @@ def _repeat_unrecorded_refresh(
     return replace(request, full_refresh=True), note
 
 
-def _check_lake_present(table: TableSpec, lake: LakeTable, stored: StoredState) -> None:
-    if stored.row_count and not lake.data_files():
+def _check_lake_fits(table: TableSpec, lake: LakeTable, stored: StoredState) -> None:
+    """An incremental run adds to the lake table: it must be there, and in this table's layout."""
+    files = lake.data_files()
+    if stored.row_count and not files:
         raise WriteError(
             f"Table '{table.name}': the lake table {lake.uri} has no data files, but run "
             f"{stored.run_id} recorded {stored.row_count} rows in it. An incremental run would "
             "only add the newest rows. Run a full refresh (asset config full_refresh: true) to "
             "rebuild it."
         )
+    # Append tables (and full_refresh ones) hold batches; merge tables hold buckets of the key.
+    foreign = [f for f in files if (f.bucket is None) == (table.mode is Mode.MERGE)]
+    if foreign:
+        raise ConfigError(_mode_change_message(table, lake, foreign[0]))
+
+
+def _mode_change_message(table: TableSpec, lake: LakeTable, foreign: DataFile) -> str:
+    written = "merge" if foreign.bucket is not None else "append (or full_refresh)"
+    return (
+        f"Table '{table.name}', field 'mode': the lake table {lake.uri} was written in {written} "
+        f"mode ({foreign.name}), but the table is now mode {table.mode.value}. Loading into it "
+        "incrementally would leave duplicate keys, so nothing was written and the cursor did not "
+        "move. Fix: run a full refresh once (asset config full_refresh: true, or "
+        f"`incremental-assets run {table.name} --full`) to rebuild it in {table.mode.value} mode, or "
+        f"set mode back to {written}."
+    )
 
 
 def _schema_change(

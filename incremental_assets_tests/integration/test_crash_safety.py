@@ -173,6 +173,7 @@ def _expected_lake(pg: Schema, lake_dir: Path, mode: str, replaced: bool) -> Non
         ("merge", False),
         ("append", True),
         ("merge", True),
+        ("full_refresh", False),
     ],
 )
 def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(

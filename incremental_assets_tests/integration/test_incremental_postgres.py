@@ -376,3 +376,79 @@ def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
     assert "run 1234-other" in (blocked.failure or "")
     assert latest_metadata(instance, "orders") == {}
     assert materialize(project, "orders", instance, spark_resource).success
+
+
+def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 21))
+    project = _project(
+        tmp_path, pg, mode="full_refresh", cursor="updated_at", start="2025-01-01T00:00:03Z"
+    )
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    pg.execute("DELETE FROM orders WHERE id IN (5, 20)")
+    pg.execute("UPDATE orders SET status = 'fixed' WHERE id = 6")  # the cursor doesn't move
+    _seed(pg, range(21, 23), at="2025-01-02 00:00:00+00")
+
+    second = materialize(project, "orders", instance, spark_resource)
+
+    assert second.success, second.failure
+    assert (second.metadata["full_refresh"], second.metadata["rows_extracted"]) == (True, 18)
+    assert second.metadata["previous_cursor"] == first.metadata["cursor"]
+    assert second.metadata["cursor"] == "2025-01-02T00:00:22.000000+00:00"
+    assert second.metadata["extract_filter"].startswith(
+        "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:03.000000+00:00' AND"
+    )
+    lake = read_lake(tmp_path / "lake", "orders")
+    in_window = [row for row in _source_rows(pg) if row[0] >= 3]
+    assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == in_window
+
+
+@pytest.mark.parametrize(("before", "after"), [("append", "merge"), ("merge", "append")])
+def test_changing_the_mode_needs_a_full_refresh(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    before: str,
+    after: str,
+) -> None:
+    pg.execute(ORDERS)
+    _seed(pg, range(1, 11))
+    options = {"cursor": "updated_at", "primary_key": ["id"]}
+    first = materialize(
+        _project(tmp_path, pg, mode=before, **options), "orders", instance, spark_resource
+    )
+    assert first.success, first.failure
+    pg.execute(
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 3"
+    )
+    project = _project(tmp_path, pg, mode=after, **options)
+
+    refused = materialize(project, "orders", instance, spark_resource)
+
+    assert not refused.success
+    written = "merge" if before == "merge" else "append (or full_refresh)"
+    assert (
+        f"Table 'orders', field 'mode': the lake table {tmp_path / 'lake' / 'orders'} was written "
+        f"in {written} mode"
+    ) in (refused.failure or "")
+    assert f"but the table is now mode {after}" in (refused.failure or "")
+    assert "run a full refresh once (asset config full_refresh: true" in (refused.failure or "")
+    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
+    rebuilt = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    assert rebuilt.success, rebuilt.failure
+    pg.execute(
+        "UPDATE orders SET status = 'shipped', updated_at = TIMESTAMPTZ '2025-03-01 00:00:00+00' WHERE id = 1"
+    )
+    assert materialize(project, "orders", instance, spark_resource).success
+    versions = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "status"])
+    if after == "merge":
+        assert versions == [(r[0], r[2]) for r in _source_rows(pg)]
+    else:  # the snapshot, then the new version of order 1
+        assert versions == sorted([(r[0], r[2]) for r in _source_rows(pg)] + [(1, "paid")])
