@@ -35,6 +35,7 @@ from incremental_assets.sources.base import (
 from incremental_assets.sources.failures import root_messages, source_error
 from incremental_assets.spec import LakeSpec, Mode, TableSpec
 from incremental_assets.window import (
+    SPARK_SQL,
     Lookback,
     Window,
     lower_bound,
@@ -138,6 +139,7 @@ def run_incremental_load(
         boundary=_boundary(table, plan),
         schema=change,
         reconcile=_reconciles(table, plan, request.stored.batch + 1),
+        delta_beats_lake=_collated_cursor(plan, source),
     )
     writer = writer_for(table.mode, spark)
     try:
@@ -485,6 +487,15 @@ def _reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
     if table.deletes != "reconcile" or plan.replace_all or plan.backfill:
         return False
     return batch % table.reconcile_every == 0
+
+
+def _collated_cursor(plan: WindowPlan, source: Source) -> bool:
+    """A text cursor the database ordered by its collation, which Spark can't reproduce."""
+    return (
+        plan.cursor is not None
+        and plan.cursor.type is CursorType.STRING
+        and source.dialect is not SPARK_SQL
+    )
 
 
 def _columns(schema: T.StructType) -> tuple[tuple[str, str], ...]:

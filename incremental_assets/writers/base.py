@@ -36,6 +36,9 @@ class WritePlan:
     schema: SchemaChange | None = None
     # Merge mode: also remove keys the source no longer has (hard deletes).
     reconcile: bool = False
+    # Merge mode: the cursor's order is a database collation Spark can't reproduce (text cursors
+    # read over JDBC), so a version read now beats the lake's instead of the higher cursor winning.
+    delta_beats_lake: bool = False
 
     @property
     def snapshot_batch(self) -> int | None:

@@ -4,7 +4,8 @@ Each data file belongs to one bucket, `pmod(xxhash64(key), buckets)`, named in t
 merge reads the staged delta, finds the buckets it touches, reads only those buckets' files, and
 rewrites them: per key, the latest version by cursor wins (the delta wins a tie with the lake, and
 a hash of the row breaks any tie left), and rows whose delete column is set are removed. Buckets
-the delta doesn't touch are not read or rewritten.
+the delta doesn't touch are not read or rewritten. A text cursor read over JDBC is ordered by the
+database's collation, which Spark can't reproduce: there the delta, read now, beats the lake.
 
 A full refresh is the same merge with the whole table as "touched" and the delta as a complete
 snapshot: the snapshot always wins, and keys missing from it are removed. Reconciling hard
@@ -247,9 +248,10 @@ def _merge(
 
 
 def _precedence(plan: WritePlan) -> list[Column]:
+    """The order of a key's versions, the winner first; within the delta, cursor order holds."""
     cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
     newest_source = F.col(_SOURCE).desc()
-    if plan.replace_all:
+    if plan.replace_all or plan.delta_beats_lake:
         return [newest_source, *cursor, F.col(_HASH).desc()]
     return [*cursor, newest_source, F.col(_HASH).desc()]
 

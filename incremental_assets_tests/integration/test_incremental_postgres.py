@@ -452,3 +452,26 @@ def test_changing_the_mode_needs_a_full_refresh(
         assert versions == [(r[0], r[2]) for r in _source_rows(pg)]
     else:  # the snapshot, then the new version of order 1
         assert versions == sorted([(r[0], r[2]) for r in _source_rows(pg)] + [(1, "paid")])
+
+
+def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    # ICU's English order puts 'C' after 'b'; Spark compares bytes, where 'C' < 'b'.
+    pg.execute('CREATE TABLE orders (id int PRIMARY KEY, c text COLLATE "en-x-icu", v text)')
+    pg.execute("INSERT INTO orders VALUES (1, 'a', 'one'), (2, 'b', 'two')")
+    project = _project(tmp_path, pg, mode="merge", cursor="c", primary_key=["id"])
+    first = materialize(project, "orders", instance, spark_resource)
+    assert first.success, first.failure
+    pg.execute("UPDATE orders SET c = 'C', v = 'two, updated' WHERE id = 2")
+
+    second = materialize(project, "orders", instance, spark_resource)
+
+    assert second.success, second.failure
+    assert (second.metadata["previous_cursor"], second.metadata["cursor"]) == ("b", "C")
+    assert (second.metadata["rows_updated"], second.metadata["rows_inserted"]) == (1, 0)
+    lake = read_lake(tmp_path / "lake", "orders")
+    assert rows_by(lake, ["id", "c", "v"]) == sorted(pg.query("SELECT id, c, v FROM orders"))

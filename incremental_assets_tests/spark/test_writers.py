@@ -182,6 +182,24 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
     assert _lake(spark, lake).count() == 200
 
 
+def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = MergeWriter(spark)
+    _write(
+        writer,
+        spark.createDataFrame([(1, "old", 10, None)], SCHEMA),
+        _plan(lake, 1, replace_all=True),
+    )
+    # Spark's order says 10 is the newer cursor; the database said 5 and 6 came later.
+    delta = spark.createDataFrame([(1, "new", 5, None), (1, "newer", 6, None)], SCHEMA)
+
+    outcome = _write(writer, delta, _plan(lake, 2, delta_beats_lake=True))
+
+    assert outcome.merge is not None and outcome.merge.updated == 1
+    assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "newer")]
+
+
 def test_full_refresh_merge_replaces_the_table_and_counts_removed_keys(
     spark: SparkSession, lake: LakeTable
 ) -> None:
