@@ -56,6 +56,8 @@ class Staged:
     columns: tuple[tuple[str, str], ...] = ()
     buckets: frozenset[int] = frozenset()  # merge: the buckets the delta touches
     scheme: BucketScheme | None = None  # merge: how the table is bucketed after this run
+    # merge: (column, min, max) in the delta of each key column whose values are exact literals
+    key_ranges: tuple[tuple[str, object, object], ...] = ()
 
 
 class Writer(Protocol):

@@ -7,6 +7,9 @@ a hash of the row breaks any tie left), and rows whose delete column is set are 
 the delta doesn't touch are not read or rewritten. A text cursor read over JDBC is ordered by the
 database's collation, which Spark can't reproduce: there the delta, read now, beats the lake.
 
+A small delta that changes nothing (the rows tied with the cursor, read again by every run) is
+compared with the lake rows of its keys first, and then nothing is rewritten at all.
+
 A full refresh is the same merge with the whole table as "touched" and the delta as a complete
 snapshot: the snapshot always wins, and keys missing from it are removed. Reconciling hard
 deletes works the same way for the keys the source no longer has.
@@ -34,6 +37,8 @@ from incremental_assets.writers.base import (
 from incremental_assets.writers.lake import BucketScheme, DataFile
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
+# Deltas up to this many rows are checked against the lake before a merge rewrites anything.
+IDLE_CHECK_ROWS = 10_000
 _BUCKET = "__bucket"
 _SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH, _GONE = (
     "__src",
@@ -60,19 +65,31 @@ class MergeWriter:
             measures.append(
                 F.collect_set(bucket_of(delta, plan.primary_key, scheme)).alias("buckets")
             )
-        if _integer_key(delta, plan):
-            key = F.col(f"`{plan.primary_key[0]}`")
-            measures += [F.min(key).alias("low"), F.max(key).alias("high")]
+        bounded = _bounded_keys(delta, plan)
+        for i, column in enumerate(bounded):
+            key = F.col(f"`{column}`")
+            measures += [F.min(key).alias(f"low{i}"), F.max(key).alias(f"high{i}")]
         extracted = Observation("extracted")
         write_parquet(delta.observe(extracted, *measures), self._staged(plan, _DELTA), plan)
         if keys is not None:
             write_parquet(keys, self._staged(plan, _KEYS), plan)
         seen = extracted.get
         rows = int(seen.get("rows") or 0)
-        scheme = scheme or choose_scheme(plan, rows, seen.get("low"), seen.get("high"))
+        key_ranges = tuple(
+            (column, seen.get(f"low{i}"), seen.get(f"high{i}")) for i, column in enumerate(bounded)
+        )
+        if scheme is None:
+            low, high = key_ranges[0][1:] if _integer_key(delta, plan) else (None, None)
+            scheme = choose_scheme(plan, rows, low, high)
         touched = frozenset(int(b) for b in seen.get("buckets") or [])
         return Staged(
-            rows, rows, _DELTA, columns=column_types(delta), buckets=touched, scheme=scheme
+            rows,
+            rows,
+            _DELTA,
+            columns=column_types(delta),
+            buckets=touched,
+            scheme=scheme,
+            key_ranges=key_ranges,
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
@@ -90,6 +107,9 @@ class MergeWriter:
             if plan.reconcile:
                 touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
+        if self._changes_nothing(plan, staged, delta, replaced):
+            plan.lake.discard(plan.txn)
+            return _unchanged(staged, delta)
         lake_rows = self._read_bucketed(plan, replaced, scheme)
         merged, counts = _merge(delta, lake_rows, gone, plan)
         merged, rewritten = counted(merged, "rewritten")
@@ -127,6 +147,32 @@ class MergeWriter:
         if plan.schema is not None and plan.schema.lake is not None:
             reader = reader.schema(plan.schema.lake)
         return reader.parquet(*plan.lake.file_uris(files))
+
+    def _changes_nothing(
+        self, plan: WritePlan, staged: Staged, delta: DataFrame, replaced: list[DataFile]
+    ) -> bool:
+        """Whether a small delta only repeats the lake, so that nothing needs rewriting.
+
+        It does when each row equals the lake's row for its key, or deletes a key the lake doesn't
+        hold. The lake side reads only the rows within the delta's key ranges, a filter Parquet
+        applies to row groups and pages.
+        """
+        if not _may_be_idle(plan, staged):
+            return False
+        keys = list(plan.primary_key)
+        data = [c for c in delta.columns if c != _BUCKET]
+        rows = delta.select(
+            *keys, _row_hash(data).alias(_HASH), _soft_deleted(delta, plan).alias(_GONE)
+        )
+        if replaced:
+            within = _within(staged.key_ranges, delta)
+            lake = conformed(self._read_lake(plan, replaced).where(within), plan)
+            rows = rows.join(lake.select(*keys, _row_hash(data).alias(_LAKE_HASH)), keys, "left")
+        else:
+            rows = rows.withColumn(_LAKE_HASH, F.lit(None).cast("long"))
+        held = F.col(_LAKE_HASH).isNotNull()
+        changes = F.when(F.col(_GONE), held).otherwise(~held | (F.col(_HASH) != F.col(_LAKE_HASH)))
+        return rows.where(changes).isEmpty()
 
     def _read_bucketed(
         self, plan: WritePlan, files: list[DataFile], scheme: BucketScheme
@@ -177,10 +223,41 @@ def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None)
     return BucketScheme("range", width)
 
 
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+# Key types whose values come back from Spark as Python values that are exact Spark literals.
+_EXACT_LITERALS = (*_INTEGRAL, T.StringType, T.DateType, T.DecimalType)
+
+
 def _integer_key(frame: DataFrame, plan: WritePlan) -> bool:
-    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
     return len(plan.primary_key) == 1 and isinstance(
-        frame.schema[plan.primary_key[0]].dataType, integral
+        frame.schema[plan.primary_key[0]].dataType, _INTEGRAL
+    )
+
+
+def _bounded_keys(frame: DataFrame, plan: WritePlan) -> list[str]:
+    """The key columns whose range in the delta can filter the lake."""
+    return [c for c in plan.primary_key if isinstance(frame.schema[c].dataType, _EXACT_LITERALS)]
+
+
+def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame) -> Column:
+    condition = F.lit(True)
+    for column, low, high in key_ranges:
+        if low is not None and high is not None:
+            kind = frame.schema[column].dataType
+            condition = condition & F.col(f"`{column}`").between(
+                F.lit(low).cast(kind), F.lit(high).cast(kind)
+            )
+    return condition
+
+
+def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
+    return WriteOutcome(
+        rows_extracted=staged.rows_extracted,
+        rows_written=0,
+        files_written=0,
+        rows_rewritten=0,
+        merge=MergeCounts(0, 0, 0),
+        columns=(*column_types(delta.drop(_BUCKET)), (BATCH_COLUMN, "bigint")),
     )
 
 
@@ -217,7 +294,7 @@ def _merge(
             lake_rows.withColumn(_SOURCE, F.lit(0)), allowMissingColumns=True
         )
     combined = combined.join(gone.drop(_BUCKET), list(plan.primary_key), "left")
-    combined = combined.withColumn(_HASH, F.xxhash64(*[F.col(f"`{c}`") for c in data_columns]))
+    combined = combined.withColumn(_HASH, _row_hash(data_columns))
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(_BUCKET)
     by_key = W.partitionBy(F.col(_BUCKET), *[F.col(f"`{c}`") for c in plan.primary_key])
@@ -247,6 +324,18 @@ def _merge(
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
+def _may_be_idle(plan: WritePlan, staged: Staged) -> bool:
+    """A full refresh, a reconcile or a schema change always writes; a large delta almost always."""
+    rewrites = plan.schema is not None and plan.schema.rewrites_lake
+    return not (
+        plan.replace_all or plan.reconcile or rewrites or staged.rows_extracted > IDLE_CHECK_ROWS
+    )
+
+
+def _row_hash(columns: list[str]) -> Column:
+    return F.xxhash64(*[F.col(f"`{c}`") for c in columns])
+
+
 def _precedence(plan: WritePlan) -> list[Column]:
     """The order of a key's versions, the winner first; within the delta, cursor order holds."""
     cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
@@ -256,12 +345,17 @@ def _precedence(plan: WritePlan) -> list[Column]:
     return [*cursor, newest_source, F.col(_HASH).desc()]
 
 
+def _soft_deleted(frame: DataFrame, plan: WritePlan) -> Column:
+    if not plan.delete_column:
+        return F.lit(False)
+    column = F.col(f"`{plan.delete_column}`")
+    if isinstance(frame.schema[plan.delete_column].dataType, T.BooleanType):
+        return F.coalesce(column, F.lit(False))
+    return column.isNotNull()
+
+
 def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
-    deleted = F.coalesce(F.col(_GONE), F.lit(False))
-    if plan.delete_column:
-        column = F.col(f"`{plan.delete_column}`")
-        is_flag = isinstance(winners.schema[plan.delete_column].dataType, T.BooleanType)
-        deleted = deleted | (F.coalesce(column, F.lit(False)) if is_flag else column.isNotNull())
+    deleted = F.coalesce(F.col(_GONE), F.lit(False)) | _soft_deleted(winners, plan)
     if plan.replace_all:
         deleted = deleted | (F.col(_IN_DELTA) == 0)
     return deleted

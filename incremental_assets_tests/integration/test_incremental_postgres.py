@@ -475,3 +475,44 @@ def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
     assert (second.metadata["rows_updated"], second.metadata["rows_inserted"]) == (1, 0)
     lake = read_lake(tmp_path / "lake", "orders")
     assert rows_by(lake, ["id", "c", "v"]) == sorted(pg.query("SELECT id, c, v FROM orders"))
+
+
+def test_a_merge_run_that_changes_nothing_rewrites_nothing(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz)")
+    # The last three rows share the newest cursor value: every run reads them again.
+    pg.execute(
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "
+        "least(i, 97) * INTERVAL '1 s' FROM generate_series(1, 99) i"
+    )
+    project = _project(
+        tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
+    )
+    assert materialize(project, "orders", instance, spark_resource).success
+    files = lake_files(tmp_path / "lake", "orders")
+
+    idle = materialize(project, "orders", instance, spark_resource)
+
+    assert idle.success, idle.failure
+    counts = ("rows_extracted", "rows_written", "files_written", "rows_rewritten", "rows_updated")
+    assert [idle.metadata[key] for key in counts] == [3, 0, 0, 0, 0]
+    assert idle.metadata["dagster/row_count"] == 99
+    assert lake_files(tmp_path / "lake", "orders") == files
+    # A real change after that lands, and rewrites only its own bucket (keys 75 to 99).
+    pg.execute(
+        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id = 99"
+    )
+
+    changed = materialize(project, "orders", instance, spark_resource)
+
+    assert changed.success, changed.failure
+    assert [changed.metadata[key] for key in counts] == [3, 1, 1, 25, 1]
+    lake = read_lake(tmp_path / "lake", "orders")
+    assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(
+        pg.query("SELECT id, v, updated_at FROM orders")
+    )
+    assert len(set(lake_files(tmp_path / "lake", "orders")) - set(files)) == 1

@@ -162,12 +162,18 @@ def test_merge_breaks_ties_the_same_way_whatever_the_input_order(
     assert len(winners) == 1
 
 
-def test_merge_rewrites_only_the_buckets_the_delta_touches(
-    spark: SparkSession, lake: LakeTable
-) -> None:
+def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> MergeWriter:
+    """A merge table of keys 0 to 199, in four range buckets of 50 keys."""
     writer = MergeWriter(spark)
     initial = spark.createDataFrame([(i, "v", 1, None) for i in range(200)], SCHEMA)
     _write(writer, initial, _plan(lake, 1, replace_all=True))
+    return writer
+
+
+def test_merge_rewrites_only_the_buckets_the_delta_touches(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = _merged_200_keys(spark, lake)
     before = {f.group: f.name for f in lake.data_files()}
     assert len(before) == 4
 
@@ -180,6 +186,41 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
     assert len(changed) == 1
     assert outcome.rows_rewritten < 200
     assert _lake(spark, lake).count() == 200
+
+
+def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
+    spark: SparkSession, lake: LakeTable
+) -> None:
+    writer = _merged_200_keys(spark, lake)
+    files = lake.data_files()
+    # The rows tied with the cursor, read again; and a deleted key the lake never held.
+    repeat = spark.createDataFrame(
+        [(7, "v", 1, None), (120, "v", 1, None), (999, "x", 1, True)], SCHEMA
+    )
+
+    idle = _write(writer, repeat, _plan(lake, 2))
+
+    assert (idle.rows_extracted, idle.rows_written, idle.files_written, idle.rows_rewritten) == (
+        3,
+        0,
+        0,
+        0,
+    )
+    assert idle.merge is not None and (
+        idle.merge.inserted,
+        idle.merge.updated,
+        idle.merge.deleted,
+    ) == (0, 0, 0)
+    assert lake.data_files() == files
+    assert not list(Path(lake.path, "_staging").iterdir())
+    # The same keys with one real change, and a delete of a key the lake holds, still land.
+    changed = spark.createDataFrame(
+        [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
+    )
+    outcome = _write(writer, changed, _plan(lake, 3))
+    assert outcome.merge is not None and (outcome.merge.updated, outcome.merge.deleted) == (1, 1)
+    rows = {r.id: r.v for r in _lake(spark, lake).collect()}
+    assert (rows[120], 8 in rows, len(rows)) == ("v2", False, 199)
 
 
 def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
