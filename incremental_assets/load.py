@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from incremental_assets.config import parse_duration
+from incremental_assets.config import lookback_for
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor, later_of, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError, IncrementalAssetsError, WriteError
 from incremental_assets.pause_points import pause_point
@@ -240,6 +240,12 @@ def plan_backfill(
         )
     _check_lake_fits(table, lake, request.stored)
     low, high = (_cursor_value(table, cursor, text, "backfill") for text in request.backfill)
+    # Text is ordered by the database's collation, which Python can't check.
+    if cursor.type is not CursorType.STRING and not low < high:  # type: ignore[operator]
+        raise ConfigError(
+            f"Table '{table.name}', field 'backfill': the window [{request.backfill[0]}, "
+            f"{request.backfill[1]}) is empty; `from` must be below `to`."
+        )
     previous = read_previous_cursor(table, request.stored, cursor, full_refresh=False)
     partitioning = choose_partitioning(table, schema, cursor)
     bounds = source.freeze(
@@ -363,26 +369,15 @@ def _start(table: TableSpec, cursor: Cursor) -> CursorValue | None:
 
 
 def _lookback(table: TableSpec, cursor: Cursor) -> Lookback | None:
-    value = table.lookback
-    if value is None:
+    if table.lookback is None:
         return None
-    if cursor.type is CursorType.STRING:
-        raise ConfigError(
-            f"Table '{table.name}', field 'lookback': string cursors can't look back; remove it."
-        )
-    if cursor.type.is_temporal:
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"Table '{table.name}', field 'lookback': the cursor '{cursor.column}' is a "
-                f"{cursor.type.value}; write a duration such as 5m or 1d."
-            )
-        return parse_duration(value)
-    if not isinstance(value, int):
+    try:
+        return lookback_for(cursor.type, table.lookback)
+    except ValueError as exc:
         raise ConfigError(
             f"Table '{table.name}', field 'lookback': the cursor '{cursor.column}' is "
-            f"{cursor.type.value}; write a number of cursor units, e.g. lookback: 1000."
-        )
-    return value
+            f"{cursor.type.value}, and {exc}."
+        ) from None
 
 
 def _check_safety_lag(table: TableSpec, cursor: Cursor) -> None:

@@ -22,7 +22,7 @@ from incremental_assets.cursor import CursorType, decode_wire, format_cursor, pa
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
 from incremental_assets.sources.base import join_conditions
-from incremental_assets.sources.jdbc import _TRANSACTION_CAPS, APPLICATION_NAME
+from incremental_assets.sources.jdbc import APPLICATION_NAME, TRANSACTION_CAPS
 from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES
 
@@ -136,7 +136,7 @@ def _newest_cursor(
     if kind.is_temporal:
         conditions += _time_limits(table, kind, column)
         if table.transaction_cap:
-            sources = f"(SELECT {_TRANSACTION_CAPS}) AS caps CROSS JOIN {relation}"
+            sources = f"(SELECT {TRANSACTION_CAPS}) AS caps CROSS JOIN {relation}"
             oldest = POSTGRES.cursor_time(kind, "caps.oldest", table.timezone)
             conditions.append(f"(caps.oldest IS NULL OR {column} < {oldest})")
     sql = f"SELECT {POSTGRES.wire(kind, f'max({column})')} FROM {sources} WHERE {join_conditions(conditions)}"

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
-from incremental_assets.errors import ConfigError
+from incremental_assets.errors import ConfigError, CursorError
 from incremental_assets.spec import TableSpec
 from incremental_assets.window import Dialect, Window
 
@@ -100,8 +100,6 @@ class Source(Protocol):
     def read_keys(self) -> DataFrame: ...
 
     def primary_key(self) -> tuple[str, ...]: ...
-
-    def count_rows(self) -> int: ...
 
 
 def cursor_type_of(data_type: T.DataType) -> CursorType | None:
@@ -246,8 +244,13 @@ def default_parallelism(spark: SparkSession) -> int:
         return int(spark.conf.get("spark.default.parallelism", "4") or 4)
 
 
-def decode_upper(cursor: Cursor, wire: str | None) -> CursorValue | None:
-    return None if wire is None else decode_wire(cursor.type, wire)
+def decode_upper(table: TableSpec, cursor: Cursor, wire: str | None) -> CursorValue | None:
+    if wire is None:
+        return None
+    try:
+        return decode_wire(cursor.type, wire)
+    except CursorError as exc:
+        raise CursorError(f"Table '{table.name}', cursor '{cursor.column}': {exc}") from None
 
 
 def join_conditions(conditions: Sequence[str]) -> str:

@@ -72,7 +72,7 @@ class FilesSource:
                 f"count_if({in_window}) AS n",
                 f"count_if({cursor} IS NULL) AS null_rows",
             ).collect()[0]
-            upper = decode_upper(request.cursor, row["upper"])
+            upper = decode_upper(self.table, request.cursor, row["upper"])
             ties = (
                 0 if upper is None else frame.where(f"{cursor} = {d.literal(kind, upper)}").count()
             )
@@ -103,10 +103,6 @@ class FilesSource:
     def read_keys(self) -> DataFrame:
         with failures_of(self.table, "reading the primary keys"):
             return self._frame().select(*[F.col(f"`{c}`") for c in self.table.primary_key])
-
-    def count_rows(self) -> int:
-        with failures_of(self.table, "counting the source's rows"):
-            return self._frame().count()
 
     def primary_key(self) -> tuple[str, ...]:
         raise ConfigError(

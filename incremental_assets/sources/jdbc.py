@@ -58,7 +58,7 @@ _WRITERS = (
     f"{_OTHER_SESSIONS} AND backend_type = 'client backend' AND xact_start IS NOT NULL "
     f"AND coalesce(application_name, '') <> '{APPLICATION_NAME}'"
 )
-_TRANSACTION_CAPS = (
+TRANSACTION_CAPS = (
     f"(SELECT min(xact_start) {_WRITERS}) AS oldest, "
     "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
     f"xact_start) {_WRITERS} ORDER BY xact_start LIMIT 1) AS holder, "
@@ -70,7 +70,7 @@ _TRANSACTION_CAPS = (
 _OPEN_TRANSACTIONS = (
     f"SELECT {POSTGRES.wire(CursorType.TIMESTAMPTZ, 'now()')} AS read_at, "
     f"{POSTGRES.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, caps.holder AS holder, "
-    f"caps.hidden AS hidden FROM (SELECT {_TRANSACTION_CAPS}) AS caps"
+    f"caps.hidden AS hidden FROM (SELECT {TRANSACTION_CAPS}) AS caps"
 )
 
 
@@ -134,13 +134,6 @@ class JdbcSource:
             self._schema = schema
         return self._schema
 
-    def count_rows(self) -> int:
-        return int(
-            self._query(f"SELECT count(*) AS n FROM {self.relation}", "counting the source's rows")[
-                0
-            ]["n"]
-        )
-
     def primary_key(self) -> tuple[str, ...]:
         """The table's primary key columns, in key order, from PostgreSQL's catalog."""
         sql = (
@@ -181,7 +174,7 @@ class JdbcSource:
                 open_.oldest_start, open_.holder, open_.hidden_sessions, int(row["held"])
             )
         return Bounds(
-            upper=decode_upper(request.cursor, row["upper"]),
+            upper=decode_upper(self.table, request.cursor, row["upper"]),
             rows=int(row["n"]),
             partition_low=int(row["part_low"])
             if partitioning and row["part_low"] is not None
@@ -191,7 +184,7 @@ class JdbcSource:
             else None,
             null_rows=int(row["null_rows"]),
             boundary_rows=int(row["boundary_rows"] or 0),
-            future_cap=decode_upper(request.cursor, row["future_cap"]),
+            future_cap=decode_upper(self.table, request.cursor, row["future_cap"]),
             transaction=transaction,
         )
 

@@ -53,4 +53,5 @@ def test_a_wall_clock_cursor_beyond_python_years_fails_the_run(
 
     assert not run.success, f"the run succeeded with a wrong window: {run.metadata}"
     assert message in (run.failure or ""), run.failure
+    assert "Table 'events'" in (run.failure or ""), run.failure
     assert lake_files(tmp_path / "lake", "events") == []
