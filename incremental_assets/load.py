@@ -463,18 +463,28 @@ def _schema_change(
 
 
 def _boundary(table: TableSpec, plan: WindowPlan) -> Window | None:
-    """Append mode: rows from the lower bound up may be in the lake already (ties, lookback, capped cursors)."""
-    if table.mode is not Mode.APPEND or plan.replace_all or plan.window is None:
+    """The part of the read the lake may already hold, for the writer to check against it.
+
+    Append needs every such row (from the lower bound up: ties, lookback, capped cursors) to keep
+    each version once. Merge is idempotent whatever it is told and only skips rewriting what
+    repeats the lake, so the rows at or below the previous cursor are enough.
+    """
+    if table.mode is Mode.FULL_REFRESH or plan.replace_all or plan.window is None:
         return None
     if plan.backfill:
         return plan.window
     if plan.previous is None:
         return None
+    window = plan.window
+    if table.mode is Mode.MERGE:
+        return Window(
+            window.column,
+            window.cursor_type,
+            upper=plan.previous,
+            include_nulls=window.include_nulls,
+        )
     return Window(
-        plan.window.column,
-        plan.window.cursor_type,
-        plan.window.lower,
-        include_nulls=plan.window.include_nulls,
+        window.column, window.cursor_type, window.lower, include_nulls=window.include_nulls
     )
 
 

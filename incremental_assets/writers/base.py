@@ -30,7 +30,8 @@ class WritePlan:
     bucket_rows: int
     compression: str
     max_rows_per_file: int
-    # Append mode: the part of this read that earlier batches may already hold.
+    # The part of this read the lake may already hold: append drops those rows when an earlier
+    # batch has them; merge compares them with the lake before letting them touch a bucket.
     boundary: Window | None = None
     # The lake's data columns after this run; existing files are rewritten when they change.
     schema: SchemaChange | None = None
@@ -54,10 +55,13 @@ class Staged:
     rows_written: int
     subdir: str
     columns: tuple[tuple[str, str], ...] = ()
-    buckets: frozenset[int] = frozenset()  # merge: the buckets the delta touches
+    buckets: frozenset[int] = frozenset()  # merge: the buckets the delta's new rows touch
     scheme: BucketScheme | None = None  # merge: how the table is bucketed after this run
-    # merge: (column, min, max) in the delta of each key column whose values are exact literals
+    # merge: (column, min, max) of each key column whose values are exact literals, over the
+    # re-read rows (over the whole delta on a first load)
     key_ranges: tuple[tuple[str, object, object], ...] = ()
+    reread_rows: int = 0  # merge: rows inside `WritePlan.boundary`
+    reread_buckets: frozenset[int] = frozenset()  # merge: the buckets those rows fall in
 
 
 class Writer(Protocol):

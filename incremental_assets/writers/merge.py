@@ -7,8 +7,10 @@ a hash of the row breaks any tie left), and rows whose delete column is set are 
 the delta doesn't touch are not read or rewritten. A text cursor read over JDBC is ordered by the
 database's collation, which Spark can't reproduce: there the delta, read now, beats the lake.
 
-A small delta that changes nothing (the rows tied with the cursor, read again by every run) is
-compared with the lake rows of its keys first, and then nothing is rewritten at all.
+Rows the lake may already hold (those tied with the previous cursor or inside the lookback, read
+again by every run) don't mark their bucket as touched by themselves: they are compared with the
+lake rows of their keys first, and only the ones that changed add their bucket. A run that only
+re-reads what the lake holds rewrites nothing at all.
 
 A full refresh is the same merge with the whole table as "touched" and the delta as a complete
 snapshot: the snapshot always wins, and keys missing from it are removed. Reconciling hard
@@ -23,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.results import MergeCounts, WriteOutcome
+from incremental_assets.window import SPARK_SQL, render_window
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
     Staged,
@@ -37,8 +40,8 @@ from incremental_assets.writers.base import (
 from incremental_assets.writers.lake import BucketScheme, DataFile
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
-# Deltas up to this many rows are checked against the lake before a merge rewrites anything.
-IDLE_CHECK_ROWS = 10_000
+# Up to this many re-read rows are compared with the lake; more mark their buckets touched.
+REREAD_CHECK_ROWS = 100_000
 _BUCKET = "__bucket"
 _SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH, _GONE = (
     "__src",
@@ -60,14 +63,19 @@ class MergeWriter:
         # the commit needs to know about it (the buckets it touches, its key range) is observed
         # on the way, at no extra pass.
         scheme = None if plan.replace_all else scheme_of(plan.lake.data_files())
-        measures = [F.count(F.lit(1)).alias("rows")]
+        reread = _reread(plan)
+        measures = [F.count(F.lit(1)).alias("rows"), F.count_if(reread).alias("reread")]
         if scheme is not None:
-            measures.append(
-                F.collect_set(bucket_of(delta, plan.primary_key, scheme)).alias("buckets")
-            )
+            bucket = bucket_of(delta, plan.primary_key, scheme)
+            measures += [
+                F.collect_set(F.when(~reread, bucket)).alias("buckets"),
+                F.collect_set(F.when(reread, bucket)).alias("reread_buckets"),
+            ]
+        # Key ranges: of the whole delta on a first load (to size key ranges), else of the re-read
+        # rows (to find their versions in the lake).
         bounded = _bounded_keys(delta, plan)
         for i, column in enumerate(bounded):
-            key = F.col(f"`{column}`")
+            key = F.col(f"`{column}`") if scheme is None else F.when(reread, F.col(f"`{column}`"))
             measures += [F.min(key).alias(f"low{i}"), F.max(key).alias(f"high{i}")]
         extracted = Observation("extracted")
         write_parquet(delta.observe(extracted, *measures), self._staged(plan, _DELTA), plan)
@@ -81,15 +89,16 @@ class MergeWriter:
         if scheme is None:
             low, high = key_ranges[0][1:] if _integer_key(delta, plan) else (None, None)
             scheme = choose_scheme(plan, rows, low, high)
-        touched = frozenset(int(b) for b in seen.get("buckets") or [])
         return Staged(
             rows,
             rows,
             _DELTA,
             columns=column_types(delta),
-            buckets=touched,
+            buckets=frozenset(int(b) for b in seen.get("buckets") or []),
             scheme=scheme,
             key_ranges=key_ranges,
+            reread_rows=int(seen.get("reread") or 0),
+            reread_buckets=frozenset(int(b) for b in seen.get("reread_buckets") or []),
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
@@ -106,10 +115,13 @@ class MergeWriter:
             touched = set(staged.buckets)
             if plan.reconcile:
                 touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
+            touched |= self._changed_by_rereads(plan, staged, delta, existing, touched)
+            if not touched and not (plan.schema is not None and plan.schema.rewrites_lake):
+                plan.lake.discard(plan.txn)
+                return _unchanged(staged, delta)
+            # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
+            delta = delta.where(F.col(_BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
-        if self._changes_nothing(plan, staged, delta, replaced):
-            plan.lake.discard(plan.txn)
-            return _unchanged(staged, delta)
         lake_rows = self._read_bucketed(plan, replaced, scheme)
         merged, counts = _merge(delta, lake_rows, gone, plan)
         merged, rewritten = counted(merged, "rewritten")
@@ -148,31 +160,40 @@ class MergeWriter:
             reader = reader.schema(plan.schema.lake)
         return reader.parquet(*plan.lake.file_uris(files))
 
-    def _changes_nothing(
-        self, plan: WritePlan, staged: Staged, delta: DataFrame, replaced: list[DataFile]
-    ) -> bool:
-        """Whether a small delta only repeats the lake, so that nothing needs rewriting.
+    def _changed_by_rereads(
+        self,
+        plan: WritePlan,
+        staged: Staged,
+        delta: DataFrame,
+        existing: list[DataFile],
+        touched: set[int],
+    ) -> set[int]:
+        """The buckets, not already touched, where a re-read row differs from the lake's version.
 
-        It does when each row equals the lake's row for its key, or deletes a key the lake doesn't
-        hold. The lake side reads only the rows within the delta's key ranges, a filter Parquet
-        applies to row groups and pages.
+        A row differs when the lake has no row for its key, or one with other values, or when it
+        deletes a key the lake holds. The lake side reads only the candidate buckets' files, and in
+        them only the re-read rows' key ranges, a filter Parquet applies to row groups and pages.
         """
-        if not _may_be_idle(plan, staged):
-            return False
+        candidates = staged.reread_buckets - touched
+        if not candidates:
+            return set()
+        if staged.reread_rows > REREAD_CHECK_ROWS:
+            return set(candidates)
         keys = list(plan.primary_key)
         data = [c for c in delta.columns if c != _BUCKET]
-        rows = delta.select(
-            *keys, _row_hash(data).alias(_HASH), _soft_deleted(delta, plan).alias(_GONE)
+        rows = delta.where(_reread(plan) & F.col(_BUCKET).isin(sorted(candidates))).select(
+            *keys, _BUCKET, _row_hash(data).alias(_HASH), _soft_deleted(delta, plan).alias(_GONE)
         )
-        if replaced:
+        files = [f for f in existing if f.bucket is not None and f.bucket[1] in candidates]
+        if files:
             within = _within(staged.key_ranges, delta)
-            lake = conformed(self._read_lake(plan, replaced).where(within), plan)
+            lake = conformed(self._read_lake(plan, files).where(within), plan)
             rows = rows.join(lake.select(*keys, _row_hash(data).alias(_LAKE_HASH)), keys, "left")
         else:
             rows = rows.withColumn(_LAKE_HASH, F.lit(None).cast("long"))
         held = F.col(_LAKE_HASH).isNotNull()
         changes = F.when(F.col(_GONE), held).otherwise(~held | (F.col(_HASH) != F.col(_LAKE_HASH)))
-        return rows.where(changes).isEmpty()
+        return {int(row[0]) for row in rows.where(changes).select(_BUCKET).distinct().collect()}
 
     def _read_bucketed(
         self, plan: WritePlan, files: list[DataFile], scheme: BucketScheme
@@ -324,12 +345,11 @@ def _merge(
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
-def _may_be_idle(plan: WritePlan, staged: Staged) -> bool:
-    """A full refresh, a reconcile or a schema change always writes; a large delta almost always."""
-    rewrites = plan.schema is not None and plan.schema.rewrites_lake
-    return not (
-        plan.replace_all or plan.reconcile or rewrites or staged.rows_extracted > IDLE_CHECK_ROWS
-    )
+def _reread(plan: WritePlan) -> Column:
+    """Rows of this read that the lake may already hold as they are (`plan.boundary`)."""
+    if plan.boundary is None or plan.replace_all:
+        return F.lit(False)
+    return F.coalesce(F.expr(render_window(plan.boundary, SPARK_SQL)), F.lit(False))
 
 
 def _row_hash(columns: list[str]) -> Column:

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.spec import Project
 from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.harness import (
     Schema,
@@ -483,16 +484,8 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz)")
     # The last three rows share the newest cursor value: every run reads them again.
-    pg.execute(
-        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "
-        "least(i, 97) * INTERVAL '1 s' FROM generate_series(1, 99) i"
-    )
-    project = _project(
-        tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
-    )
-    assert materialize(project, "orders", instance, spark_resource).success
+    project = _merged_in_buckets_of_25(tmp_path, pg, instance, spark_resource, "least(i, 97)")
     files = lake_files(tmp_path / "lake", "orders")
 
     idle = materialize(project, "orders", instance, spark_resource)
@@ -516,3 +509,62 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(
         pg.query("SELECT id, v, updated_at FROM orders")
     )
     assert len(set(lake_files(tmp_path / "lake", "orders")) - set(files)) == 1
+
+
+def test_rows_read_again_only_touch_their_bucket_when_they_changed(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    # Keys 1 and 2 (bucket 0-24) and 99 (bucket 75-99) share the newest cursor value.
+    project = _merged_in_buckets_of_25(
+        tmp_path, pg, instance, spark_resource, "CASE WHEN i <= 2 THEN 99 ELSE i END"
+    )
+    before = set(lake_files(tmp_path / "lake", "orders"))
+    later = "TIMESTAMPTZ '2025-01-01 00:10:00+00'"
+    pg.execute(
+        f"INSERT INTO orders VALUES (100, 'v1', {later})",
+        f"UPDATE orders SET v = 'v2', updated_at = {later} WHERE id = 60",
+    )
+
+    run = materialize(project, "orders", instance, spark_resource)
+
+    assert run.success, run.failure
+    # Read: the three tied rows again, 60 and 100. Rewritten: bucket 50-74 (25 rows) and the new
+    # bucket 100-124 (1 row); the tied rows' buckets are left alone.
+    counts = ("rows_extracted", "rows_inserted", "rows_updated", "rows_rewritten")
+    assert [run.metadata[key] for key in counts] == [5, 1, 1, 26]
+    assert len(before - set(lake_files(tmp_path / "lake", "orders"))) == 1
+    # A re-read row that did change (its cursor kept) still lands, in its own bucket.
+    pg.execute("UPDATE orders SET v = 'v3' WHERE id = 60")
+    pg.execute(f"UPDATE orders SET updated_at = {later} WHERE id = 1")
+
+    again = materialize(project, "orders", instance, spark_resource)
+
+    assert again.success, again.failure
+    assert [again.metadata[key] for key in counts] == [3, 0, 2, 49]
+    lake = read_lake(tmp_path / "lake", "orders")
+    assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(
+        pg.query("SELECT id, v, updated_at FROM orders")
+    )
+
+
+def _merged_in_buckets_of_25(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    seconds: str,
+) -> Project:
+    """Keys 1 to 99 loaded in merge mode into range buckets of 25 keys; `seconds` of `i` dates them."""
+    pg.execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz)",
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "
+        f"({seconds}) * INTERVAL '1 s' FROM generate_series(1, 99) i",
+    )
+    project = _project(
+        tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
+    )
+    assert materialize(project, "orders", instance, spark_resource).success
+    return project
