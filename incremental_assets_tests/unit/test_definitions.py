@@ -9,6 +9,8 @@ import yaml
 
 from incremental_assets.config import load_project
 from incremental_assets.definitions import ALL_TABLES_JOB, build_definitions
+from incremental_assets.errors import InstanceError
+from incremental_assets.factory import ALLOW_TEMPORARY_INSTANCE, ensure_persistent_instance
 from incremental_assets.sensors import AUTOMATION_SENSOR
 
 CONFIG = {
@@ -160,3 +162,23 @@ def test_automation_is_evaluated_by_a_sensor_that_runs_from_the_start(tmp_path: 
 
 def test_no_automation_sensor_without_automation(defs: dg.Definitions) -> None:
     assert AUTOMATION_SENSOR not in {s.name for s in defs.sensors or []}  # type: ignore[union-attr]
+
+
+def test_each_table_runs_in_its_own_concurrency_pool(defs: dg.Definitions) -> None:
+    for name in ("orders", "events", "countries"):
+        asset = defs.resolve_assets_def(dg.AssetKey(["raw", name]))
+        assert asset.op.pool == f"incremental_assets/{name}"
+
+
+def test_a_temporary_instance_is_refused_unless_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_TEMPORARY_INSTANCE, raising=False)
+    with dg.DagsterInstance.ephemeral() as temporary:
+        with pytest.raises(InstanceError, match="DAGSTER_HOME"):
+            ensure_persistent_instance(temporary, "orders")
+        monkeypatch.setenv(ALLOW_TEMPORARY_INSTANCE, "1")
+        ensure_persistent_instance(temporary, "orders")
+    monkeypatch.delenv(ALLOW_TEMPORARY_INSTANCE)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as persistent:
+        ensure_persistent_instance(persistent, "orders")
