@@ -31,6 +31,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     DEFAULTS: {},
     "fetchsize 1000": {"source": {"fetchsize": 1000}},
     "fetchsize 50000": {"source": {"fetchsize": 50000}},
+    # pgjdbc sends results as text unless the statement is server-prepared; -1 forces binary.
+    "binary transfer (prepareThreshold -1)": {"source": {"properties": {"prepareThreshold": "-1"}}},
     "1 partition": {"source": {"max_partitions": 1}},
     "4 partitions (2 per core)": {"source": {"max_partitions": 4}},
     "8 partitions (4 per core)": {"source": {"max_partitions": 8}},

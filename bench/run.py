@@ -5,7 +5,7 @@
     python -m bench.run --smoke         # 10k rows, one repetition (CI keeps the harness working)
 
 Scenarios (each engine sees exactly the same source changes):
-  S1  full load
+  S1  full load (after one first load per engine, reported apart as "S1 first")
   S0  an incremental run with no changes (the fixed cost)
   S2  an incremental run after 0.1% of the rows changed (half inserts, half updates)
   S3  the same after 10% changed
@@ -164,6 +164,9 @@ def main() -> None:
                     flush=True,
                 )
 
+        # The first load of each process pays for JIT compilation and cold caches: it is reported
+        # apart, and the medians are of the runs after it.
+        step("S1 first", "full", "")
         for _ in range(args.repeats):
             step("S1", "full", "")
         for name in ("dlt",):  # dlt's incremental pipeline needs its own first load
