@@ -6,27 +6,34 @@ import uuid
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import Schema, materialize, write_project
 from incremental_assets_tests.postgres import PostgresServer
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def _instance_home(directory: Path, postgres: PostgresServer, database: str) -> Path:
-    """A DAGSTER_HOME whose dagster.yaml keeps runs, events and schedules in PostgreSQL."""
+
+def _instance_home(directory: Path) -> Path:
+    """A DAGSTER_HOME holding the shipped dagster.yaml with its `storage:` block uncommented."""
     home = directory / "home"
     home.mkdir(parents=True)
-    # SQLAlchemy 2.1 reads plain postgresql:// as psycopg 3, which dagster-postgres's NOTIFY
-    # doesn't support: name the psycopg2 driver in the URL, as the README's dagster.yaml does.
-    url = f"postgresql+psycopg2://{postgres.user}:{postgres.password}@{postgres.host}:{postgres.port}/{database}"
-    storage = {"storage": {"postgres": {"postgres_url": url}}}
-    (home / "dagster.yaml").write_text(yaml.safe_dump(storage))
+    lines = (ROOT / "dagster.yaml").read_text().splitlines()
+    start = lines.index("# storage:")
+    block = [line.removeprefix("# ") for line in lines[start : start + 4]]
+    (home / "dagster.yaml").write_text("\n".join([*block, *lines[start + 4 :]]) + "\n")
+    assert "postgres" in yaml.safe_load((home / "dagster.yaml").read_text())["storage"]
     return home
 
 
 def test_the_cursor_carries_over_through_an_instance_in_postgres(
-    tmp_path: Path, pg: Schema, postgres: PostgresServer, spark_resource: IncrementalSparkResource
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     database = f"dagster_{uuid.uuid4().hex[:8]}"
     with postgres.connect() as conn:
@@ -48,16 +55,16 @@ def test_the_cursor_carries_over_through_an_instance_in_postgres(
             "tables": [entry],
         },
     )
+    # SQLAlchemy 2.1 reads plain postgresql:// as psycopg 3, which dagster-postgres's NOTIFY
+    # doesn't support: the URL names the psycopg2 driver, as dagster.yaml says.
+    url = f"postgresql+psycopg2://{postgres.user}:{postgres.password}@{postgres.host}:{postgres.port}/{database}"
+    monkeypatch.setenv("DAGSTER_PG_URL", url)
     try:
         # Two instance objects, as two machines would open them, over the same database.
-        with dg.DagsterInstance.from_config(
-            str(_instance_home(tmp_path / "a", postgres, database))
-        ) as first_machine:
+        with dg.DagsterInstance.from_config(str(_instance_home(tmp_path / "a"))) as first_machine:
             first = materialize(project, "orders", first_machine, spark_resource)
         pg.execute("INSERT INTO orders VALUES (11, 11)")
-        with dg.DagsterInstance.from_config(
-            str(_instance_home(tmp_path / "b", postgres, database))
-        ) as second_machine:
+        with dg.DagsterInstance.from_config(str(_instance_home(tmp_path / "b"))) as second_machine:
             second = materialize(project, "orders", second_machine, spark_resource)
 
         assert first.success and second.success, (first.failure, second.failure)

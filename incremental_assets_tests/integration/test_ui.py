@@ -1,7 +1,8 @@
 """The Dagster UI, in a real headless browser (Debian's chromium driven by Playwright).
 
 Two materializations into a DAGSTER_HOME, then `dagster dev` on it: the asset's page must show
-the cursor, the row counts, the description and the column schema, and plot numeric metadata.
+the cursor, the row counts, the description and the column schema, plot numeric metadata, and
+list the checks that ran with the materialization.
 The screenshots are kept in test-artifacts/.
 """
 
@@ -145,6 +146,11 @@ def test_the_asset_page_shows_the_cursor_counts_schema_and_plots(dagster_dev: st
         page.get_by_text("rows_extracted", exact=True).first.wait_for(timeout=30_000)
         events = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "asset-events.png"), full_page=True)
+
+        _open(page, f"{dagster_dev}/assets/orders?view=checks")
+        page.get_by_text("primary_key_unique", exact=False).first.wait_for(timeout=30_000)
+        checks = page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "asset-checks.png"), full_page=True)
         browser.close()
 
     assert "2025-01-03T01:00:10.000000+00:00" in overview  # the cursor
@@ -162,3 +168,6 @@ def test_the_asset_page_shows_the_cursor_counts_schema_and_plots(dagster_dev: st
     ):
         assert key in events
     assert "161" in events and "147" in events  # the second run's rows read and written
+    for check in ("cursor_not_backwards", "primary_key_unique"):
+        assert check in checks
+    assert checks.count("Succeeded") >= 2 and "Passed" in checks, checks[:2000]
