@@ -16,8 +16,8 @@ TITLES = {
     "S0": "S0: incremental run, no changes (fixed cost)",
     "S2": "S2: incremental run, 0.1% of rows changed",
     "S3": "S3: incremental run, 10% of rows changed",
-    "S4 clustered": "S4: merge of 1% updates, clustered on the most recent ids",
-    "S4 uniform": "S4: merge of 1% updates, spread uniformly",
+    "S4 clustered": "S4: merge of 1% updates, clustered on the most recent ids (the peers, with no merge into plain Parquet, extract the same delta and append it)",
+    "S4 uniform": "S4: merge of 1% updates, spread uniformly (the peers extract the same delta and append it)",
 }
 
 
