@@ -24,10 +24,9 @@ from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.results import LoadResult, StoredState
@@ -36,6 +35,7 @@ from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import Mode, TableSpec
 from incremental_assets.window import Window
 from incremental_assets.writers.lake import LakeTable
+from incremental_assets.writers.merge import soft_deleted
 
 KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"
@@ -220,7 +220,7 @@ def live_source_rows(spark: SparkSession, table: TableSpec, result: LoadResult) 
         latest = frame.withColumn(
             "_version", F.row_number().over(W.partitionBy(*keys).orderBy(*order or keys))
         ).where(F.col("_version") == 1)
-        return latest.where(~_deleted(latest, table.delete_column)).count()
+        return latest.where(~soft_deleted(latest, table.delete_column)).count()
 
 
 def _loadable_rows(spark: SparkSession, table: TableSpec, result: LoadResult) -> DataFrame:
@@ -234,14 +234,6 @@ def _loadable_rows(spark: SparkSession, table: TableSpec, result: LoadResult) ->
     if column is not None and not include_nulls:
         frame = frame.where(F.col(f"`{column}`").isNotNull())
     return frame
-
-
-def _deleted(frame: DataFrame, delete_column: str) -> Column:
-    """As the merge writer removes rows: a true flag, or any value in a column of another type."""
-    column = F.col(f"`{delete_column}`")
-    if isinstance(frame.schema[delete_column].dataType, T.BooleanType):
-        return F.coalesce(column, F.lit(False))
-    return column.isNotNull()
 
 
 def _cursor_age(result: LoadResult, now: datetime, timezone: str) -> timedelta | None:

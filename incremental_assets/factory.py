@@ -13,14 +13,9 @@ import dagster as dg
 from pydantic import Field
 
 from incremental_assets import checks
-from incremental_assets.cursor import CursorType, CursorValue, format_cursor, parse_cursor
-from incremental_assets.errors import (
-    ConfigError,
-    CursorError,
-    IncrementalAssetsError,
-    InstanceError,
-)
-from incremental_assets.load import LoadRequest, run_incremental_load
+from incremental_assets.cursor import CursorValue, format_cursor
+from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
+from incremental_assets.load import LoadRequest, check_backfill_window, run_incremental_load
 from incremental_assets.pause_points import pause_point
 from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
@@ -108,48 +103,6 @@ def _backfill(
     window = (config.backfill_from, config.backfill_to)
     check_backfill_window(table, stored.cursor_type, window, ("backfill_from", "backfill_to"))
     return window
-
-
-def check_backfill_window(
-    table: TableSpec,
-    stored_type: CursorType | None,
-    window: tuple[str, str],
-    names: tuple[str, str],
-) -> None:
-    """Refuse a backfill that can't run, before Spark starts: no cursor, bad values, empty window.
-
-    The values are checked when the cursor's type is known (declared, or recorded by a run);
-    otherwise the load checks them once the source has told it.
-    """
-    if table.cursor is None:
-        raise ConfigError(
-            f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full "
-            "refresh instead."
-        )
-    kind = stored_type or table.cursor.declared_type
-    if kind is None:
-        return
-    low, high = (
-        _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
-    )
-    # Strings are ordered by the database's collation: only an equal pair is surely empty.
-    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
-    if empty:
-        raise ConfigError(
-            f"Table '{table.name}': the backfill window [{window[0]}, {window[1]}) is empty; "
-            f"{names[0]} is where it starts (inclusive) and must be below {names[1]}, where it "
-            "ends (exclusive). Fix the order of the two values."
-        )
-
-
-def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) -> CursorValue:
-    try:
-        return parse_cursor(kind, text)
-    except CursorError as exc:
-        column = table.cursor.column if table.cursor else ""
-        raise ConfigError(
-            f"Table '{table.name}', {name}: {exc} The cursor column '{column}' is a {kind.value}."
-        ) from None
 
 
 def _log_result(context: dg.AssetExecutionContext, table: TableSpec, result: LoadResult) -> None:

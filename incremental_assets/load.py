@@ -228,24 +228,15 @@ def plan_backfill(
     table = request.table
     assert request.backfill is not None
     cursor = resolve_cursor(table, schema)
-    if cursor is None:
-        raise ConfigError(
-            f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full refresh."
-        )
-    if table.mode is Mode.FULL_REFRESH:
-        raise ConfigError(
-            f"Table '{table.name}', field 'mode': a full_refresh table is replaced by a new snapshot "
-            "on every run, so a backfill has nothing to add. Run the table without backfill_from "
-            "and backfill_to."
-        )
+    values = check_backfill_window(
+        table,
+        None if cursor is None else cursor.type,
+        request.backfill,
+        ("backfill_from", "backfill_to"),
+    )
+    assert cursor is not None and values is not None  # no cursor: refused; its type is known
     _check_lake_fits(table, lake, request.stored)
-    low, high = (_cursor_value(table, cursor, text, "backfill") for text in request.backfill)
-    # Text is ordered by the database's collation, which Python can't check.
-    if cursor.type is not CursorType.STRING and not low < high:  # type: ignore[operator]
-        raise ConfigError(
-            f"Table '{table.name}', field 'backfill': the window [{request.backfill[0]}, "
-            f"{request.backfill[1]}) is empty; `from` must be below `to`."
-        )
+    low, high = values
     previous = read_previous_cursor(table, request.stored, cursor, full_refresh=False)
     partitioning = choose_partitioning(table, schema, cursor)
     bounds = source.freeze(
@@ -351,6 +342,56 @@ def read_previous_cursor(
             f"{stored.run_id}) can't be read as the {cursor.type.value} column '{cursor.column}': "
             f"{exc} Fix: run a full refresh (asset config full_refresh: true); the lake and the "
             "cursor are left as they are until it succeeds."
+        ) from None
+
+
+def check_backfill_window(
+    table: TableSpec,
+    known_type: CursorType | None,
+    window: tuple[str, str],
+    names: tuple[str, str],
+) -> tuple[CursorValue, CursorValue] | None:
+    """Refuse a backfill that can't run: no cursor, a full_refresh table, bad values, an empty window.
+
+    Called before Spark starts (by the asset and the CLI) with the type a run recorded, and by the
+    load with the type the source reports. The values are checked, and returned, once the type is
+    known (given, or declared in the config).
+    """
+    if table.cursor is None:
+        raise ConfigError(
+            f"Table '{table.name}' has no cursor, so there is no window to backfill; run a full "
+            "refresh instead."
+        )
+    if table.mode is Mode.FULL_REFRESH:
+        raise ConfigError(
+            f"Table '{table.name}', field 'mode': a full_refresh table is replaced by a new snapshot "
+            "on every run, so a backfill has nothing to add. Run the table without backfill_from "
+            "and backfill_to."
+        )
+    kind = known_type or table.cursor.declared_type
+    if kind is None:
+        return None
+    low, high = (
+        _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
+    )
+    # Strings are ordered by the database's collation: only an equal pair is surely empty.
+    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
+    if empty:
+        raise ConfigError(
+            f"Table '{table.name}': the backfill window [{window[0]}, {window[1]}) is empty; "
+            f"{names[0]} is where it starts (inclusive) and must be below {names[1]}, where it "
+            "ends (exclusive). Fix the order of the two values."
+        )
+    return low, high
+
+
+def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) -> CursorValue:
+    try:
+        return parse_cursor(kind, text)
+    except CursorError as exc:
+        column = table.cursor.column if table.cursor else ""
+        raise ConfigError(
+            f"Table '{table.name}', {name}: {exc} The cursor column '{column}' is a {kind.value}."
         ) from None
 
 

@@ -25,6 +25,7 @@ from incremental_assets.sources.base import join_conditions
 from incremental_assets.sources.jdbc import APPLICATION_NAME, TRANSACTION_CAPS
 from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES
+from incremental_assets.writers.lake import arrow_uri
 
 # libpq accepts these JDBC parameters under the same names, or under the name given here.
 _LIBPQ_NAMES = {
@@ -207,11 +208,12 @@ _GLOB_CHARACTERS = re.compile(r"[*?\[{]")
 def source_files(source: FilesSourceSpec, table_path: str) -> list[pafs.FileInfo]:
     """The data files Spark reads for `table:`: a folder (recursively), a file, or a Hadoop glob."""
     path = f"{source.path.rstrip('/')}/{table_path.lstrip('/')}".rstrip("/")
-    uri = "s3://" + path[len("s3a://") :] if path.startswith("s3a://") else path
-    fs, root = pafs.FileSystem.from_uri(_static_prefix(uri))
-    pattern = path[len(_static_prefix(path)) :].strip("/")
-    if fs.get_file_info(root).type == pafs.FileType.File:
-        return [fs.get_file_info(root)]
+    prefix = _static_prefix(path)
+    fs, root = pafs.FileSystem.from_uri(arrow_uri(prefix))
+    pattern = path[len(prefix) :].strip("/")
+    top = fs.get_file_info(root)
+    if top.type == pafs.FileType.File:
+        return [top]
     listing = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     patterns = (
         [p.split("/") for p in _expand_braces(pattern.replace("[^", "[!"))] if pattern else [[]]

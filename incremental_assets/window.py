@@ -107,7 +107,8 @@ class Dialect(Protocol):
     def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str: ...
 
 
-def _sql_string(text: str) -> str:
+def sql_string(text: str) -> str:
+    """A SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -131,16 +132,22 @@ class PostgresDialect:
             return f"TIMESTAMP '{text.replace('T', ' ')}'"
         if cursor_type is CursorType.TIMESTAMPTZ:
             return f"TIMESTAMPTZ '{text.replace('T', ' ')}'"
-        return _sql_string(text)
+        return sql_string(text)
 
     def wire(self, cursor_type: CursorType, expression: str) -> str:
-        if cursor_type.is_timestamp:
-            # Of a timestamp without time zone, EXTRACT(EPOCH) is nominal: no zone is consulted.
-            # Unlike to_char, it keeps BC years apart and fails on 'infinity' instead of giving NULL.
-            return f"CAST(CAST(EXTRACT(EPOCH FROM {expression}) * 1000000 AS BIGINT) AS TEXT)"
-        if cursor_type is CursorType.DATE:
-            return f"CAST({expression} - DATE '1970-01-01' AS TEXT)"
+        if cursor_type.is_temporal:
+            return f"CAST({self.epoch(cursor_type, expression)} AS TEXT)"
         return f"CAST({expression} AS TEXT)"
+
+    def epoch(self, cursor_type: CursorType, expression: str) -> str:
+        """A date as days since 1970-01-01, a timestamp as microseconds since then (a bigint).
+
+        Of a timestamp without time zone, EXTRACT(EPOCH) is nominal: no zone is consulted. Unlike
+        to_char, it keeps BC years apart and fails on 'infinity' instead of giving NULL.
+        """
+        if cursor_type is CursorType.DATE:
+            return f"{expression} - DATE '1970-01-01'"
+        return f"CAST(EXTRACT(EPOCH FROM {expression}) * 1000000 AS BIGINT)"
 
     def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str:
         """The server's clock moved by `delta`, as a value comparable with the cursor."""
@@ -151,9 +158,9 @@ class PostgresDialect:
     def cursor_time(self, cursor_type: CursorType, instant: str, timezone: str) -> str:
         """A timestamptz expression as the cursor's type: wall clock in `timezone`, or its date."""
         if cursor_type is CursorType.TIMESTAMP:
-            return f"({instant} AT TIME ZONE {_sql_string(timezone)})"
+            return f"({instant} AT TIME ZONE {sql_string(timezone)})"
         if cursor_type is CursorType.DATE:
-            return f"CAST({instant} AT TIME ZONE {_sql_string(timezone)} AS DATE)"
+            return f"CAST({instant} AT TIME ZONE {sql_string(timezone)} AS DATE)"
         return instant
 
 

@@ -47,7 +47,7 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spec import JdbcSourceSpec, TableSpec
-from incremental_assets.window import POSTGRES, Dialect, Window, render_window
+from incremental_assets.window import POSTGRES, Dialect, Window, render_window, sql_string
 
 APPLICATION_NAME = "incremental_assets"
 _OTHER_SESSIONS = (
@@ -139,7 +139,7 @@ class JdbcSource:
         sql = (
             "SELECT a.attname AS name FROM pg_index i JOIN pg_attribute a "
             "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            f"WHERE i.indrelid = CAST({_literal_text(str(self.table.table))} AS regclass) AND i.indisprimary "
+            f"WHERE i.indrelid = CAST({sql_string(str(self.table.table))} AS regclass) AND i.indisprimary "
             "ORDER BY array_position(CAST(i.indkey AS int2[]), a.attnum)"
         )
         return tuple(row["name"] for row in self._query(sql, "reading the primary key"))
@@ -260,7 +260,7 @@ class JdbcSource:
         element = _neutral_sql(field.name, scalar, "_e.v")
         ndims = f"array_ndims({column})"
         refuse = _refusal(
-            f"{_literal_text(f'column {field.name} holds a ')} || {ndims} || '-dimensional array'"
+            f"{sql_string(f'column {field.name} holds a ')} || {ndims} || '-dimensional array'"
         )
         if isinstance(scalar, T.DecimalType):
             refuse = f"CAST({refuse} AS TEXT)"
@@ -370,13 +370,10 @@ def _neutral_sql(name: str, scalar: T.DataType, value: str) -> str:
     """A value as epoch micros (timestamps), epoch days (dates) or text (numerics)."""
     if isinstance(scalar, T.DecimalType):
         return f"CAST({value} AS TEXT)"
-    epoch = (
-        f"{value} - DATE '1970-01-01'"
-        if isinstance(scalar, T.DateType)
-        else f"CAST(EXTRACT(EPOCH FROM {value}) * 1000000 AS BIGINT)"
-    )
+    kind = CursorType.DATE if isinstance(scalar, T.DateType) else CursorType.TIMESTAMPTZ
+    epoch = POSTGRES.epoch(kind, value)
     # 'infinity' has no epoch number.
-    refuse = _refusal(f"{_literal_text(f'column {name} holds ')} || CAST({value} AS TEXT)")
+    refuse = _refusal(f"{sql_string(f'column {name} holds ')} || CAST({value} AS TEXT)")
     return f"CASE WHEN isfinite({value}) OR {value} IS NULL THEN {epoch} ELSE {refuse} END"
 
 
@@ -410,7 +407,3 @@ def _refuse_application_name(table: TableSpec, source: JdbcSourceSpec) -> None:
 
 def _instant(epoch_micros: str) -> datetime:
     return EPOCH_UTC + timedelta(microseconds=int(epoch_micros))
-
-
-def _literal_text(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

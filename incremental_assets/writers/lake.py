@@ -103,7 +103,8 @@ class DataFile:
         return parse_bucket(self.group)
 
 
-def _arrow_uri(uri: str) -> str:
+def arrow_uri(uri: str) -> str:
+    """A Hadoop URI as pyarrow's file systems name it (`s3a://` is their `s3://`)."""
     return "s3://" + uri[len("s3a://") :] if uri.startswith("s3a://") else uri
 
 
@@ -112,7 +113,7 @@ class LakeTable:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri.rstrip("/")
-        self.fs, self.path = pafs.FileSystem.from_uri(_arrow_uri(self.uri))
+        self.fs, self.path = pafs.FileSystem.from_uri(arrow_uri(self.uri))
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
 
     def _join(self, *parts: str) -> str:

@@ -182,7 +182,10 @@ class MergeWriter:
         keys = list(plan.primary_key)
         data = [c for c in delta.columns if c != _BUCKET]
         rows = delta.where(_reread(plan) & F.col(_BUCKET).isin(sorted(candidates))).select(
-            *keys, _BUCKET, _row_hash(data).alias(_HASH), _soft_deleted(delta, plan).alias(_GONE)
+            *keys,
+            _BUCKET,
+            _row_hash(data).alias(_HASH),
+            soft_deleted(delta, plan.delete_column).alias(_GONE),
         )
         files = [f for f in existing if f.bucket is not None and f.bucket[1] in candidates]
         if files:
@@ -365,17 +368,18 @@ def _precedence(plan: WritePlan) -> list[Column]:
     return [*cursor, newest_source, F.col(_HASH).desc()]
 
 
-def _soft_deleted(frame: DataFrame, plan: WritePlan) -> Column:
-    if not plan.delete_column:
+def soft_deleted(frame: DataFrame, delete_column: str | None) -> Column:
+    """Rows the merge removes by their delete column: a true flag, or any value of another type."""
+    if not delete_column:
         return F.lit(False)
-    column = F.col(f"`{plan.delete_column}`")
-    if isinstance(frame.schema[plan.delete_column].dataType, T.BooleanType):
+    column = F.col(f"`{delete_column}`")
+    if isinstance(frame.schema[delete_column].dataType, T.BooleanType):
         return F.coalesce(column, F.lit(False))
     return column.isNotNull()
 
 
 def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
-    deleted = F.coalesce(F.col(_GONE), F.lit(False)) | _soft_deleted(winners, plan)
+    deleted = F.coalesce(F.col(_GONE), F.lit(False)) | soft_deleted(winners, plan.delete_column)
     if plan.replace_all:
         deleted = deleted | (F.col(_IN_DELTA) == 0)
     return deleted
