@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, IncrementalAssetsError, InstanceError
 from incremental_assets.factory import op_name_for
 from incremental_assets.load import check_backfill_window
+from incremental_assets.results import StoredState
 from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import (
     CURSOR,
@@ -243,18 +245,12 @@ def set_cursor(args: argparse.Namespace) -> int:
             f"Table '{table.name}' has no cursor to set; it is fully refreshed on every run."
         )
     with _instance() as instance:
-        stored = read_stored_state(instance, _key(table))
-        kind = stored.cursor_type or table.cursor.declared_type
-        if kind is None:
-            raise CursorError(
-                f"Table '{table.name}': the cursor's type isn't known yet (no run has recorded it and "
-                "the config doesn't declare it). Declare it, e.g. cursor: {column: updated_at, type: "
-                "timestamptz}, or run the table once."
-            )
-        value = _parse_value(table, kind, args.value)
-        with LakeTable(project.lake.table_uri(table.name)).lock(
-            table.name, f"cursor set by {_actor()}", project.lake.lock_timeout
-        ):
+        # Checked before waiting for the lock, so a bad value fails at once ...
+        _cursor_text(table, read_stored_state(instance, _key(table)), args.value)
+        with _table_lock(project, table, "cursor set"):
+            # ... and read again under it: a run that just finished may have moved the batch.
+            stored = read_stored_state(instance, _key(table))
+            kind, value = _cursor_text(table, stored, args.value)
             note = f"{args.reason} (set by {_actor()} with incremental-assets cursor set)"
             record_cursor_override(
                 instance, _key(table), stored, value, table.cursor.column, kind, note
@@ -263,23 +259,39 @@ def set_cursor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[CursorType, str]:
+    """The cursor's type and `text` as its exact form; CursorError if either can't be had."""
+    assert table.cursor is not None
+    kind = stored.cursor_type or table.cursor.declared_type
+    if kind is None:
+        raise CursorError(
+            f"Table '{table.name}': the cursor's type isn't known yet (no run has recorded it and "
+            "the config doesn't declare it). Declare it, e.g. cursor: {column: updated_at, type: "
+            "timestamptz}, or run the table once."
+        )
+    return kind, _parse_value(table, kind, text)
+
+
 def reset_cursor(args: argparse.Namespace) -> int:
     project = _project(args)
     (table,) = _tables(project, [args.table])
-    with _instance() as instance:
+    with _instance() as instance, _table_lock(project, table, "cursor reset"):
         stored = read_stored_state(instance, _key(table))
-        with LakeTable(project.lake.table_uri(table.name)).lock(
-            table.name, f"cursor reset by {_actor()}", project.lake.lock_timeout
-        ):
-            note = f"{args.reason} (reset by {_actor()} with incremental-assets cursor reset)"
-            column = table.cursor.column if table.cursor else None
-            record_cursor_override(
-                instance, _key(table), stored, None, column, stored.cursor_type, note
-            )
+        note = f"{args.reason} (reset by {_actor()} with incremental-assets cursor reset)"
+        column = table.cursor.column if table.cursor else None
+        record_cursor_override(
+            instance, _key(table), stored, None, column, stored.cursor_type, note
+        )
     print(
         f"{table.name}: cursor {stored.cursor} reset; the next run extracts everything and replaces the table"
     )
     return 0
+
+
+def _table_lock(project: Project, table: TableSpec, action: str) -> AbstractContextManager[None]:
+    """The table's lake lock: a cursor moved by hand must not race a run recording its own."""
+    lake = LakeTable(project.lake.table_uri(table.name))
+    return lake.lock(table.name, f"{action} by {_actor()}", project.lake.lock_timeout)
 
 
 def _parse_value(table: TableSpec, kind: CursorType, text: str) -> str:

@@ -207,12 +207,14 @@ def plan_window(
     )
     _check_null_cursors(table, cursor, bounds)
     include_nulls = table.null_cursor == "include"
+    # A snapshot is the whole table: the caps only bound the cursor it records.
+    read_upper = bounds.newest if replace_all else bounds.upper
     window = Window(
         cursor.column,
         cursor.type,
         lower,
-        bounds.upper,
-        empty=bounds.upper is None,
+        read_upper,
+        empty=read_upper is None,
         include_nulls=include_nulls,
     )
     plan = WindowPlan(
@@ -317,6 +319,9 @@ def _transaction_report(bounds: Bounds, warnings: list[str]) -> dict[str, Any]:
             "pg_stat_activity, so rows their transactions commit late may be missed. Fix: GRANT "
             "pg_read_all_stats to the source's user, or set a lookback."
         )
+    if cap.limits:
+        text = f"{text}; " + "; ".join(cap.limits)
+        warnings.extend(f"transaction cap: {limit}" for limit in cap.limits)
     return {"transaction_cap": text, "transaction_cap_applied": cap.rows_held_back > 0}
 
 
@@ -606,4 +611,5 @@ def _result(
         warnings=plan.warnings,
         report=report,
         files=outcome.files,
+        primary_key=table.primary_key,
     )

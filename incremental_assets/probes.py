@@ -21,8 +21,15 @@ import pyarrow.fs as pafs
 from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
-from incremental_assets.sources.base import join_conditions
-from incremental_assets.sources.jdbc import APPLICATION_NAME, TRANSACTION_CAPS
+from incremental_assets.sources.base import Cursor, FreezeRequest
+from incremental_assets.sources.postgres import (
+    APPLICATION_NAME,
+    OPEN_TRANSACTIONS,
+    OpenTransactions,
+    cap_limits,
+    newest_sql,
+    relation_of,
+)
 from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES
 from incremental_assets.writers.lake import arrow_uri
@@ -96,7 +103,7 @@ def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | Non
 
 
 def _probe_postgres(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
-    relation = f"({table.query}) AS q" if table.query is not None else str(table.table)
+    relation = relation_of(table)
     try:
         conn = psycopg.connect(**connect_args(source), autocommit=True)
     except psycopg.Error as exc:
@@ -125,39 +132,40 @@ def _probe_error(
 def _newest_cursor(
     conn: psycopg.Connection, table: TableSpec, relation: str, stored: StoredState
 ) -> str | None:
-    """The newest cursor value past the stored one that a run would load now."""
+    """The newest cursor value past the stored one that a run would load now.
+
+    The same two statements as a run's freeze (`sources/postgres.py`), so rows a run would hold
+    back don't ask for a run, and what a run would refuse fails the tick with the same message.
+    """
     assert table.cursor is not None
     kind = stored.cursor_type or table.cursor.declared_type or _column_type(conn, table, relation)
-    column = POSTGRES.quote(table.cursor.column)
-    conditions = []
+    previous = None
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
-        conditions.append(f"{column} > {POSTGRES.literal(stored.cursor_type, previous)}")
-    sources = relation
-    if kind.is_temporal:
-        conditions += _time_limits(table, kind, column)
-        if table.transaction_cap:
-            sources = f"(SELECT {TRANSACTION_CAPS}) AS caps CROSS JOIN {relation}"
-            oldest = POSTGRES.cursor_time(kind, "caps.oldest", table.timezone)
-            conditions.append(f"(caps.oldest IS NULL OR {column} < {oldest})")
-    sql = f"SELECT {POSTGRES.wire(kind, f'max({column})')} FROM {sources} WHERE {join_conditions(conditions)}"
-    row = conn.execute(sql).fetchone()  # type: ignore[call-overload]
-    newest = row[0] if row else None
-    return None if newest is None else format_cursor(kind, decode_wire(kind, newest))
+    capped = table.transaction_cap and kind.is_temporal
+    open_ = OpenTransactions.from_row(_fetch(conn, OPEN_TRANSACTIONS)) if capped else None
+    if open_ is not None:
+        cap_limits(table, open_)
+    request = FreezeRequest(
+        Cursor(table.cursor.column, kind),
+        previous,
+        table.safety_lag,
+        table.timezone,
+        None,
+        transaction_cap=capped,
+        future_tolerance=table.future_tolerance,
+    )
+    wire = _fetch(conn, newest_sql(relation, request, open_))["newest"]
+    newest = None if wire is None else decode_wire(kind, wire)
+    return None if newest is None or newest == previous else format_cursor(kind, newest)
 
 
-def _time_limits(table: TableSpec, kind: CursorType, column: str) -> list[str]:
-    """A run's own limits on a time cursor: the safety lag and the future cap, by the server's clock."""
-    limits = []
-    if table.safety_lag is not None:
-        limits.append(f"{column} <= {POSTGRES.now_plus(kind, -table.safety_lag, table.timezone)}")
-    if table.future_tolerance is not None:
-        # Rows dated past the cap are loaded by a run but never move the cursor past the cap, so
-        # counting them would ask for a run on every tick until the clock reaches them.
-        limits.append(
-            f"{column} <= {POSTGRES.now_plus(kind, table.future_tolerance, table.timezone)}"
-        )
-    return limits
+def _fetch(conn: psycopg.Connection, sql: str) -> dict[str, Any]:
+    cursor = conn.execute(sql)  # type: ignore[call-overload]
+    names = [column.name for column in cursor.description or []]
+    row = cursor.fetchone()
+    assert row is not None  # an aggregate always returns its row
+    return dict(zip(names, row, strict=True))
 
 
 def _column_type(conn: psycopg.Connection, table: TableSpec, relation: str) -> CursorType:

@@ -27,6 +27,8 @@ from incremental_assets.state import (
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
+# The tag Dagster puts on every run a sensor requests.
+SENSOR_NAME_TAG = "dagster/sensor_name"
 
 
 def build_sensors(
@@ -52,9 +54,13 @@ def _automation_sensor(keys: list[dg.AssetKey]) -> dg.SensorDefinition:
     )
 
 
+def sensor_name_for(key: dg.AssetKey) -> str:
+    return f"{'__'.join(key.path)}_source_sensor"
+
+
 def _sensor_for(table: TableSpec, key: dg.AssetKey) -> dg.SensorDefinition:
     @dg.sensor(
-        name=f"{'__'.join(key.path)}_source_sensor",
+        name=sensor_name_for(key),
         minimum_interval_seconds=max(1, int(table.sensor.interval.total_seconds())),
         default_status=dg.DefaultSensorStatus.RUNNING
         if table.sensor.running
@@ -80,6 +86,9 @@ def evaluate(
             f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
         )
     run_key = run_key_for(table, records, new)
+    failed = _failed_since(instance, sensor_name_for(key), records)
+    if failed is not None:
+        run_key += f" (again after failed run {failed})"
     if run_key == last_run_key:
         return dg.SkipReason(f"a run was already requested for {run_key}")
     return dg.SensorResult(
@@ -99,6 +108,26 @@ def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:
         action = metadata_of(records.override)[CURSOR_ACTION]
         key += f" (after cursor {getattr(action, 'value', action)} #{records.override.storage_id})"
     return key
+
+
+def _failed_since(
+    instance: dg.DagsterInstance, sensor_name: str, records: StateRecords
+) -> str | None:
+    """The id of the newest failed run this sensor requested since the stored state was recorded.
+
+    Its run key is spent (Dagster launches a key once), so without a new key the same rows would
+    never be asked for again.
+    """
+    since = records.latest
+    failures = instance.get_run_records(
+        dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE],
+            tags={SENSOR_NAME_TAG: sensor_name},
+            created_after=datetime.fromtimestamp(since.timestamp, UTC) if since else None,
+        ),
+        limit=1,
+    )
+    return failures[0].dagster_run.run_id if failures else None
 
 
 def _reads_files(table: TableSpec) -> bool:

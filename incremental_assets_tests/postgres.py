@@ -26,6 +26,8 @@ import psycopg
 EXTERNAL_ENV = "INCREMENTAL_ASSETS_TEST_PG"
 SUPERUSER = "postgres"
 PASSWORD = "test-password"
+MAX_CONNECTIONS = 200
+MAX_PREPARED = 20  # prepared transactions are allowed, so tests can leave some open
 
 
 @dataclass
@@ -129,7 +131,8 @@ def postgres_server() -> Iterator[PostgresServer]:
         )
         options = (
             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c log_statement=all "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
         )
         subprocess.run(
             _as_postgres(
@@ -151,6 +154,58 @@ def postgres_server() -> Iterator[PostgresServer]:
             capture_output=True,
         )
         yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
+    finally:
+        subprocess.run(
+            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def standby_server(primary: PostgresServer) -> Iterator[PostgresServer]:
+    """A hot standby streaming from the suite's own `primary`: pg_is_in_recovery() is true there."""
+    if primary.log_path is None:
+        raise RuntimeError(f"a standby needs the suite's own server, not {EXTERNAL_ENV}")
+    root = Path(tempfile.mkdtemp(prefix="ia-standby-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, SUPERUSER)
+    port = _free_port()
+    primary_dsn = (
+        f"host={primary.host} port={primary.port} user={primary.user} password={primary.password}"
+    )
+    try:
+        subprocess.run(
+            _as_postgres(
+                ["pg_basebackup", "-d", primary_dsn, "-D", str(data), "-R", "-X", "stream"]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        # A standby needs at least the primary's limits.
+        options = (
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c hot_standby=on "
+            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
+        )
+        subprocess.run(
+            _as_postgres(
+                [
+                    "pg_ctl",
+                    "-D",
+                    str(data),
+                    "-o",
+                    options,
+                    "-l",
+                    str(root / "server.log"),
+                    "-w",
+                    "start",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        yield PostgresServer("127.0.0.1", port, primary.user, primary.password, primary.dbname)
     finally:
         subprocess.run(
             _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),

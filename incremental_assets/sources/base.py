@@ -68,6 +68,7 @@ class TransactionCap:
     holder: str | None  # which session, for the metadata
     hidden_sessions: int  # sessions the role can't see: the cap may be incomplete
     rows_held_back: int  # rows the cap left for a later run
+    limits: tuple[str, ...] = ()  # what else the cap could not see, and what was done about it
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Bounds:
 
     upper: CursorValue | None
     rows: int
+    # The highest value in the window ignoring `safety_lag` and the transaction cap: a snapshot
+    # (a full refresh) reads up to here, while the cursor it records stays at `upper`.
+    newest: CursorValue | None = None
     partition_low: int | None = None
     partition_high: int | None = None
     null_rows: int = 0

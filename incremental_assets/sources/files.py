@@ -59,17 +59,19 @@ class FilesSource:
     def freeze(self, request: FreezeRequest) -> Bounds:
         d, kind = self.dialect, request.cursor.type
         cursor = d.quote(request.cursor.column)
-        conditions = [render_window(freeze_window(request), d)]
+        in_window = render_window(freeze_window(request), d)
+        conditions = [in_window]
         if request.safety_lag is not None:
             conditions.append(
                 f"{cursor} <= {d.now_plus(kind, -request.safety_lag, request.timezone)}"
             )
-        in_window = join_conditions(conditions)
+        loadable = join_conditions(conditions)
         with failures_of(self.table, "the bounds query"):
             frame = self._frame()
             row = frame.selectExpr(
-                f"{d.wire(kind, f'max(CASE WHEN {in_window} THEN {cursor} END)')} AS upper",
-                f"count_if({in_window}) AS n",
+                f"{d.wire(kind, f'max(CASE WHEN {loadable} THEN {cursor} END)')} AS upper",
+                f"{d.wire(kind, f'max(CASE WHEN {in_window} THEN {cursor} END)')} AS newest",
+                f"count_if({loadable}) AS n",
                 f"count_if({cursor} IS NULL) AS null_rows",
             ).collect()[0]
             upper = decode_upper(self.table, request.cursor, row["upper"])
@@ -82,6 +84,7 @@ class FilesSource:
         return Bounds(
             upper,
             int(row["n"]),
+            newest=decode_upper(self.table, request.cursor, row["newest"]),
             null_rows=int(row["null_rows"]),
             boundary_rows=ties,
             future_cap=future,

@@ -22,77 +22,34 @@ in the same forms; arrays of more dimensions are refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from urllib.parse import parse_qsl, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.cursor import EPOCH_UTC, CursorType
+from incremental_assets.cursor import CursorType
 from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
     Bounds,
     FreezeRequest,
     Partitioning,
-    TransactionCap,
-    decode_upper,
     default_parallelism,
-    freeze_window,
-    join_conditions,
     partition_count,
     selected,
     split_ranges,
 )
 from incremental_assets.sources.failures import failures_of
+from incremental_assets.sources.postgres import (
+    APPLICATION_NAME,
+    OPEN_TRANSACTIONS,
+    OpenTransactions,
+    bounds_from_row,
+    bounds_sql,
+    relation_of,
+)
 from incremental_assets.spec import JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES, Dialect, Window, render_window, sql_string
-
-APPLICATION_NAME = "incremental_assets"
-_OTHER_SESSIONS = (
-    "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-)
-# Sessions that can hold rows back: other clients of this database, not our own read-only reads.
-_WRITERS = (
-    f"{_OTHER_SESSIONS} AND backend_type = 'client backend' AND xact_start IS NOT NULL "
-    f"AND coalesce(application_name, '') <> '{APPLICATION_NAME}'"
-)
-TRANSACTION_CAPS = (
-    f"(SELECT min(xact_start) {_WRITERS}) AS oldest, "
-    "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
-    f"xact_start) {_WRITERS} ORDER BY xact_start LIMIT 1) AS holder, "
-    # Without pg_read_all_stats, other roles' sessions show no transaction start at all, nor
-    # their backend_type; autovacuum workers are the ones with no role.
-    f"(SELECT count(*) {_OTHER_SESSIONS} AND query = '<insufficient privilege>' "
-    "AND usesysid IS NOT NULL) AS hidden"
-)
-_OPEN_TRANSACTIONS = (
-    f"SELECT {POSTGRES.wire(CursorType.TIMESTAMPTZ, 'now()')} AS read_at, "
-    f"{POSTGRES.wire(CursorType.TIMESTAMPTZ, 'caps.oldest')} AS oldest, caps.holder AS holder, "
-    f"caps.hidden AS hidden FROM (SELECT {TRANSACTION_CAPS}) AS caps"
-)
-
-
-@dataclass(frozen=True)
-class OpenTransactions:
-    """Other sessions' open transactions, read before the bounds query.
-
-    Read in a statement of its own, before the bounds query takes its snapshot: a transaction
-    whose rows that snapshot can't see is then either listed here or started after `read_at`, so
-    a bound below both passes none of its rows. (Read in the same statement, it would come after
-    the snapshot, and miss a transaction that committed in between.)
-    """
-
-    read_at: datetime  # the server's clock when they were read
-    oldest_start: datetime | None  # None: no other transaction was open
-    holder: str | None  # which session, for the metadata
-    hidden_sessions: int  # sessions the role can't see: the cap may be incomplete
-
-    @property
-    def cap(self) -> datetime:
-        """The instant the upper bound stays strictly below."""
-        return self.read_at if self.oldest_start is None else min(self.read_at, self.oldest_start)
 
 
 class JdbcSource:
@@ -103,7 +60,7 @@ class JdbcSource:
         self.spark = spark
         self.table = table
         self.source: JdbcSourceSpec = table.source
-        self.relation = f"({table.query}) AS q" if table.query is not None else str(table.table)
+        self.relation = relation_of(table)
         self._schema: T.StructType | None = None
         _refuse_application_name(table, self.source)
 
@@ -160,95 +117,44 @@ class JdbcSource:
 
     def open_transactions(self) -> OpenTransactions:
         """Other sessions' open transactions, read in a statement of its own."""
-        row = self._query(_OPEN_TRANSACTIONS, "reading the open transactions")[0]
-        oldest = None if row["oldest"] is None else _instant(row["oldest"])
-        return OpenTransactions(_instant(row["read_at"]), oldest, row["holder"], int(row["hidden"]))
+        return OpenTransactions.from_row(
+            self._query(OPEN_TRANSACTIONS, "reading the open transactions")[0].asDict()
+        )
 
     def freeze_below(self, request: FreezeRequest, open_: OpenTransactions | None) -> Bounds:
         """The bounds query, kept below `open_` (read before it) when the transaction cap applies."""
-        row = self._query(self.bounds_sql(request, open_), "the bounds query")[0]
-        partitioning = request.partitioning
-        transaction = None
-        if open_ is not None:
-            transaction = TransactionCap(
-                open_.oldest_start, open_.holder, open_.hidden_sessions, int(row["held"])
-            )
-        return Bounds(
-            upper=decode_upper(self.table, request.cursor, row["upper"]),
-            rows=int(row["n"]),
-            partition_low=int(row["part_low"])
-            if partitioning and row["part_low"] is not None
-            else None,
-            partition_high=int(row["part_high"])
-            if partitioning and row["part_high"] is not None
-            else None,
-            null_rows=int(row["null_rows"]),
-            boundary_rows=int(row["boundary_rows"] or 0),
-            future_cap=decode_upper(self.table, request.cursor, row["future_cap"]),
-            transaction=transaction,
-        )
-
-    def bounds_sql(self, request: FreezeRequest, open_: OpenTransactions | None) -> str:
-        d = POSTGRES
-        kind, timezone = request.cursor.type, request.timezone
-        cursor = d.quote(request.cursor.column)
-        conditions = [render_window(freeze_window(request), d)]
-        if request.safety_lag is not None:
-            conditions.append(f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}")
-        where = join_conditions(conditions)
-        cap = None
-        if open_ is not None:
-            cap = d.cursor_time(kind, d.literal(CursorType.TIMESTAMPTZ, open_.cap), timezone)
-        below_cap = "TRUE" if cap is None else f"({cursor} < {cap} OR ahead.dated)"
-        # A row dated after the clock can't be a late commit's: its run reads everything and the
-        # cursor stops at the cap instead (through `future_cap`), so such rows don't wait for years.
-        ahead = "FALSE"
-        if cap is not None:
-            clock = d.cursor_time(kind, "now()", timezone)
-            ahead = f"EXISTS (SELECT 1 FROM {self.relation} WHERE {where} AND {cursor} > {clock})"
-        part = request.partitioning
-        part_column = d.quote(part.column) if part else "NULL"
-        part_type = part.type if part else CursorType.INTEGER
-        window = (
-            f"SELECT max({cursor}) FILTER (WHERE {below_cap}) AS m, count(*) FILTER (WHERE {below_cap}) AS n, "
-            f"count(*) FILTER (WHERE NOT {below_cap}) AS held, "
-            f"min({part_column}) FILTER (WHERE {below_cap}) AS pl, max({part_column}) FILTER (WHERE {below_cap}) AS ph "
-            f"FROM {self.relation} WHERE {where}"
-        )
-        future = None
-        if request.future_tolerance is not None and kind.is_temporal:
-            future = d.now_plus(kind, request.future_tolerance, timezone)
-        if cap is not None:
-            future = cap if future is None else f"least({future}, {cap})"
-        return (
-            f"SELECT {d.wire(kind, 'w.m')} AS upper, w.n AS n, w.held AS held, "
-            f"{d.wire(part_type, 'w.pl')} AS part_low, {d.wire(part_type, 'w.ph')} AS part_high, "
-            f"(SELECT count(*) FROM {self.relation} WHERE {cursor} IS NULL) AS null_rows, "
-            f"(SELECT count(*) FROM {self.relation} WHERE {cursor} = w.m) AS boundary_rows, "
-            f"{'NULL' if future is None else d.wire(kind, future)} AS future_cap "
-            f"FROM (SELECT {ahead} AS dated) AS ahead CROSS JOIN LATERAL ({window}) AS w"
-        )
+        row = self._query(bounds_sql(self.relation, request, open_), "the bounds query")[0]
+        return bounds_from_row(self.table, request, row.asDict(), open_)
 
     def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
     ) -> DataFrame:
-        schema = self.schema()
-        columns = [self._select(field) for field in schema.fields]
         window_sql = render_window(window, self.dialect) if window is not None else "TRUE"
-        relation = f"(SELECT {', '.join(columns)} FROM {self.relation} WHERE {window_sql}) AS src"
         predicates = [self._range_sql(partitioning, r) for r in self._ranges(bounds, partitioning)]
-        with failures_of(self.table, "opening the read"):
+        return self._read_exactly(self.schema().fields, window_sql, predicates, "opening the read")
+
+    def read_keys(self) -> DataFrame:
+        """Every primary key in the source, for reconciling hard deletes.
+
+        Keys travel like the delta does: a timestamp key read through the driver's own conversion
+        could come back shifted (a wall-clock value in a daylight saving gap of the JVM's zone),
+        and the lake's key would look deleted.
+        """
+        schema = self.schema()
+        keys = [schema[column] for column in self.table.primary_key]
+        return self._read_exactly(keys, "TRUE", ["TRUE"], "reading the primary keys")
+
+    def _read_exactly(
+        self, fields: list[T.StructField], where: str, predicates: list[str], doing: str
+    ) -> DataFrame:
+        """`fields` of the rows matching `where`, one Spark partition per predicate, rebuilt exactly."""
+        columns = ", ".join(self._select(field) for field in fields)
+        relation = f"(SELECT {columns} FROM {self.relation} WHERE {where}) AS src"
+        with failures_of(self.table, doing):
             frame = self.spark.read.jdbc(
                 self.source.url, relation, predicates=predicates, properties=self._options()
             )
-            return frame.select(*[self._rebuild(field) for field in schema.fields])
-
-    def read_keys(self) -> DataFrame:
-        """Every primary key in the source, for reconciling hard deletes."""
-        keys = ", ".join(self.dialect.quote(c) for c in self.table.primary_key)
-        relation = f"(SELECT {keys} FROM {self.relation}) AS keys"
-        with failures_of(self.table, "reading the primary keys"):
-            return self.spark.read.jdbc(self.source.url, relation, properties=self._options())
+            return frame.select(*[self._rebuild(field) for field in fields])
 
     def _select(self, field: T.StructField) -> str:
         column = self.dialect.quote(field.name)
@@ -403,7 +309,3 @@ def _refuse_application_name(table: TableSpec, source: JdbcSourceSpec) -> None:
             "cap doesn't wait on its own reads (or on another table's). Fix: remove ApplicationName "
             f"from the properties and the url of source '{source.name}'."
         )
-
-
-def _instant(epoch_micros: str) -> datetime:
-    return EPOCH_UTC + timedelta(microseconds=int(epoch_micros))

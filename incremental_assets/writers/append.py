@@ -5,12 +5,16 @@ materialization's metadata. A run that wrote batch N and died before its materia
 recorded is rerun with the same N, and its files replace the dead run's: nothing is duplicated.
 (If batch N replaced the whole table, the rerun repeats that full refresh: see `load.py`.)
 Rows that an inclusive lower bound or a lookback reads again are dropped when an earlier batch
-already holds them, by primary key and cursor (or by the whole row, without a key).
+already holds them: by primary key and cursor, or, without a key, by counting. A source may hold
+identical rows, so a keyless row read again is dropped only as many times as the earlier batches
+hold its value, compared on the columns both the source and those batches hold (a column the
+source dropped, or added since, is NULL in the lake and would make every re-read row look new).
 """
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
 from incremental_assets.results import WriteOutcome
@@ -28,8 +32,10 @@ from incremental_assets.writers.base import (
     write_parquet,
 )
 from incremental_assets.writers.lake import batch_group
+from incremental_assets.writers.schema import ColumnHistory
 
 _SUBDIR = "data"
+_COPY, _HELD = "__copy", "__held"
 
 
 class AppendWriter:
@@ -61,7 +67,11 @@ class AppendWriter:
             self.spark, plan, [f for f in existing if f not in replaced]
         )
         plan.lake.commit(
-            plan.txn, adds + evolved, [f.name for f in replaced] + rewritten, plan.snapshot_batch
+            plan.txn,
+            adds + evolved,
+            [f.name for f in replaced] + rewritten,
+            plan.snapshot_batch,
+            _column_history(plan),
         )
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
@@ -74,23 +84,56 @@ class AppendWriter:
         )
 
 
+def _column_history(plan: WritePlan) -> dict[str, object] | None:
+    """The lake's `_columns` record after this commit, when it changes."""
+    if plan.schema is None:
+        return None
+    before = ColumnHistory() if plan.replace_all else ColumnHistory.from_record(plan.lake.columns())
+    after = before.after(plan.schema, plan.batch)
+    return after.to_record() if plan.replace_all or after != before else None
+
+
 def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
     assert plan.boundary is not None
     earlier = [f for f in plan.lake.data_files() if f.batch is not None and f.batch < plan.batch]
+    if earlier and plan.boundary.lower is not None and not plan.boundary.include_nulls:
+        earlier = plan.lake.files_reaching(earlier, plan.boundary.column, plan.boundary.lower)
     if not earlier:
         return frame
-    if plan.boundary.lower is not None and not plan.boundary.include_nulls:
-        earlier = plan.lake.files_reaching(earlier, plan.boundary.column, plan.boundary.lower)
-        if not earlier:
-            return frame
     reader = frame.sparkSession.read
     if plan.schema is not None and plan.schema.lake is not None:
         reader = reader.schema(plan.schema.lake)  # one schema for every lake file: no inference
     loaded = reader.parquet(*plan.lake.file_uris(earlier)).where(
         F.expr(render_window(plan.boundary, SPARK_SQL))
     )
-    wanted = [*plan.primary_key, plan.boundary.column] if plan.primary_key else frame.columns
-    keys = [c for c in dict.fromkeys(wanted) if c in loaded.columns]
-    return frame.alias("d").join(
-        loaded.select(*keys).alias("l"), null_safe_match("d", "l", keys), "left_anti"
+    if plan.primary_key:
+        versions = list(dict.fromkeys([*plan.primary_key, plan.boundary.column]))
+        return frame.alias("d").join(
+            loaded.select(*versions).alias("l"), null_safe_match("d", "l", versions), "left_anti"
+        )
+    earliest = min(f.batch for f in earlier if f.batch is not None)
+    return _beyond_counts(frame, loaded, _comparable(frame, plan, earliest))
+
+
+def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: int) -> list[str]:
+    if plan.schema is None or plan.schema.lake is None:
+        return [c for c in frame.columns if c != BATCH_COLUMN]
+    history = ColumnHistory.from_record(plan.lake.columns())
+    return history.comparable(plan.schema, earliest_batch)
+
+
+def _beyond_counts(frame: DataFrame, loaded: DataFrame, columns: list[str]) -> DataFrame:
+    """The delta's rows beyond the first n of each value, n being how often `loaded` holds it.
+
+    Values are compared on `columns`, NULL equal to NULL. Which copies of a value are kept only
+    matters for the other columns; the order is made stable by sorting on them.
+    """
+    quoted = [F.col(f"`{c}`") for c in columns]
+    rest = [F.col(f"`{c}`") for c in frame.columns if c not in columns]
+    numbered = frame.withColumn(
+        _COPY, F.row_number().over(W.partitionBy(*quoted).orderBy(*rest or [F.lit(1)]))
     )
+    held = loaded.groupBy(*quoted).agg(F.count(F.lit(1)).alias(_HELD))
+    joined = numbered.alias("d").join(held.alias("l"), null_safe_match("d", "l", columns), "left")
+    kept = joined.where(F.col(_COPY) > F.coalesce(F.col(f"l.{_HELD}"), F.lit(0)))
+    return kept.select(*[F.col(f"d.`{c}`") for c in frame.columns])

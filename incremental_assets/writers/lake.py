@@ -6,6 +6,7 @@ Layout of `<lake>/<table>/`:
     _staging/<txn>/                  Spark's output for a run that has not committed yet
     _journal/<txn>.json              a commit in progress: files to add, files to remove
     _snapshot                        the batch number of the last commit that replaced the table
+    _columns                         append tables: since which batch each column is in the source
     _lock                            the writer lock (local file systems)
 
 Names starting with `_` are skipped by Spark and pyarrow readers, so the table always reads as one
@@ -42,14 +43,17 @@ from pyspark.sql import types as T
 from incremental_assets.errors import ConcurrentRunError, WriteError
 from incremental_assets.pause_points import pause_point
 
+# Numbers are zero-padded to a minimum width, never cut to it: a 100,001st file of a commit, a
+# batch past 10^12 or a range of keys near 2^63 only make the number longer.
 _DATA_FILE = re.compile(
-    r"^part-(?P<group>b\d{12}|h\d{5}of\d{5}|r[pn]\d{12}w\d+)-(?P<txn>[0-9A-Za-z]+)-\d{5}\.parquet$"
+    r"^part-(?P<group>b\d{12,}|h\d{5}of\d{5}|r[pn]\d{12,}w\d+)-(?P<txn>[0-9A-Za-z]+)-\d{5,}\.parquet$"
 )
 _HASH_GROUP = re.compile(r"^h(\d{5})of(\d{5})$")
-_RANGE_GROUP = re.compile(r"^r([pn])(\d{12})w(\d+)$")
+_RANGE_GROUP = re.compile(r"^r([pn])(\d{12,})w(\d+)$")
 STAGING = "_staging"
 JOURNAL = "_journal"
 SNAPSHOT = "_snapshot"
+COLUMNS = "_columns"
 LOCK = "_lock"
 
 
@@ -84,9 +88,6 @@ def parse_bucket(group: str) -> tuple[BucketScheme, int] | None:
             1
         ) == "n" else index
     return None
-
-
-SNAPSHOT_GROUP = "s"
 
 
 @dataclass(frozen=True)
@@ -178,14 +179,23 @@ class LakeTable:
         adds: list[tuple[str, str]],
         removes: list[str],
         snapshot_batch: int | None = None,
+        columns: Mapping[str, Any] | None = None,
     ) -> None:
         """Atomically (by roll-forward) add staged files and remove replaced ones.
 
         `adds` pairs a path relative to `_staging/<txn>/` with a final file name. `snapshot_batch`
         is the run's batch number when the commit replaces the whole table: the lake remembers it,
-        so a rerun that doesn't know the replacing run finished can tell.
+        so a rerun that doesn't know the replacing run finished can tell. `columns`, when given,
+        replaces the `_columns` record in the same commit.
         """
-        journal = {"txn": txn, "adds": adds, "removes": removes, "snapshot_batch": snapshot_batch}
+        journal = {
+            "txn": txn,
+            "adds": adds,
+            "removes": removes,
+            "snapshot_batch": snapshot_batch,
+            "columns": columns,
+        }
+        self._sync_staged(txn, [staged for staged, _ in adds])
         self.fs.create_dir(self._join(JOURNAL), recursive=True)
         self._write_durably(self._join(JOURNAL, f"{txn}.json"), json.dumps(journal).encode())
         self._apply(journal)
@@ -225,11 +235,19 @@ class LakeTable:
 
     def snapshot_batch(self) -> int | None:
         """The batch number of the last commit that replaced the whole table, if known."""
-        path = self._join(SNAPSHOT)
+        marker = self._read_json(SNAPSHOT)
+        return None if marker is None else int(marker["batch"])
+
+    def columns(self) -> dict[str, Any] | None:
+        """The `_columns` record the last commit that wrote one left, if any."""
+        return self._read_json(COLUMNS)
+
+    def _read_json(self, name: str) -> Any:
+        path = self._join(name)
         if not self._is_file(path):
             return None
         with self.fs.open_input_stream(path) as stream:
-            return int(json.loads(stream.read())["batch"])
+            return json.loads(stream.read())
 
     def _is_file(self, path: str) -> bool:
         return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
@@ -239,11 +257,15 @@ class LakeTable:
         if journal.get("snapshot_batch") is not None:
             marker = {"batch": journal["snapshot_batch"], "txn": txn}
             self._write_durably(self._join(SNAPSHOT), json.dumps(marker).encode())
+        if journal.get("columns") is not None:
+            self._write_durably(self._join(COLUMNS), json.dumps(journal["columns"]).encode())
         for staged, final in journal["adds"]:
             source = self._join(STAGING, txn, staged)
             if self._is_file(source):
                 self.fs.move(source, self._join(final))
                 pause_point("mid-commit")
+        # The new names must be durable before the files they replace go.
+        self._sync_dir(self.path)
         for name in journal["removes"]:
             target = self._join(name)
             if self._is_file(target):
@@ -269,6 +291,22 @@ class LakeTable:
                     "config full_refresh: true) to rebuild the table."
                 )
 
+    def _sync_staged(self, txn: str, staged: list[str]) -> None:
+        """Flush staged files, and the folders naming them, to disk before a journal points at them.
+
+        Spark closes files without fsync; after a power cut a file the journal adds could be empty
+        while the one it replaced is gone. Object stores publish a file whole on close.
+        """
+        if not self.is_local:
+            return
+        folders = set()
+        for path in staged:
+            full = self._join(STAGING, txn, path)
+            _fsync(full)
+            folders.add(os.path.dirname(full))
+        for folder in sorted(folders):
+            self._sync_dir(folder)
+
     def _write_durably(self, path: str, data: bytes) -> None:
         temporary = path + ".tmp"
         if self.is_local:
@@ -283,13 +321,8 @@ class LakeTable:
             stream.write(data)
 
     def _sync_dir(self, path: str) -> None:
-        if not self.is_local:
-            return
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        if self.is_local:
+            _fsync(path)
 
     @contextlib.contextmanager
     def lock(self, table_name: str, owner: str, timeout: timedelta) -> Iterator[None]:
@@ -334,6 +367,15 @@ class LakeTable:
             f"after {timeout}: {holder}. Wait for that run to finish, or raise lake.lock_timeout "
             "to queue behind it."
         )
+
+
+def _fsync(path: str) -> None:
+    """Flush a local file's or folder's contents to disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def lake_error(table_name: str, uri: str, cause: str) -> WriteError:

@@ -109,7 +109,7 @@ class MergeWriter:
         delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
         delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, scheme))
         gone = self._gone_keys(plan, existing, delta, scheme)
-        if plan.replace_all:
+        if rewrites_every_bucket(plan, existing):
             replaced = existing
         else:
             touched = set(staged.buckets)
@@ -224,6 +224,20 @@ class MergeWriter:
         return gone.withColumn(_BUCKET, bucket_of(gone, plan.primary_key, scheme)).withColumn(
             _GONE, F.lit(True)
         )
+
+
+def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
+    """Whether this commit rewrites the whole table rather than the buckets the delta touches.
+
+    A full refresh does; so does a merge into a lake with no bucket yet (a table whose every key
+    was deleted: each delta row is new there), and one where a key column's type widens, since a
+    key's bucket is a hash of its typed value (`decimal(12,0)` and `decimal(20,0)` hash apart):
+    every lake row is bucketed again with the new type in the same commit.
+    """
+    if plan.replace_all or scheme_of(existing) is None:
+        return True
+    widened = plan.schema.widened if plan.schema is not None else ()
+    return any(name in plan.primary_key for name, _, _ in widened)
 
 
 def scheme_of(existing: list[DataFile]) -> BucketScheme | None:

@@ -11,7 +11,10 @@ new schema in the same commit, so plain readers (which take one file's schema) s
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -110,3 +113,49 @@ def conform(frame: DataFrame, target: T.StructType) -> DataFrame:
     ]
     bookkeeping = [F.col(f"`{c}`") for c in frame.columns if c.startswith(_BOOKKEEPING)]
     return frame.select(*columns, *bookkeeping)
+
+
+@dataclass(frozen=True)
+class ColumnHistory:
+    """An append table's record of since which batch the source has had each column.
+
+    A column the source adds (or takes back after dropping it) holds NULL in the batches written
+    before; one it drops holds NULL in the batches written since. Rows read again are compared
+    with an earlier batch only on the columns that batch and the source both really hold.
+    """
+
+    since: Mapping[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # absent: there from the start
+    absent: frozenset[str] = frozenset()  # in the lake, no longer in the source
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any] | None) -> ColumnHistory:
+        if record is None:
+            return ColumnHistory()
+        since = {str(k): int(v) for k, v in record.get("since", {}).items()}
+        return ColumnHistory(since, frozenset(record.get("absent", [])))
+
+    def to_record(self) -> dict[str, Any]:
+        return {"since": dict(sorted(self.since.items())), "absent": sorted(self.absent)}
+
+    def after(self, change: SchemaChange, batch: int) -> ColumnHistory:
+        """The history once `batch` is written with `change`."""
+        in_source = set(_source_columns(change)) | set(change.added)
+        since = dict(self.since)
+        for name in in_source:
+            if name in change.added or name in self.absent:
+                since[name] = batch
+        return ColumnHistory(since, frozenset((self.absent - in_source) | set(change.dropped)))
+
+    def comparable(self, change: SchemaChange, earliest_batch: int) -> list[str]:
+        """The columns the source holds now and every batch from `earliest_batch` on held too."""
+        return [
+            name
+            for name in _source_columns(change)
+            if name not in change.added and self.since.get(name, 0) <= earliest_batch
+        ]
+
+
+def _source_columns(change: SchemaChange) -> list[str]:
+    return [f.name for f in change.target.fields if f.name not in change.dropped]

@@ -24,7 +24,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
-from incremental_assets_tests.postgres import PostgresServer, wait_for
+from incremental_assets_tests.postgres import PostgresServer, standby_server, wait_for
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 
@@ -85,9 +85,10 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
     if cap:
         assert first.metadata["transaction_cap_applied"] is True
         assert "open since" in first.metadata["transaction_cap"]
-        assert (
-            first.metadata["rows_written"] == 0
-        )  # everything newer than the open transaction waits
+        # A first load is a snapshot of every committed row, but no row is below the open
+        # transaction, so it records no cursor and the second run is a snapshot again.
+        assert first.metadata["rows_written"] == 5
+        assert first.metadata["cursor"] is None
         assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
         assert second.metadata["transaction_cap_applied"] is False
     else:
@@ -279,3 +280,102 @@ def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_
     future = pg.query("SELECT updated_at FROM events WHERE id = 2")[0][0]
     assert datetime.fromisoformat(first.metadata["cursor"]) < future
     assert _ids(tmp_path) == [1, 2, 3]  # the future row was re-read, and kept once
+
+
+def test_sessions_that_report_no_transactions_hold_the_cursor_below_their_connection(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """`track_activities = off` hides a session's transaction from pg_stat_activity."""
+    pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'before')")
+    project = _project(tmp_path, pg)
+    assert materialize(project, "events", instance, spark_resource).success
+    late = postgres.connect(autocommit=True)
+    late.execute("SET track_activities = off")
+    late.autocommit = False
+    late.execute(f"INSERT INTO {pg.name}.events (id, note) VALUES (1000, 'late')")
+    late.execute("SELECT pg_sleep(0.05)")
+    pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(2, 5) i")
+
+    first = materialize(project, "events", instance, spark_resource)
+    late.commit()
+    late.close()
+    second = materialize(project, "events", instance, spark_resource)
+
+    assert first.success and second.success, (first.failure, second.failure)
+    assert first.metadata["rows_written"] == 0
+    assert first.metadata["transaction_cap_applied"] is True
+    assert "track_activities = off" in first.metadata["warnings"]
+    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+
+
+@contextmanager
+def _prepared(postgres: PostgresServer, pg: Schema) -> Iterator[str]:
+    """A prepared (two-phase) transaction that inserted one row; rolled back unless committed."""
+    name = f"late_{pg.name}"
+    with postgres.connect(autocommit=False) as writer:
+        writer.execute(f"INSERT INTO {pg.name}.events (id, note) VALUES (1000, 'prepared')")
+        writer.execute(f"PREPARE TRANSACTION '{name}'")
+    try:
+        yield name
+    finally:
+        with postgres.connect() as conn:
+            if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (name,)).fetchone():
+                conn.execute(f"ROLLBACK PREPARED '{name}'")
+
+
+def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(TABLE)
+    with _prepared(postgres, pg) as name:
+        pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(1, 5) i")
+        refused = materialize(_project(tmp_path, pg), "events", instance, spark_resource)
+        project = _project(tmp_path, pg, lookback="10m")
+        with_lookback = materialize(project, "events", instance, spark_resource)
+        pg.execute(f"COMMIT PREPARED '{name}'")
+    after_commit = materialize(project, "events", instance, spark_resource)
+
+    assert not refused.success
+    assert "Table 'events'" in (refused.failure or "")
+    assert "prepared transactions" in (refused.failure or "")
+    assert "lookback" in (refused.failure or "")
+    assert with_lookback.success and after_commit.success
+    assert "prepared transactions" in with_lookback.metadata["warnings"]
+    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+
+
+def test_a_hot_standby_needs_a_lookback_because_the_primarys_transactions_are_invisible(
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(TABLE, "INSERT INTO events (id, note) SELECT i, 'x' FROM generate_series(1, 5) i")
+    with standby_server(postgres) as standby:
+        with standby.connect() as replica:
+            wait_for(
+                lambda: (
+                    replica.execute(f"SELECT count(*) FROM {pg.name}.events").fetchone() == (5,)
+                ),
+                timeout=30,
+            )
+        url = {"url": f"jdbc:postgresql://127.0.0.1:{standby.port}/{standby.dbname}"}
+        refused = materialize(_project(tmp_path, pg, url), "events", instance, spark_resource)
+        project = _project(tmp_path, pg, url, lookback="10m")
+        loaded = materialize(project, "events", instance, spark_resource)
+
+    assert not refused.success
+    assert "hot standby" in (refused.failure or "") and "lookback" in (refused.failure or "")
+    assert loaded.success, loaded.failure
+    assert "hot standby" in loaded.metadata["transaction_cap"]
+    assert "hot standby" in loaded.metadata["warnings"]
+    assert _ids(tmp_path) == [1, 2, 3, 4, 5]
