@@ -139,7 +139,11 @@ def primary_key_unique(
         check_name=KEY_UNIQUE,
         passed=duplicates == 0,
         severity=ERROR,
-        metadata={"duplicate_keys": duplicates, "files_checked": len(files)},
+        metadata={
+            "duplicate_keys": duplicates,
+            "files_checked": len(files),
+            "primary_key": ", ".join(key),
+        },
     )
 
 

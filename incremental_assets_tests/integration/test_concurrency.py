@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,8 @@ from incremental_assets_tests.harness import (
     write_cli_config,
 )
 from incremental_assets_tests.postgres import PostgresServer, wait_for
+
+CLI = str(Path(sys.executable).with_name("incremental-assets"))
 
 
 def _setup(tmp_path: Path, pg: Schema, connect: str, lock_timeout: str) -> dict[str, str]:
@@ -165,3 +168,52 @@ def test_the_second_run_gives_up_after_the_lock_timeout_naming_the_holder(
     assert only["rows_written"] == 200
     lake = rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])
     assert len(lake) == len(set(lake)) == 200
+
+
+@pytest.mark.xdist_group("connect")
+def test_a_cursor_set_during_a_run_waits_for_it_and_keeps_its_batch(
+    tmp_path: Path, pg: Schema, postgres: PostgresServer, connect: str
+) -> None:
+    """`cursor set` records the batch number the in-flight run committed, not the one before it.
+
+    Had it read the state before the run recorded its own, the next run would reuse that batch
+    number and replace the in-flight run's committed rows.
+    """
+    env = _setup(tmp_path, pg, connect, lock_timeout="10m")
+    first = start_cli(tmp_path, env, "--select", "orders")
+    assert first.wait(timeout=300) == 0, first.communicate()[1][-3000:]
+    pg.execute(
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
+        "FROM generate_series(201, 250) i"
+    )
+    with _first_run_held(tmp_path, pg, postgres, env) as held:
+        moving = subprocess.Popen(
+            [CLI, "cursor", "set", "orders", "2025-01-01T00:04:10Z", "--reason", "skip ahead"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            wait_for(
+                lambda: moving.poll() is not None or _has_open(moving, _lock_file(tmp_path)), 120
+            )
+            assert moving.poll() is None, moving.communicate()[1][-3000:]
+        except BaseException:
+            _kill_if_running(moving)
+            raise
+    assert held.wait(timeout=300) == 0, held.communicate()[1][-3000:]
+    assert moving.wait(timeout=120) == 0, moving.communicate()[1][-3000:]
+    pg.execute(
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
+        "FROM generate_series(251, 260) i"
+    )
+    last = start_cli(tmp_path, env, "--select", "orders")
+    assert last.wait(timeout=300) == 0, last.communicate()[1][-3000:]
+
+    batches = [m["batch"] for m in materializations(tmp_path / "home", "orders")]
+    assert batches == [1, 2, 3]
+    lake = rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])
+    assert len(lake) == len(set(lake)) == 260

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
+from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
@@ -76,3 +79,41 @@ def test_reconcile_every_n_runs_waits_for_its_turn(
     assert "deletes_reconciled" not in second.metadata and second.metadata["rows_deleted"] == 0
     assert third.metadata["deletes_reconciled"] is True and third.metadata["rows_deleted"] == 1
     assert 4 not in [r[0] for r in rows_by(read_lake(tmp_path / "lake", "items"), ["id"])]
+
+
+@pytest.fixture
+def jvm_in_new_york(spark: SparkSession) -> Iterator[None]:
+    """The JVM's default zone, which the JDBC driver converts wall-clock values through."""
+    time_zone = spark._jvm.java.util.TimeZone  # type: ignore[union-attr]
+    saved = time_zone.getDefault()
+    time_zone.setDefault(time_zone.getTimeZone("America/New_York"))
+    try:
+        yield
+    finally:
+        time_zone.setDefault(saved)
+
+
+def test_reconcile_keeps_a_timestamp_key_that_falls_in_a_gap_of_the_jvms_zone(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    jvm_in_new_york: None,
+) -> None:
+    """02:30 on 2025-03-09 does not exist in New York; read through the driver it became 03:30."""
+    pg.execute(
+        "CREATE TABLE items (id timestamp PRIMARY KEY, at int NOT NULL)",
+        "INSERT INTO items VALUES ('2025-03-09 02:30:00', 1), ('2025-03-09 05:00:00', 2)",
+    )
+    project = _project(tmp_path, pg, primary_key=["id"])
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("INSERT INTO items VALUES ('2025-03-10 00:00:00', 3)")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["deletes_reconciled"] is True
+    assert run.metadata["rows_deleted"] == 0
+    assert rows_by(read_lake(tmp_path / "lake", "items"), ["id", "at"]) == sorted(
+        pg.query("SELECT id, at FROM items")
+    )

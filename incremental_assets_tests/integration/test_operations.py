@@ -386,3 +386,20 @@ def test_an_empty_backfill_window_in_asset_config_is_refused(
     (failure,) = run.get_step_failure_events()
     message = failure.step_failure_data.error.message  # type: ignore[union-attr]
     assert "the backfill window [20, 10) is empty; backfill_from is where it starts" in message
+
+
+def test_primary_key_unique_groups_by_a_key_read_from_the_database(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute("CREATE TABLE orders (a int, b int, at int NOT NULL, PRIMARY KEY (a, b))")
+    pg.execute("INSERT INTO orders VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3)")
+    project = write_project(tmp_path, _config(tmp_path, pg, primary_key=None))
+
+    check = _checks(project, instance, spark_resource)["primary_key_unique"]
+
+    assert check.passed, check.metadata
+    assert check.metadata["primary_key"].value == "a, b"
+    assert check.metadata["duplicate_keys"].value == 0

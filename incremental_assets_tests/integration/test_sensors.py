@@ -17,8 +17,10 @@ import pytest
 from incremental_assets.cli import main as cli
 from incremental_assets.definitions import build_definitions
 from incremental_assets.errors import SourceError
+from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
+from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.harness import Schema, materialize, write_project
 from incremental_assets_tests.postgres import PostgresServer
 
@@ -271,3 +273,67 @@ def test_a_failing_probe_fails_the_tick(tmp_path: Path, pg: Schema) -> None:
             evaluate(instance, project.table("orders"), dg.AssetKey("orders"), None)
         with pytest.raises(SourceError):
             sensor(dg.build_sensor_context(instance=instance))
+
+
+def test_rows_a_run_would_hold_back_on_a_date_cursor_do_not_ask_for_a_run(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Under the transaction cap a date cursor loads up to yesterday: today may still change."""
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, day date NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, current_date - 2), (2, current_date - 1)")
+    project = _project(tmp_path, pg, cursor="day", transaction_cap=True)
+    table, key = project.table("orders"), dg.AssetKey("orders")
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("INSERT INTO orders VALUES (3, current_date)")
+
+    assert _requested(evaluate(instance, table, key, None)) is None
+    run = materialize(project, "orders", instance, spark_resource)
+    assert run.metadata["cursor"] == run.metadata["previous_cursor"]  # the run agrees: nothing
+
+
+def test_a_run_the_sensor_asked_for_that_failed_is_asked_for_again(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Dagster launches a run key once; a failed run's key must not stop the sensor for good."""
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
+    pg.execute("INSERT INTO orders VALUES (1, 10)")
+    project = _project(tmp_path, pg, cursor="at")
+    table, key = project.table("orders"), dg.AssetKey("orders")
+    blocker = tmp_path / "lake" / "orders"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where the lake table's folder belongs: the run fails")
+
+    first = _requested(evaluate(instance, table, key, None))
+    failed = _launch(project, instance, spark_resource, first)
+    again = _requested(evaluate(instance, table, key, first))
+    blocker.unlink()
+    loaded = _launch(project, instance, spark_resource, again)
+
+    assert first is not None and not failed.success
+    assert again is not None and again != first
+    assert loaded.success
+    assert _requested(evaluate(instance, table, key, again)) is None
+
+
+def _launch(
+    project: Any,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    run_key: str | None,
+) -> dg.ExecuteInProcessResult:
+    """Run the table as the daemon does for the sensor's request: tagged with its key and name."""
+    spec = project.table("orders")
+    asset = build_table_asset(project, spec, IncrementalAssetsTranslator(project.lake))
+    return dg.materialize(
+        [asset],
+        instance=instance,
+        resources={"spark": spark_resource},
+        tags={"dagster/run_key": str(run_key), "dagster/sensor_name": "orders_source_sensor"},
+        raise_on_error=False,
+    )

@@ -4,7 +4,7 @@ import pytest
 from pyspark.sql import types as T
 
 from incremental_assets.errors import WriteError
-from incremental_assets.writers.schema import plan_schema_change
+from incremental_assets.writers.schema import ColumnHistory, plan_schema_change
 
 LAKE = T.StructType(
     [
@@ -86,3 +86,44 @@ def test_other_changes_are_refused_naming_the_column_and_both_types(
         match=f"column '{name}' is {old.replace('(', '.').replace(')', '.')} in the lake but {new.replace('(', '.').replace(')', '.')} in the source",
     ):
         plan_schema_change("orders", LAKE, _source(**changes))
+
+
+def _history_after(*changes: T.StructType) -> ColumnHistory:
+    """The column history of an append table loaded with these source schemas, batch 2 on."""
+    history, lake = ColumnHistory(), LAKE
+    for batch, source in enumerate(changes, start=2):
+        change = plan_schema_change("t", lake, source)
+        history = history.after(change, batch)
+        lake = T.StructType([*change.target.fields, T.StructField("_batch", T.LongType())])
+    return history
+
+
+def test_a_column_added_is_compared_only_with_batches_written_since() -> None:
+    source = _source(color=T.StringType())
+    history = _history_after(source)
+    # A later run: the lake has color now.
+    change = plan_schema_change(
+        "t", T.StructType([*LAKE.fields, T.StructField("color", T.StringType())]), source
+    )
+
+    assert history.since == {"color": 2}
+    assert "color" not in history.comparable(change, earliest_batch=1)
+    assert "color" in history.comparable(change, earliest_batch=2)
+
+
+def test_a_dropped_column_is_not_compared_and_when_it_returns_only_with_later_batches() -> None:
+    dropped = _source(note=None)
+    back = _source()
+    history = _history_after(dropped, back)
+
+    assert history.absent == frozenset()
+    assert history.since == {"note": 3}
+    assert "note" not in history.comparable(plan_schema_change("t", LAKE, dropped), 5)
+    assert "note" not in history.comparable(plan_schema_change("t", LAKE, back), 2)
+    assert "note" in history.comparable(plan_schema_change("t", LAKE, back), 3)
+
+
+def test_the_column_history_round_trips_through_its_record() -> None:
+    history = _history_after(_source(note=None, color=T.StringType()))
+    assert ColumnHistory.from_record(history.to_record()) == history
+    assert history.absent == frozenset({"note"})
