@@ -7,7 +7,7 @@ HOME_DIR := $(CURDIR)/.dagster_home
 # `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
 DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
-.PHONY: install demo ui test lint clean system java bench
+.PHONY: install demo ui test lint clean system java bench soak
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ ui: install $(HOME_DIR)/dagster.yaml
 test: install system
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
 	$(BIN)/python -m pytest
+
+# The model-based test for as long as asked (STEPS steps over many examples). It prints its seed
+# first; a failure prints the steps that reproduce it and the command that replays it.
+soak: install java
+	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) --steps $(or $(STEPS),500)
 
 # What the tests need from the system: PostgreSQL's binaries (the suite starts its own server) and
 # Debian's chromium for the UI test (Playwright can't download its own browser here). Installed

@@ -1,0 +1,653 @@
+"""The state machine: random sequences of source changes, cursor commands and runs of the asset.
+
+Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema, lake
+and on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
+tie with the cursor, soft and hard deletes, restores, identical rows, transactions left open
+across runs, schema changes), operate the cursor, and run the asset: in this process, as a
+subprocess killed at a pause point, or twice after letting everything settle. After every run
+that succeeds, `Reference.check_run` states what the lake and the metadata must be; runs that are
+refused by design must fail cleanly and change nothing.
+
+Hypothesis prints a failing example as the sequence of rules with their arguments; `note()`
+lines (starting with `#`) say what each step did to the source (keys and cursor values).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import HealthCheck, Phase, note, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import fresh_schema
+from incremental_assets_tests.model.lake import LakeState, read_lake_state
+from incremental_assets_tests.model.reference import Reference, RunFacts
+from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
+from incremental_assets_tests.model.source import (
+    NARROWER,
+    Key,
+    LateWriter,
+    Row,
+    SourceTable,
+)
+from incremental_assets_tests.model.table import (
+    CURSOR,
+    DELETED,
+    TABLE,
+    TableConfig,
+    cursor_text,
+    lag,
+    minus_lookback,
+    table_configs,
+)
+from incremental_assets_tests.postgres import PostgresServer
+
+MODES = ("append", "merge", "full_refresh")
+PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
+BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
+_INT_WIDTH = {pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+_NARROW_WIDTH = {"smallint": 16, "integer": 32}
+
+
+@dataclass
+class Env:
+    """What every example shares: the server, the Spark session, where to put files, limits."""
+
+    server: PostgresServer
+    spark_resource: IncrementalSparkResource
+    workdir: Path
+    connect: str | None = None  # a Spark Connect server for killed runs; None: no killed runs
+    modes: tuple[str, ...] = MODES
+    kills: int = 1  # killed runs per example, at most
+    refusals: int = 1  # runs refused by design per example, at most
+    schema_changes: int = 3  # per example, at most
+    cursor_commands: int = 2  # per example, at most
+    verbose: bool = False  # print a summary of each example that passed
+    steps: int = 0  # steps run so far, over every example (the soak's budget)
+    examples: int = 0
+
+
+class LakeMachine(RuleBasedStateMachine):
+    env: Env  # set by `machine_class`
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = ExitStack()
+        self.directory: Path | None = None
+        self.writers: list[LateWriter] = []
+        self.kills = self.refusals = self.schema_changes = self.cursor_commands = 0
+        self.after_kill = False
+        self.runs = 0
+        self.did: Counter[str] = Counter()
+
+    # -- the example's table -----------------------------------------------------------------
+
+    def setup(self, config: TableConfig) -> None:
+        env = self.env
+        env.examples += 1
+        self.config = config
+        schema = self.stack.enter_context(fresh_schema(env.server))
+        self.directory = env.workdir / f"example-{uuid.uuid4().hex[:8]}"
+        self.source = SourceTable(env.server, schema.name, config)
+        self.stack.callback(self.source.close)
+        self.source.create()
+        self.runner = Runner(
+            self.directory,
+            schema.source(),
+            config.table_entry(schema.name),
+            env.spark_resource,
+            env.connect,
+        )
+        self.reference = Reference(config)
+        self._observe()
+
+    def teardown(self) -> None:
+        """Every example that got this far without failing ends settled and checked."""
+        try:
+            if sys.exc_info()[0] is None and self.directory is not None:
+                self.settle()
+                if self.env.verbose:
+                    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(self.did.items()))
+                    print(
+                        f"  example {self.env.examples}: {self.config}\n    {summary}", flush=True
+                    )
+        finally:
+            for writer in self.writers:
+                writer.conn.close()
+            self.stack.close()
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def check_invariants(self, *args: Any, **kwargs: Any) -> None:
+        """Called after every step that completed: count it (the soak's budget)."""
+        self.env.steps += 1
+        super().check_invariants(*args, **kwargs)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _observe(self, written: set[Key] | None = None) -> None:
+        self.reference.observe(self.source.snapshot(), written or set())
+
+    def _locked(self) -> set[Key]:
+        return {key for writer in self.writers for key in writer.keys}
+
+    def _free_rows(self) -> list[tuple[str, Row]]:
+        """Committed rows no open transaction holds a lock on."""
+        locked = self._locked()
+        rows = self.source.live_rows()
+        if not self.config.keyed:
+            return rows
+        return [(ctid, row) for ctid, row in rows if self.source.key_of(row) not in locked]
+
+    def _cursor(self, bump: int, in_transaction: bool = False) -> Any:
+        return self.source.cursor_sql(self.reference.frontier, bump, in_transaction)
+
+    def _where(self, ctid: str, row: Row) -> Key | str:
+        return self.source.key_of(row) if self.config.keyed else ctid
+
+    def _label(self, row: Row) -> str:
+        """`key@cursor` (the note instead of a key without one), for the recipe's comments."""
+        key = self.source.key_of(row) if self.config.keyed else (row["note"],)
+        flag = " deleted" if row.get(DELETED) else ""
+        return f"{'/'.join(map(str, key))}@{_short(row[CURSOR])}{flag}"
+
+    def _say(self, kind: str, text: str) -> None:
+        """A comment in the printed recipe, counted for the soak's summary."""
+        self.did[kind] += 1
+        note(text)
+
+    def _lake(self) -> LakeState:
+        return read_lake_state(self.runner.lake)
+
+    def _fail(self, what: str, problems: list[str]) -> None:
+        raise AssertionError(f"{what}:\n  - " + "\n  - ".join(problems))
+
+    def _run(self, full_refresh: bool = False, lag_elapsed: bool = False) -> Outcome:
+        """Run the asset in this process and check the run and the lake against the model."""
+        before = None if self.after_kill else len(self._lake().rows)
+        snapshot = self.source.snapshot()
+        outcome = self.runner.run(full_refresh)
+        if not outcome.success:
+            self._fail("the run failed", [outcome.describe()])
+        self._check(outcome, snapshot, full_refresh, before, lag_elapsed)
+        return outcome
+
+    def _check(
+        self,
+        outcome: Outcome,
+        snapshot: Any,
+        full_refresh: bool,
+        before: int | None,
+        lag_elapsed: bool = False,
+    ) -> None:
+        self.runs += 1
+        md = outcome.metadata
+        self._say(
+            "run" if md.get("full_refresh") is False else "full run",
+            f"# run {self.runs}: cursor {md.get('previous_cursor')} -> {md.get('cursor')}, "
+            f"full_refresh {md.get('full_refresh')}, read {md.get('rows_extracted')}, written "
+            f"{md.get('rows_written')}, lake {md.get('dagster/row_count')} rows",
+        )
+        facts = RunFacts(
+            metadata=md,
+            snapshot=snapshot,
+            full_requested=full_refresh,
+            open_starts=tuple(w.started for w in self.writers),
+            lag_elapsed=lag_elapsed,
+            lake_rows_before=before,
+            defaulted=frozenset(self.source.defaulted),
+        )
+        problems = self.reference.check_run(facts, self._lake())
+        self.after_kill = False
+        if problems:
+            self._fail(f"run {self.runs} broke the guarantees", problems)
+
+    # -- source writes -----------------------------------------------------------------------
+
+    @rule()
+    def add_row(self) -> None:
+        """One new row above the frontier (the simplest step, and so the one shrinking favours)."""
+        self.insert_rows(1, 1)
+
+    @rule(count=st.integers(1, 5), bump=BUMPS)
+    def insert_rows(self, count: int, bump: int) -> None:
+        rows = [self.source.insert(self._cursor(bump)) for _ in range(count)]
+        self._say("inserted", f"# inserted {[self._label(r) for r in rows]}")
+        self._observe({self.source.key_of(r) for r in rows} if self.config.keyed else set())
+
+    @rule(picks=PICKS, bump=BUMPS)
+    def update_rows(self, picks: list[int], bump: int) -> None:
+        rows = self._free_rows()
+        if not rows:
+            return
+        chosen = {p % len(rows): rows[p % len(rows)] for p in picks}.values()
+        extra = {DELETED: False} if self.config.soft_deletes else {}
+        done = [
+            self.source.update(self._where(c, r), self._cursor(bump), **extra) for c, r in chosen
+        ]
+        self._say("updated", f"# updated {[self._label(r) for r in done]}")
+        self._observe({self.source.key_of(r) for r in done} if self.config.keyed else set())
+
+    @precondition(lambda self: self.config.soft_deletes)
+    @rule(picks=PICKS, bump=BUMPS)
+    def soft_delete(self, picks: list[int], bump: int) -> None:
+        rows = [(c, r) for c, r in self._free_rows() if not r[DELETED]]
+        if not rows:
+            return
+        chosen = {p % len(rows): rows[p % len(rows)] for p in picks}.values()
+        done = [
+            self.source.update(self._where(c, r), self._cursor(bump), **{DELETED: True})
+            for c, r in chosen
+        ]
+        self._say("soft-deleted", f"# soft-deleted {[self._label(r) for r in done]}")
+        self._observe({self.source.key_of(r) for r in done})
+
+    @rule(picks=PICKS, everything=st.booleans())
+    def hard_delete(self, picks: list[int], everything: bool) -> None:
+        rows = self._free_rows()
+        if not rows:
+            return
+        chosen = (
+            rows
+            if everything
+            else list({p % len(rows): rows[p % len(rows)] for p in picks}.values())
+        )
+        for ctid, row in chosen:
+            self.source.delete(self._where(ctid, row))
+        self._say("deleted", f"# deleted {[self._label(r) for _, r in chosen]}")
+        self._observe()
+
+    @precondition(lambda self: self.config.keyed)
+    @rule(pick=st.integers(0, 99), bump=BUMPS)
+    def restore_row(self, pick: int, bump: int) -> None:
+        """Insert a key again after it was hard-deleted."""
+        live = {self.source.key_of(r) for _, r in self.source.live_rows()}
+        gone = sorted(set(self.reference.ever) - live - self._locked())
+        if not gone:
+            return
+        key = gone[pick % len(gone)]
+        row = self.source.insert(self._cursor(bump), dict(zip(self.config.key, key, strict=True)))
+        self._say("restored", f"# restored {self._label(row)}")
+        self._observe({key})
+
+    @precondition(lambda self: not self.config.keyed)
+    @rule(pick=st.integers(0, 99), copies=st.integers(1, 2))
+    def duplicate_row(self, pick: int, copies: int) -> None:
+        """Identical rows in a keyless table: copies of a row, at the frontier's cursor value."""
+        rows = self.source.live_rows()
+        frontier = self.reference.frontier
+        if not rows or frontier is None:
+            return
+        tied = [(c, r) for c, r in rows if r[CURSOR] == frontier] or rows
+        ctid, row = tied[pick % len(tied)]
+        copied = [self.source.duplicate(ctid, frontier) for _ in range(copies)]
+        self._say("copied", f"# copied {self._label(row)} {copies}x as {self._label(copied[0])}")
+        self._observe()
+
+    # -- transactions left open --------------------------------------------------------------
+
+    @precondition(lambda self: self.config.late_commits and len(self.writers) < 2)
+    @rule(inserts=st.integers(0, 3), picks=st.lists(st.integers(0, 99), max_size=2))
+    def open_transaction(self, inserts: int, picks: list[int]) -> None:
+        """A writer whose rows commit later, below a cursor that may have moved past their values."""
+        writer = self.source.open_writer()
+        self.writers.append(writer)
+        cursor = self._cursor(0, in_transaction=True)
+        done = []
+        for _ in range(max(inserts, 0 if picks and self.config.keyed else 1)):
+            done.append(self.source.insert(cursor, conn=writer.conn))
+        if self.config.keyed:
+            rows = self._free_rows()
+            for pick in picks:
+                if rows:
+                    ctid, row = rows.pop(pick % len(rows))
+                    extra = {DELETED: False} if self.config.soft_deletes else {}
+                    done.append(
+                        self.source.update(
+                            self._where(ctid, row), cursor, conn=writer.conn, **extra
+                        )
+                    )
+        for row in done:
+            if self.config.keyed:
+                writer.keys.add(self.source.key_of(row))
+            if not self.config.time_cursor:
+                writer.explicit.append(row[CURSOR])
+        self._say(
+            "opened",
+            f"# transaction open since {_short(writer.started)}: {[self._label(r) for r in done]}",
+        )
+
+    @precondition(lambda self: bool(self.writers))
+    @rule(which=st.integers(0, 1))
+    def commit_transaction(self, which: int) -> None:
+        self._commit(self.writers[which % len(self.writers)])
+
+    def _commit(self, writer: LateWriter) -> None:
+        """Commit, unless its explicit values fell behind the lookback (no guarantee covers that)."""
+        self.writers.remove(writer)
+        stored = self.reference.stored
+        if writer.explicit and stored is not None:
+            lowest = minus_lookback(self.config, stored)
+            if min(writer.explicit) < lowest:  # type: ignore[type-var]
+                writer.conn.rollback()
+                writer.conn.close()
+                self._say(
+                    "rolled back",
+                    f"# rolled back: its values {list(map(_short, writer.explicit))} fell below the lookback ({_short(lowest)})",
+                )
+                return
+        writer.conn.commit()
+        writer.conn.close()
+        self._say("committed", f"# committed the transaction open since {_short(writer.started)}")
+        self._observe(writer.keys)
+
+    # -- schema changes ----------------------------------------------------------------------
+
+    def _can_change_schema(self) -> bool:
+        return not self.writers and self.schema_changes < self.env.schema_changes
+
+    @precondition(lambda self: self._can_change_schema())
+    @rule(default=st.booleans())
+    def add_column(self, default: bool) -> None:
+        self.schema_changes += 1
+        self._say("added", f"# added {self.source.add_column(default)}")
+        self._observe()
+
+    @precondition(lambda self: self._can_change_schema() and bool(self.source.droppable()))
+    @rule(pick=st.integers(0, 99))
+    def drop_column(self, pick: int) -> None:
+        self.schema_changes += 1
+        columns = self.source.droppable()
+        name = columns[pick % len(columns)]
+        self.source.drop_column(name)
+        self._say("dropped", f"# dropped {name}")
+        self._observe()
+
+    @precondition(
+        lambda self: self._can_change_schema() and bool(self.source.widenable(keys=False))
+    )
+    @rule(pick=st.integers(0, 99))
+    def widen_column(self, pick: int) -> None:
+        self.schema_changes += 1
+        columns = self.source.widenable(keys=False)
+        name, kind = columns[pick % len(columns)]
+        self.source.retype(name, kind)
+        self._say("widened", f"# widened {name} to {kind}")
+        self._observe()
+
+    @precondition(lambda self: self._can_change_schema() and bool(self.source.widenable(keys=True)))
+    @rule(pick=st.integers(0, 99))
+    def widen_key(self, pick: int) -> None:
+        self.schema_changes += 1
+        columns = self.source.widenable(keys=True)
+        name, kind = columns[pick % len(columns)]
+        self.source.retype(name, kind)
+        self._say("widened key", f"# widened key column {name} to {kind}")
+        self._observe()
+
+    # -- runs refused by design --------------------------------------------------------------
+
+    def _can_refuse(self) -> bool:
+        return not self.writers and not self.after_kill and self.refusals < self.env.refusals
+
+    @precondition(lambda self: self._can_refuse() and self.source.columns().get("qty") in NARROWER)
+    @rule()
+    def narrow_column(self) -> None:
+        """Narrow qty: an incremental run is refused while the lake holds it wider; a full
+        refresh then rebuilds the table."""
+        self.refusals += 1
+        narrower = NARROWER[self.source.columns()["qty"]]
+        lake = self._lake()
+        held = lake.types.get("qty")
+        refused = (
+            not self.reference.expects_full(requested=False)
+            and bool(lake.files)
+            and held in _INT_WIDTH
+            and _INT_WIDTH[held] > _NARROW_WIDTH[narrower]
+        )
+        self.source.retype("qty", narrower)
+        self._say(
+            "narrowed",
+            f"# narrowed qty to {narrower}; the lake holds {held}: {'refused' if refused else 'allowed'}",
+        )
+        self._observe()
+        if refused:
+            self._expect_refusal("qty")
+            self._run(full_refresh=True)
+        else:
+            self._run()
+
+    @precondition(lambda self: self._can_refuse())
+    @rule(pick=st.integers(0, 99))
+    def hide_column(self, pick: int) -> None:
+        """The cursor or a key column disappears (renamed away): refused; then it comes back."""
+        self.refusals += 1
+        columns = [CURSOR, *self.config.key]
+        name = columns[pick % len(columns)]
+        self.source.rename(name, f"{name}_gone")
+        self._say("renamed", f"# renamed {name} away")
+        try:
+            self._expect_refusal(name)
+        finally:
+            self.source.rename(f"{name}_gone", name)
+
+    def _expect_refusal(self, column: str) -> None:
+        """The run fails with one paragraph naming the table and changes neither lake nor cursor."""
+        lake, recorded, count = (
+            self._lake(),
+            self.runner.recorded_cursor(),
+            self.runner.materializations(),
+        )
+        outcome = self.runner.run()
+        problems = []
+        message = (outcome.failure or "").strip()
+        if outcome.success:
+            problems.append(f"the run succeeded: {outcome.metadata}")
+        elif f"Table '{TABLE}'" not in message or f"'{column}'" not in message or "\n\n" in message:
+            problems.append(
+                f"the message should be one paragraph naming the table and {column}: {message!r}"
+            )
+        after = self._lake()
+        if after.files != lake.files or after.rows != lake.rows:
+            problems.append(f"the lake changed: {lake.files} -> {after.files}")
+        if self.runner.materializations() != count or self.runner.recorded_cursor() != recorded:
+            problems.append(f"the cursor moved: {recorded} -> {self.runner.recorded_cursor()}")
+        if problems:
+            self._fail(
+                f"a run with {column} changed in the source was not refused cleanly", problems
+            )
+        self._say("refused", f"# refused: {message[:200]}")
+
+    # -- the cursor command ------------------------------------------------------------------
+
+    def _can_move_cursor(self) -> bool:
+        return self.cursor_commands < self.env.cursor_commands and self.runs > 0
+
+    def _replay_point(self, pick: int) -> tuple[Any, str]:
+        """A cursor to replay from: the stored one, or a committed value below it."""
+        stored = self.reference.stored
+        below = {r[CURSOR] for r in self.source.snapshot().rows if r[CURSOR] <= stored}
+        value = sorted(below | {stored})[pick % (len(below | {stored}))]
+        return value, cursor_text(self.config.cursor_type, value)
+
+    @precondition(lambda self: self._can_move_cursor() and self.reference.stored is not None)
+    @rule(pick=st.integers(0, 99))
+    def cursor_set(self, pick: int) -> None:
+        """Move the cursor back (a replay): to the stored value or a committed value below it."""
+        self.cursor_commands += 1
+        value, text = self._replay_point(pick)
+        code, output = self.runner.cursor_command("set", TABLE, text)
+        if code != 0:
+            self._fail("incremental-assets cursor set failed", [output])
+        self._say("cursor set", f"# cursor set to {text}")
+        self.reference.cursor_set(value)
+
+    @precondition(
+        lambda self: (
+            self._can_move_cursor()
+            and self.env.connect is not None
+            and self.kills < self.env.kills
+            and self.reference.stored is not None
+            and not self.reference.expects_full(requested=False)
+        )
+    )
+    @rule(pick=st.integers(0, 99))
+    def cursor_set_during_run(self, pick: int) -> None:
+        """`cursor set` while a run holds the table lock: it must act as if the run came first.
+
+        The run (a subprocess) is held on a table lock in PostgreSQL after taking the lake's
+        lock; the command starts meanwhile, then the source is released.
+        """
+        self.kills += 1
+        self.cursor_commands += 1
+        value, text = self._replay_point(pick)
+        before = len(self._lake().rows)
+        snapshot = self.source.snapshot()
+        recorded = self.runner.materializations()
+        locker = self.source.lock()
+        process = self.runner.start()
+        try:
+            deadline = time.monotonic() + 180
+            while not self.source.reader_waiting():
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise AssertionError("the run never waited for the locked source")
+                time.sleep(0.2)
+            results: list[tuple[int, str]] = []
+            command = threading.Thread(
+                target=lambda: results.append(self.runner.cursor_command("set", TABLE, text))
+            )
+            command.start()
+            time.sleep(2)  # the command is now waiting for the run to release the table
+        finally:
+            locker.rollback()
+            locker.close()
+        outcome = self.runner.finish(process, recorded)
+        command.join(timeout=120)
+        if not outcome.success:
+            self._fail("the run failed", [outcome.describe()])
+        self._check(outcome, snapshot, False, before)
+        if not results or results[0][0] != 0:
+            self._fail("incremental-assets cursor set failed", [str(results)])
+        self._say("cursor set", f"# cursor set to {text}, while that run held the table")
+        self.reference.cursor_set(value)
+
+    @precondition(lambda self: self._can_move_cursor())
+    @rule()
+    def cursor_reset(self) -> None:
+        self.cursor_commands += 1
+        code, output = self.runner.cursor_command("reset", TABLE)
+        if code != 0:
+            self._fail("incremental-assets cursor reset failed", [output])
+        self.reference.cursor_reset()
+        self._say("cursor reset", "# cursor reset")
+
+    # -- runs --------------------------------------------------------------------------------
+
+    @rule()
+    def run(self) -> None:
+        self._run()
+
+    @rule()
+    def full_refresh_run(self) -> None:
+        self._run(full_refresh=True)
+
+    @precondition(lambda self: self.env.connect is not None and self.kills < self.env.kills)
+    @rule(point=st.sampled_from(PAUSE_POINTS), full_refresh=st.booleans())
+    def killed_run(self, point: str, full_refresh: bool) -> None:
+        """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
+        self.kills += 1
+        before = None if self.after_kill else len(self._lake().rows)
+        snapshot = self.source.snapshot()
+        outcome = self.runner.killed_run(point, full_refresh)
+        if outcome.killed:
+            self._say("killed", f"# killed at {point}")
+            self.reference.killed(full_refresh, committed=point != "staged")
+            self.after_kill = self.after_kill or point != "staged"
+            return
+        if not outcome.success:
+            self._fail("the subprocess run failed", [outcome.describe()])
+        self._say("not killed", f"# the run finished before reaching {point}")
+        self._check(outcome, snapshot, full_refresh, before)
+
+    @rule()
+    def settle(self) -> None:
+        """Commit every open transaction, let safety_lag pass, run twice: the lake is complete."""
+        for writer in list(self.writers):
+            self._commit(writer)
+        if self.config.safety_lag:
+            time.sleep(lag(self.config).total_seconds() + 0.2)
+        self._run(lag_elapsed=True)
+        second = self._run(lag_elapsed=True)
+        problems = self.reference.check_settled(self.source.snapshot(), self._lake())
+        md = second.metadata
+        if self.config.mode != "full_refresh" and not md.get("full_refresh"):
+            changed = {
+                k: md.get(k)
+                for k in (
+                    "rows_written",
+                    "rows_inserted",
+                    "rows_updated",
+                    "rows_deleted",
+                    "files_written",
+                )
+                if md.get(k)
+            }
+            if changed:
+                problems.append(f"a second run over an unchanged source still wrote: {changed}")
+        if problems:
+            self._fail("after settling", problems)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%H:%M:%S.%f")
+    return str(value)
+
+
+def machine_class(env: Env) -> type[LakeMachine]:
+    """The machine for `env`: its examples draw tables of `env.modes` only."""
+
+    class Machine(LakeMachine):
+        pass
+
+    Machine.env = env
+    Machine.setup = initialize(config=table_configs(env.modes))(LakeMachine.setup)  # type: ignore[method-assign]
+    Machine.__name__ = Machine.__qualname__ = "LakeMachine"
+    return Machine
+
+
+def run_machine(env: Env, *, seed_value: int, examples: int, steps: int, shrink: bool) -> None:
+    """`examples` random sequences of `steps` steps each, reproducible from `seed_value`."""
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    run_state_machine_as_test(
+        seed(seed_value)(machine_class(env)),
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            phases=phases,
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+        ),
+    )

@@ -1,0 +1,498 @@
+"""The reference model: what the lake and a run's metadata must be, given the source's history.
+
+The machine feeds it every committed source state it produces (`observe`), every cursor operation,
+and every successful run with the lake read back afterwards (`check_run`). It never asks the
+product how anything is computed; it states the README's guarantees over the source's history:
+
+* a run reads every committed row with `lower <= cursor <= R`, where R is the cursor it records
+  and `lower` the stored cursor minus the lookback (nothing below it on a full refresh);
+* R is the largest committed cursor value in that window that lies below the start of every
+  open transaction (time cursors), and never below the stored cursor on an incremental run;
+* merge: one row per key, the latest version; soft-deleted keys gone; hard-deleted keys gone
+  once reconciled; a key whose version lies above R keeps what the lake held;
+* append: every version read, once: a version is (key, cursor), or the whole row without a key
+  (a multiset: identical rows count);
+* full_refresh mode: the lake is the committed snapshot;
+* the metadata agrees with the lake (row count, inserted/updated/deleted, rows written).
+
+Violations are collected, not raised one by one, so a failure shows everything that went wrong.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from incremental_assets_tests.model.lake import LakeState, arrow_type
+from incremental_assets_tests.model.source import Key, Row, Snapshot
+from incremental_assets_tests.model.table import (
+    CURSOR,
+    DELETED,
+    CursorValue,
+    TableConfig,
+    minus_lookback,
+    parse_recorded,
+)
+
+Frozen = tuple[tuple[str, Any], ...]
+
+
+def freeze(row: Mapping[str, Any]) -> Frozen:
+    return tuple(sorted(row.items()))
+
+
+def project(row: Mapping[str, Any] | Frozen, columns: Sequence[str]) -> tuple[Any, ...]:
+    values = dict(row)
+    return tuple(values.get(c) for c in columns)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the machine knows about one successful run, besides the lake."""
+
+    metadata: Mapping[str, Any]
+    snapshot: Snapshot  # the committed source while the run read it
+    full_requested: bool
+    open_starts: tuple[datetime, ...] = ()  # starts of the transactions open during the run
+    lag_elapsed: bool = False  # every row is older than safety_lag (the settle step waited)
+    lake_rows_before: int | None = None  # None after a killed run: its commit may be in the lake
+    defaulted: frozenset[str] = frozenset()  # columns added with a DEFAULT
+
+
+@dataclass
+class Reference:
+    config: TableConfig
+    frontier: CursorValue | None = None  # the largest cursor value ever committed
+    stored: CursorValue | None = None  # where the next run starts (None: from scratch)
+    repeat_full: bool = False  # a killed full refresh committed: the next run repeats it
+    ever: dict[Key, set[Frozen]] = field(default_factory=lambda: defaultdict(set))
+    # merge: the versions of each key's current row since it was last written (a schema change
+    # alters rows without moving their cursor, and the lake may keep their older form)
+    current: dict[Key, set[Frozen]] = field(default_factory=dict)
+    prev_lake: dict[Key, Row] | None = None  # merge: the lake after the last checked run
+    prev_columns: set[str] = field(default_factory=set)
+    # append: the rows each run read since the table was last replaced
+    reads: list[list[Row]] = field(default_factory=list)
+    runs: int = 0
+
+    # -- the source --------------------------------------------------------------------------
+
+    def observe(self, snapshot: Snapshot, written: Iterable[Key] = ()) -> None:
+        """A committed state of the source; `written` are the keys the step wrote."""
+        rewritten = set(written)
+        for row in snapshot.rows:
+            cursor = row[CURSOR]
+            if self.frontier is None or cursor > self.frontier:
+                self.frontier = cursor
+        if not self.config.keyed:
+            return
+        present = set()
+        for row in snapshot.rows:
+            key = self.key(row)
+            present.add(key)
+            self.ever[key].add(freeze(row))
+            if key in rewritten or key not in self.current:
+                self.current[key] = {freeze(row)}
+            else:
+                self.current[key].add(freeze(row))
+        for key in list(self.current):
+            if key not in present:
+                del self.current[key]
+
+    def key(self, row: Mapping[str, Any]) -> Key:
+        return tuple(row[c] for c in self.config.key)
+
+    # -- cursor operations -------------------------------------------------------------------
+
+    def cursor_set(self, value: CursorValue) -> None:
+        self.stored = value
+
+    def cursor_reset(self) -> None:
+        self.stored = None
+
+    def killed(self, full_refresh: bool, committed: bool) -> None:
+        """A run killed at a pause point recorded nothing; a committed full refresh is repeated."""
+        if not committed:
+            return
+        if full_refresh or self.expects_full(False):
+            self.repeat_full = True
+        self.prev_lake = None  # its commit is in the lake: compare with history instead
+
+    def expects_full(self, requested: bool) -> bool:
+        """Whether the next run replaces the table."""
+        return (
+            requested
+            or self.config.mode == "full_refresh"
+            or self.stored is None
+            or self.repeat_full
+        )
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def check_run(self, facts: RunFacts, lake: LakeState) -> list[str]:
+        """Every violation of the guarantees by this run and the lake it left; then remember it."""
+        kind = self.config.cursor_type
+        md = facts.metadata
+        out: list[str] = []
+        full = bool(md.get("full_refresh"))
+        expected_full = self.expects_full(facts.full_requested)
+        if full != expected_full:
+            out.append(f"metadata full_refresh is {full}, expected {expected_full}")
+        previous = parse_recorded(kind, md.get("previous_cursor"))
+        if previous != self.stored:
+            out.append(
+                f"previous_cursor is {previous!r}, but the run should start from {self.stored!r}"
+            )
+        recorded = parse_recorded(kind, md.get("cursor"))
+        lower = None if full or previous is None else previous
+        if lower is not None and self.config.lookback is not None:
+            lower = minus_lookback(self.config, lower)
+        out += self._check_cursor(facts, full, previous, recorded, lower)
+        out += self._check_metadata(facts, lake, full)
+        out += self._check_columns(facts.snapshot, lake, full)
+        if self.config.mode == "merge":
+            out += self._check_merge(facts, lake, full, recorded)
+        elif self.config.mode == "append":
+            out += self._check_append(facts, lake, full, lower, recorded)
+        else:
+            out += self._check_snapshot(facts.snapshot, lake)
+        if lake.schema_mismatches:
+            out.append(f"lake files disagree on the schema: {list(lake.schema_mismatches)}")
+        if lake.pending:
+            out.append(f"a successful run left {list(lake.pending)} behind")
+        self.stored = recorded
+        self.repeat_full = False
+        self.prev_columns = set(lake.columns) if lake.files else self.prev_columns
+        self.runs += 1
+        return out
+
+    def _check_cursor(
+        self,
+        facts: RunFacts,
+        full: bool,
+        previous: CursorValue | None,
+        recorded: CursorValue | None,
+        lower: CursorValue | None,
+    ) -> list[str]:
+        """R is exactly the largest committed value in the window below the transaction cap."""
+        out = []
+        backwards = previous is not None and (recorded is None or recorded < previous)  # type: ignore[operator]
+        if not full and backwards:
+            out.append(f"incremental run moved the cursor backwards: {previous!r} -> {recorded!r}")
+        cap = self._cap(facts.open_starts)
+        values = [
+            row[CURSOR]
+            for row in facts.snapshot.rows
+            if (lower is None or row[CURSOR] >= lower) and (cap is None or row[CURSOR] < cap)
+        ]
+        upper = max(values) if values else None
+        expected = upper if full else _later(previous, upper)
+        if cap is not None and recorded is not None and recorded >= cap:
+            out.append(
+                f"the cursor {recorded!r} passed the start of an open transaction {cap!r}: its rows "
+                "commit below the cursor"
+            )
+        if self.config.safety_lag is None or facts.lag_elapsed:
+            if recorded != expected:
+                out.append(
+                    f"cursor {recorded!r}, expected {expected!r} (the largest committed value in the "
+                    f"window from {lower!r}{'' if cap is None else f' below the cap {cap!r}'})"
+                )
+        elif recorded is not None and (expected is None or recorded > expected):
+            out.append(
+                f"cursor {recorded!r} is above every committed value it may pass ({expected!r})"
+            )
+        return out
+
+    def _cap(self, starts: Sequence[datetime]) -> CursorValue | None:
+        """The transaction cap in the cursor's own terms (UTC wall clock for `timestamp`)."""
+        if not starts or (not self.config.time_cursor and self.config.cursor_type != "date"):
+            return None
+        start = min(starts).astimezone(UTC)
+        if self.config.cursor_type == "timestamptz":
+            return start
+        if self.config.cursor_type == "timestamp":
+            return start.replace(tzinfo=None)
+        return date(start.year, start.month, start.day)
+
+    def _check_metadata(self, facts: RunFacts, lake: LakeState, full: bool) -> list[str]:
+        md, out = facts.metadata, []
+        count = len(lake.rows)
+        if md.get("dagster/row_count") != count:
+            out.append(
+                f"dagster/row_count is {md.get('dagster/row_count')}, the lake holds {count} rows"
+            )
+        before = facts.lake_rows_before
+        if self.config.mode == "merge":
+            inserted, updated, deleted = (
+                md.get("rows_inserted"),
+                md.get("rows_updated"),
+                md.get("rows_deleted"),
+            )
+            if md.get("rows_written") != (inserted or 0) + (updated or 0):
+                out.append(
+                    f"rows_written {md.get('rows_written')} != rows_inserted {inserted} + rows_updated {updated}"
+                )
+            if not full and before is not None and count != before + inserted - deleted:
+                out.append(
+                    f"the lake went from {before} to {count} rows, but the run says +{inserted} -{deleted}"
+                )
+        elif (
+            self.config.mode == "append"
+            and not full
+            and before is not None
+            and count != before + md.get("rows_written", 0)
+        ):
+            out.append(
+                f"the lake went from {before} to {count} rows, but rows_written is {md.get('rows_written')}"
+            )
+        return out
+
+    def _check_columns(self, snapshot: Snapshot, lake: LakeState, full: bool) -> list[str]:
+        """Source columns arrive with their types; dropped ones stay, until a full refresh."""
+        if not lake.files:
+            return []
+        out = []
+        for name, pg_type in snapshot.columns.items():
+            if name not in lake.types:
+                out.append(f"source column {name} ({pg_type}) is not in the lake")
+            elif lake.types[name] != arrow_type(pg_type):
+                out.append(
+                    f"column {name} is {lake.types[name]} in the lake, {pg_type} in the source"
+                )
+        extra = set(lake.columns) - set(snapshot.columns)
+        if full and extra:
+            out.append(f"a full refresh kept columns the source no longer has: {sorted(extra)}")
+        lost = self.prev_columns - set(lake.columns)
+        if not full and lost:
+            out.append(f"an incremental run lost lake columns {sorted(lost)}")
+        return out
+
+    # -- modes -------------------------------------------------------------------------------
+
+    def _check_snapshot(self, snapshot: Snapshot, lake: LakeState) -> list[str]:
+        """full_refresh mode: the lake is the committed snapshot, row for row."""
+        columns = list(snapshot.columns)
+        expected = Counter(project(row, columns) for row in snapshot.rows)
+        got = Counter(project(row, columns) for row in lake.rows)
+        return _multiset_diff("snapshot", columns, expected, got)
+
+    def _check_append(
+        self,
+        facts: RunFacts,
+        lake: LakeState,
+        full: bool,
+        lower: CursorValue | None,
+        recorded: CursorValue | None,
+    ) -> list[str]:
+        rows = facts.snapshot.rows
+        read = [r for r in rows if _within(r[CURSOR], lower, recorded)]
+        out = []
+        if full:
+            self.reads = []
+            read, ahead_note = self._whole_or_bounded_append(rows, read, lake, recorded)
+            out += ahead_note
+        self.reads.append(read)
+        if self.config.keyed:
+            return out + self._check_versions(lake)
+        return out + self._check_multiset(facts, lake)
+
+    def _whole_or_bounded_append(
+        self,
+        rows: Sequence[Row],
+        read: list[Row],
+        lake: LakeState,
+        recorded: CursorValue | None,
+    ) -> tuple[list[Row], list[str]]:
+        """A full refresh loads up to its cursor, or (rows held back above it) everything."""
+        ahead = [r for r in rows if not _within(r[CURSOR], None, recorded)]
+        if not ahead:
+            return read, []
+        in_lake = {freeze({c: r.get(c) for c in lake.columns}) for r in lake.rows}
+        held = [r for r in ahead if freeze({c: r.get(c) for c in lake.columns}) in in_lake]
+        if not held:
+            return read, []
+        if len(held) == len(ahead):
+            return [*read, *ahead], []
+        return read, [
+            f"a full refresh loaded {len(held)} of the {len(ahead)} rows above its cursor"
+        ]
+
+    def _check_versions(self, lake: LakeState) -> list[str]:
+        """append with a key: each (key, cursor) read once, with the values first read."""
+        expected: dict[tuple[Key, Any], Row] = {}
+        for read in self.reads:
+            for row in read:
+                expected.setdefault((self.key(row), row[CURSOR]), row)
+        got: dict[tuple[Key, Any], list[Row]] = defaultdict(list)
+        for row in lake.rows:
+            got[(self.key(row), row[CURSOR])].append(row)
+        out = []
+        columns = lake.columns
+        for version, copies in sorted(got.items(), key=_order):
+            if len(copies) > 1:
+                out.append(f"version {version} is in the lake {len(copies)} times")
+            if version not in expected:
+                origin = "never existed" if version[0] not in self.ever else "was never read"
+                out.append(f"version {version} is in the lake but {origin}: {copies[0]}")
+            elif project(copies[0], columns) != project(expected[version], columns):
+                out.append(
+                    f"version {version} holds {project(copies[0], columns)}, expected "
+                    f"{project(expected[version], columns)} (columns {columns})"
+                )
+        for version in sorted(expected.keys() - got.keys(), key=_order):
+            out.append(
+                f"version {version} was read (cursor <= the recorded cursor) but is not in the lake"
+            )
+        return out
+
+    def _check_multiset(self, facts: RunFacts, lake: LakeState) -> list[str]:
+        """append without a key: each distinct row as many times as the source ever held it.
+
+        Rows are compared on the source's current columns, less those added with a DEFAULT
+        (rows read before such a column was added hold NULL in it, and they are the same rows).
+        """
+        columns = [c for c in facts.snapshot.columns if c not in facts.defaulted]
+        expected: Counter[tuple[Any, ...]] = Counter()
+        for read in self.reads:
+            counts = Counter(project(row, columns) for row in read)
+            for value, n in counts.items():
+                expected[value] = max(expected[value], n)
+        got = Counter(project(row, columns) for row in lake.rows)
+        return _multiset_diff("rows read", columns, expected, got)
+
+    def _check_merge(
+        self, facts: RunFacts, lake: LakeState, full: bool, recorded: CursorValue | None
+    ) -> list[str]:
+        out: list[str] = []
+        columns = lake.columns
+        in_lake: dict[Key, list[Row]] = defaultdict(list)
+        for row in lake.rows:
+            in_lake[self.key(row)].append(row)
+        for key, copies in sorted(in_lake.items()):
+            if len(copies) > 1:
+                out.append(f"key {key} is in the lake {len(copies)} times: {copies}")
+        lake_rows = {key: copies[0] for key, copies in in_lake.items()}
+        source = {self.key(row): row for row in facts.snapshot.rows}
+        reconciled = full or facts.metadata.get("deletes_reconciled") is True
+        ahead = [k for k, r in source.items() if not _within(r[CURSOR], None, recorded)]
+        loaded_ahead = full and any(k in lake_rows for k in ahead if not _deleted(source[k]))
+        for key in sorted(source.keys() | lake_rows.keys()):
+            got, row = lake_rows.get(key), source.get(key)
+            if row is None:
+                out += self._merge_gone(key, got, reconciled, columns)
+            elif _within(row[CURSOR], None, recorded):
+                if _deleted(row):
+                    if got is not None:
+                        out.append(
+                            f"key {key} was soft-deleted (cursor {row[CURSOR]!r}) but is in the lake: {got}"
+                        )
+                    continue
+                allowed = {freeze(row)} if full else self.current.get(key, {freeze(row)})
+                if got is None:
+                    out.append(
+                        f"key {key} (cursor {row[CURSOR]!r} <= {recorded!r}) is not in the lake; source {row}"
+                    )
+                elif project(got, columns) not in {project(v, columns) for v in allowed}:
+                    out.append(
+                        f"key {key} holds {project(got, columns)}, expected "
+                        f"{sorted(project(v, columns) for v in allowed)} (columns {columns})"
+                    )
+            elif full:
+                wanted = None if _deleted(row) or not loaded_ahead else project(row, columns)
+                if (None if got is None else project(got, columns)) != wanted:
+                    out.append(
+                        f"key {key} above the cursor after a full refresh holds {got}; expected "
+                        f"{'the source row ' + str(row) if wanted else 'nothing'} like the other keys above it"
+                    )
+            else:
+                out += self._merge_unchanged(key, got, columns, "its version is above the cursor")
+        if full:
+            for key in lake_rows:
+                if key in source:
+                    self.current[key] = {freeze(source[key])}
+        self.prev_lake = lake_rows
+        return out
+
+    def _merge_gone(
+        self, key: Key, got: Row | None, reconciled: bool, columns: list[str]
+    ) -> list[str]:
+        """A key the source no longer has: gone once reconciled, else as the lake held it."""
+        if got is None:
+            return []
+        if key not in self.ever:
+            return [f"key {key} is in the lake but never existed in the source: {got}"]
+        if reconciled:
+            return [
+                f"key {key} was deleted from the source and reconciled, but is in the lake: {got}"
+            ]
+        return self._merge_unchanged(key, got, columns, "it was deleted from the source")
+
+    def _merge_unchanged(
+        self, key: Key, got: Row | None, columns: list[str], why: str
+    ) -> list[str]:
+        if self.prev_lake is None:  # after a killed run: any version the key ever had
+            if got is None or project(got, columns) in {
+                project(v, columns) for v in self.ever.get(key, ())
+            }:
+                return []
+            return [f"key {key} holds {got}, a version it never had"]
+        before = self.prev_lake.get(key)
+        same = (None if got is None else project(got, columns)) == (
+            None if before is None else project(before, columns)
+        )
+        return [] if same else [f"key {key} changed in the lake although {why}: {before} -> {got}"]
+
+    def check_settled(self, snapshot: Snapshot, lake: LakeState) -> list[str]:
+        """After a settle, a reconciling merge table holds no key the source deleted."""
+        if self.config.mode != "merge" or not self.config.reconcile:
+            return []
+        source = {self.key(row) for row in snapshot.rows}
+        stale = sorted(k for k in (self.key(r) for r in lake.rows) if k not in source)
+        if stale:
+            return [
+                f"deletes: reconcile, but after settling the lake still holds deleted keys {stale}"
+            ]
+        return []
+
+
+def _later(previous: CursorValue | None, upper: CursorValue | None) -> CursorValue | None:
+    if previous is None:
+        return upper
+    if upper is None:
+        return previous
+    return max(previous, upper)  # type: ignore[type-var]
+
+
+def _within(value: Any, lower: Any, upper: Any) -> bool:
+    return upper is not None and value <= upper and (lower is None or value >= lower)
+
+
+def _deleted(row: Mapping[str, Any]) -> bool:
+    return bool(row.get(DELETED))
+
+
+def _order(item: Any) -> str:
+    return repr(item)
+
+
+def _multiset_diff(
+    what: str,
+    columns: list[str],
+    expected: Counter[tuple[Any, ...]],
+    got: Counter[tuple[Any, ...]],
+) -> list[str]:
+    out = []
+    for value, n in sorted((expected - got).items(), key=_order):
+        out.append(
+            f"missing from the lake: {n} x {dict(zip(columns, value, strict=True))} ({what})"
+        )
+    for value, n in sorted((got - expected).items(), key=_order):
+        out.append(
+            f"extra in the lake: {n} x {dict(zip(columns, value, strict=True))} "
+            f"(expected {expected[value]}, found {got[value]})"
+        )
+    return out

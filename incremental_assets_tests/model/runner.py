@@ -1,0 +1,156 @@
+"""Running the real asset: in this process, as a `dagster asset materialize` killed part way, and
+the `incremental-assets cursor` commands. One Dagster home per example, shared by all three."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import yaml
+
+from incremental_assets import cli
+from incremental_assets.config import load_project
+from incremental_assets.pause_points import ENV as PAUSE_AT
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.spec import Project
+from incremental_assets_tests.conftest import TEST_SPARK_CONF
+from incremental_assets_tests.harness import cli_env, latest_metadata, materialize, start_cli
+from incremental_assets_tests.model.table import TABLE
+
+PAUSE_POINTS = ("staged", "mid-commit", "committed")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    success: bool
+    metadata: dict[str, Any]
+    failure: str | None = None
+    killed: bool = False  # stopped at its pause point with SIGKILL
+    log: str = ""  # the end of the run's log
+
+    def describe(self) -> str:
+        return f"{self.failure or '(no message)'}\n--- the end of the run's log:\n{self.log}"
+
+
+class Runner:
+    """Runs one table of one example; `directory` holds its config, lake and Dagster home."""
+
+    def __init__(
+        self,
+        directory: Path,
+        source: dict[str, Any],
+        table: dict[str, Any],
+        spark_resource: IncrementalSparkResource,
+        connect: str | None,
+    ) -> None:
+        self.directory = directory
+        self.home = directory / "dagster_home"
+        self.home.mkdir(parents=True)
+        self.lake = directory / "lake"
+        self.spark_resource = spark_resource
+        self.config_path = directory / "incremental_assets.yaml"
+        spark: dict[str, Any] = {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}
+        if connect:
+            spark = {"remote": connect, "conf": {"spark.sql.shuffle.partitions": "2"}}
+        config = {
+            "spark": spark,
+            "lake": {"path": str(self.lake)},
+            "sources": {"pg": source},
+            "tables": [table],
+        }
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.project: Project = load_project(self.config_path)
+
+    def materializations(self) -> int:
+        with dg.DagsterInstance.from_config(str(self.home)) as instance:
+            records = instance.fetch_materializations(dg.AssetKey(TABLE), limit=1000).records
+            return len(records)
+
+    def recorded_cursor(self) -> Any:
+        with dg.DagsterInstance.from_config(str(self.home)) as instance:
+            return latest_metadata(instance, TABLE).get("cursor")
+
+    def run(self, full_refresh: bool = False) -> Outcome:
+        log = io.StringIO()  # Dagster's console log: kept for a failure, not printed
+        with (
+            dg.DagsterInstance.from_config(str(self.home)) as instance,
+            contextlib.redirect_stderr(log),
+        ):
+            result = materialize(self.project, TABLE, instance, self.spark_resource, full_refresh)
+        return Outcome(result.success, result.metadata, result.failure, log=log.getvalue()[-3000:])
+
+    def start(self, full_refresh: bool = False, **env: str) -> subprocess.Popen[str]:
+        """`dagster asset materialize` of the table, as a user runs it from a shell."""
+        args = ["--select", TABLE]
+        if full_refresh:
+            config = {"ops": {TABLE: {"config": {"full_refresh": True}}}}
+            args += ["--config-json", json.dumps(config)]
+        return start_cli(self.directory, cli_env(self.config_path, self.home, **env), *args)
+
+    def finish(self, process: subprocess.Popen[str], before: int) -> Outcome:
+        """Wait for a run started with `start`; `before` is how many runs were recorded then."""
+        _, stderr = process.communicate(timeout=600)
+        if process.returncode != 0:
+            return Outcome(False, {}, f"exit status {process.returncode}", log=stderr[-3000:])
+        if self.materializations() != before + 1:
+            return Outcome(False, {}, "the run finished but recorded nothing", log=stderr[-3000:])
+        with dg.DagsterInstance.from_config(str(self.home)) as instance:
+            return Outcome(True, latest_metadata(instance, TABLE))
+
+    def killed_run(self, point: str, full_refresh: bool) -> Outcome:
+        """A run killed with SIGKILL where it pauses at `point`.
+
+        A run with nothing to commit never reaches some points and simply finishes: that is
+        returned as the run it was.
+        """
+        marker = self.directory / f"paused-{time.monotonic_ns()}"
+        before = self.materializations()
+        process = self.start(full_refresh, **{PAUSE_AT: f"{point}:{marker}"})
+        deadline = time.monotonic() + 300
+        while not marker.exists() and process.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise TimeoutError(f"the run neither paused at {point} nor ended")
+            time.sleep(0.1)
+        if marker.exists():
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate(timeout=60)
+            return Outcome(False, {}, None, killed=True)
+        return self.finish(process, before)
+
+    def cursor_command(self, *args: str) -> tuple[int, str]:
+        """`incremental-assets cursor ...` in this process, with DAGSTER_HOME set while it runs."""
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            _environment(DAGSTER_HOME=str(self.home)),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            code = cli.main(
+                ["--config", str(self.config_path), "cursor", *args, "--reason", "model"]
+            )
+        return code, out.getvalue() + err.getvalue()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -1,0 +1,95 @@
+"""Run the model-based machine for as long as asked: `python -m incremental_assets_tests.model.soak`.
+
+    python -m incremental_assets_tests.model.soak --seed 42 --steps 2000
+    make soak SEED=42 STEPS=2000
+
+It starts its own PostgreSQL, a local SparkSession and (unless --no-kills) a Spark Connect server
+for the runs it kills, then runs batches of examples until STEPS steps have run. Batch i uses the
+seed SEED+i and prints it first; a failure prints the shrunk sequence of steps and the command
+that replays it (the same batch, alone, from its seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.spec import SparkSpec
+from incremental_assets_tests.conftest import TEST_SPARK_CONF
+from incremental_assets_tests.engines import connect_server
+from incremental_assets_tests.model.machine import MODES, Env, run_machine
+from incremental_assets_tests.postgres import postgres_server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, help="the first batch's seed (default: random)")
+    parser.add_argument("--steps", type=int, default=500, help="steps to run, over every example")
+    parser.add_argument("--steps-per-example", type=int, default=30)
+    parser.add_argument("--examples-per-batch", type=int, default=4)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
+    parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
+    parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    args = parser.parse_args(argv)
+    first_seed = args.seed if args.seed is not None else random.randrange(2**32)
+    print(f"soak: seed {first_seed}, {args.steps} steps", flush=True)
+    started = time.monotonic()
+    with ExitStack() as stack:
+        server = stack.enter_context(postgres_server())
+        connect = None if args.no_kills else stack.enter_context(connect_server())
+        spark = IncrementalSparkResource.from_spec(
+            SparkSpec(master="local[2]", conf=TEST_SPARK_CONF)
+        )
+        stack.callback(spark.spark_session.stop)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-soak-")))
+        env = Env(
+            server,
+            spark,
+            workdir,
+            connect=connect,
+            modes=tuple(args.modes.split(",")),
+            verbose=True,
+        )
+        batch = 0
+        while env.steps < args.steps:
+            seed_value = first_seed + batch
+            print(f"soak: batch {batch}, seed {seed_value} ({env.steps} steps so far)", flush=True)
+            try:
+                run_machine(
+                    env,
+                    seed_value=seed_value,
+                    examples=args.examples_per_batch,
+                    steps=args.steps_per_example,
+                    shrink=not args.no_shrink,
+                )
+            except BaseException:
+                print(f"soak: FAILED in batch {batch}; replay with: {_replay(args, seed_value)}")
+                raise
+            batch += 1
+    minutes = (time.monotonic() - started) / 60
+    print(f"soak: passed, {env.steps} steps in {env.examples} examples, {minutes:.1f} min")
+    return 0
+
+
+def _replay(args: argparse.Namespace, seed_value: int) -> str:
+    """The command that runs this batch alone again."""
+    steps = args.examples_per_batch * args.steps_per_example
+    options = [
+        f"--seed {seed_value}",
+        f"--steps {steps}",
+        f"--steps-per-example {args.steps_per_example}",
+        f"--examples-per-batch {args.examples_per_batch}",
+        f"--modes {args.modes}",
+        *(["--no-kills"] if args.no_kills else []),
+    ]
+    return f"python -m incremental_assets_tests.model.soak {' '.join(options)}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

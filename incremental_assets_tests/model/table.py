@@ -1,0 +1,200 @@
+"""The table one example drives: its drawn configuration, and what its cursor values are.
+
+A `TableConfig` is drawn once per example and printed in the failing recipe, so it says everything
+that shapes the run: the mode, the key, the cursor's type and the options that move the window.
+Cursor values are plain Python values (int, Decimal, str, date, datetime), ordered as PostgreSQL
+orders them (text cursors are zero-padded ASCII, so every collation agrees).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import strategies as st
+
+TABLE = "t"
+CURSOR = "cur"
+DELETED = "deleted"
+
+CursorValue = int | Decimal | str | date | datetime
+
+# Cursor type in PostgreSQL -> the type named in the config.
+CURSOR_TYPES = {
+    "bigint": "integer",
+    "numeric(12,2)": "decimal",
+    "text": "string",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamptz": "timestamptz",
+}
+TIME_CURSORS = ("timestamp", "timestamptz")
+# A narrow and a wide lookback per cursor type, in the config's own notation.
+LOOKBACKS = {
+    "bigint": ("1", "1000"),
+    "numeric(12,2)": ("0.25", "100"),
+    "date": ("1d", "400d"),
+    "timestamp": ("1s", "1h"),
+    "timestamptz": ("1s", "1h"),
+}
+SAFETY_LAGS = ("1s", "2s")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One source table and how it is loaded."""
+
+    mode: str  # append | merge | full_refresh
+    key: tuple[str, ...]  # () is keyless (append only); ("id",) or ("id", "k2")
+    key_type: str  # PostgreSQL type of `id`: integer | numeric(12,0) | text
+    cursor_type: str  # a key of CURSOR_TYPES
+    lookback: str | None = None
+    safety_lag: str | None = None
+    reconcile: bool = False  # deletes: reconcile (merge)
+    soft_deletes: bool = False  # delete_column: deleted (merge)
+    small_buckets: bool = False  # merge: 2 hash buckets / ranges of 4 keys, so buckets interact
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.key)
+
+    @property
+    def time_cursor(self) -> bool:
+        return self.cursor_type in TIME_CURSORS
+
+    @property
+    def late_commits(self) -> bool:
+        """Where the README promises rows committed late are not lost: the cap or a lookback."""
+        return self.time_cursor or self.lookback is not None
+
+    def table_entry(self, schema: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": TABLE,
+            "source": "pg",
+            "table": f"{schema}.{TABLE}",
+            "mode": self.mode,
+            "cursor": {"column": CURSOR, "type": CURSOR_TYPES[self.cursor_type]},
+        }
+        if self.key:
+            entry["primary_key"] = list(self.key)
+        if self.lookback is not None:
+            entry["lookback"] = self.lookback
+        if self.safety_lag is not None:
+            entry["safety_lag"] = self.safety_lag
+        if self.reconcile:
+            entry["deletes"] = "reconcile"
+        if self.soft_deletes:
+            entry["delete_column"] = DELETED
+        if self.small_buckets:
+            entry["buckets"] = 2
+            entry["bucket_rows"] = 4
+        return entry
+
+
+@st.composite
+def table_configs(draw: st.DrawFn, modes: tuple[str, ...]) -> TableConfig:
+    mode = draw(st.sampled_from(modes))
+    keyed = mode != "append" or draw(st.booleans())
+    key: tuple[str, ...] = ()
+    if keyed:
+        key = draw(st.sampled_from([("id",), ("id",), ("id", "k2")]))
+    cursor_type = draw(st.sampled_from(list(CURSOR_TYPES)))
+    lookback = None
+    if cursor_type in LOOKBACKS and draw(st.booleans()):
+        lookback = draw(st.sampled_from(LOOKBACKS[cursor_type]))
+    safety_lag = None
+    if cursor_type in TIME_CURSORS and draw(st.integers(0, 3)) == 0:
+        safety_lag = draw(st.sampled_from(SAFETY_LAGS))
+    merge = mode == "merge"
+    return TableConfig(
+        mode=mode,
+        key=key,
+        key_type=draw(st.sampled_from(["integer", "numeric(12,0)", "text"])) if keyed else "",
+        cursor_type=cursor_type,
+        lookback=lookback,
+        safety_lag=safety_lag,
+        reconcile=merge and draw(st.booleans()),
+        soft_deletes=merge and draw(st.booleans()),
+        small_buckets=merge and draw(st.booleans()),
+    )
+
+
+# The first value of each explicit cursor, and one step up from the frontier.
+_FIRST: dict[str, CursorValue] = {
+    "bigint": 100,
+    "numeric(12,2)": Decimal("100.00"),
+    "text": "c000000100",
+    "date": date(2020, 1, 1),
+}
+
+
+def next_cursor(cursor_type: str, frontier: CursorValue | None, bump: int) -> CursorValue:
+    """`bump` steps above the frontier (0: a tie with it) for the explicit cursor types."""
+    if frontier is None:
+        return _FIRST[cursor_type]
+    if cursor_type == "bigint":
+        assert isinstance(frontier, int)
+        return frontier + bump
+    if cursor_type == "numeric(12,2)":
+        assert isinstance(frontier, Decimal)
+        return frontier + Decimal("0.25") * bump
+    if cursor_type == "text":
+        assert isinstance(frontier, str)
+        return f"c{int(frontier[1:]) + bump:09d}"
+    if cursor_type == "date":
+        assert isinstance(frontier, date)
+        return frontier + timedelta(days=bump)
+    raise ValueError(f"{cursor_type} cursors are assigned by the database clock")
+
+
+def parse_recorded(cursor_type: str, text: str | None) -> CursorValue | None:
+    """The `cursor` metadata text as a value (our own reading, independent of the product's)."""
+    if text is None:
+        return None
+    if cursor_type == "bigint":
+        return int(text)
+    if cursor_type == "numeric(12,2)":
+        return Decimal(text)
+    if cursor_type == "text":
+        return text
+    if cursor_type == "date":
+        return date.fromisoformat(text)
+    value = datetime.fromisoformat(text)
+    if cursor_type == "timestamptz":
+        assert value.tzinfo is not None, f"a timestamptz cursor without an offset: {text}"
+        return value.astimezone(UTC)
+    assert value.tzinfo is None, f"a timestamp cursor with an offset: {text}"
+    return value
+
+
+def cursor_text(cursor_type: str, value: CursorValue) -> str:
+    """A value as `incremental-assets cursor set` takes it."""
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="microseconds")
+    return str(value)
+
+
+def minus_lookback(config: TableConfig, value: CursorValue) -> CursorValue:
+    """`value - lookback`, as the README defines it (dates round the lookback up to whole days)."""
+    lookback = config.lookback
+    assert lookback is not None
+    if isinstance(value, datetime):
+        return value - _duration(lookback)
+    if isinstance(value, date):
+        days = -(-_duration(lookback) // timedelta(days=1))
+        return value - timedelta(days=days)
+    if isinstance(value, int):
+        return value - int(lookback)
+    assert isinstance(value, Decimal)
+    return value - Decimal(lookback)
+
+
+def lag(config: TableConfig) -> timedelta:
+    return _duration(config.safety_lag) if config.safety_lag else timedelta(0)
+
+
+def _duration(text: str) -> timedelta:
+    units = {"s": timedelta(seconds=1), "h": timedelta(hours=1), "d": timedelta(days=1)}
+    return int(text[:-1]) * units[text[-1]]
