@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from enum import StrEnum
 
 from incremental_assets.errors import CursorError
@@ -206,3 +206,81 @@ def later_of(
     if previous is None or cursor_type is CursorType.STRING:
         return upper
     return max(previous, upper)  # type: ignore[type-var]
+
+
+def convert_cursor(
+    value: CursorValue, source: CursorType, target: CursorType, timezone: str
+) -> CursorValue:
+    """A stored cursor of one type as the value of another that reads no less than it did.
+
+    When a column's type changes (`timestamp` to `timestamptz`, `integer` to `numeric`), the
+    stored cursor must keep its meaning: a `timestamp` is wall-clock time in the table's
+    `timezone`, and where a value has no exact equivalent (a fraction in an integer, a wall-clock
+    time in a daylight saving gap) the lower one is taken: reading a little more is safe, less is
+    not. Between text and any other type there is no such value: CursorError.
+    """
+    if source is target:
+        return value
+    converter = _CONVERSIONS.get((source, target))
+    if converter is None:
+        raise CursorError(
+            f"a {source.value} cursor has no {target.value} equivalent that keeps its order."
+        )
+    return converter(value, timezone)
+
+
+def _to_instant(wall: datetime, timezone: str) -> datetime:
+    """The earliest instant a wall-clock time can mean in `timezone` (a gap or a repeat: both)."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(timezone)
+    return min(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
+
+
+def _to_wall(instant: datetime, timezone: str) -> datetime:
+    from zoneinfo import ZoneInfo
+
+    return instant.astimezone(ZoneInfo(timezone)).replace(tzinfo=None)
+
+
+def _wall(value: CursorValue, timezone: str) -> datetime:
+    """A date, a timestamp or a timestamptz as wall-clock time in `timezone`."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is None else _to_wall(value, timezone)
+    assert isinstance(value, date)
+    return datetime(value.year, value.month, value.day)
+
+
+def _to_decimal(value: CursorValue, _: str) -> CursorValue:
+    assert isinstance(value, int)
+    return Decimal(value)
+
+
+def _to_integer(value: CursorValue, _: str) -> CursorValue:
+    assert isinstance(value, Decimal)
+    return int(value.to_integral_value(rounding=ROUND_FLOOR))
+
+
+def _to_timestamp(value: CursorValue, timezone: str) -> CursorValue:
+    return _wall(value, timezone)
+
+
+def _to_timestamptz(value: CursorValue, timezone: str) -> CursorValue:
+    return _to_instant(_wall(value, timezone), timezone)
+
+
+def _to_date(value: CursorValue, timezone: str) -> CursorValue:
+    return _wall(value, timezone).date()
+
+
+_TEMPORAL = (CursorType.DATE, CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ)
+_TO_TEMPORAL = {
+    CursorType.DATE: _to_date,
+    CursorType.TIMESTAMP: _to_timestamp,
+    CursorType.TIMESTAMPTZ: _to_timestamptz,
+}
+_CONVERSIONS: dict[tuple[CursorType, CursorType], Callable[[CursorValue, str], CursorValue]] = {
+    (CursorType.INTEGER, CursorType.DECIMAL): _to_decimal,
+    (CursorType.DECIMAL, CursorType.INTEGER): _to_integer,
+    **{(a, b): _TO_TEMPORAL[b] for a in _TEMPORAL for b in _TEMPORAL if a is not b},
+}

@@ -17,7 +17,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.config import lookback_for
-from incremental_assets.cursor import CursorType, CursorValue, format_cursor, later_of, parse_cursor
+from incremental_assets.cursor import (
+    CursorType,
+    CursorValue,
+    convert_cursor,
+    format_cursor,
+    later_of,
+    parse_cursor,
+)
 from incremental_assets.errors import ConfigError, CursorError, IncrementalAssetsError, WriteError
 from incremental_assets.pause_points import pause_point
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
@@ -207,8 +214,7 @@ def plan_window(
     )
     _check_null_cursors(table, cursor, bounds)
     include_nulls = table.null_cursor == "include"
-    # A snapshot is the whole table: the caps only bound the cursor it records.
-    read_upper = bounds.newest if replace_all else bounds.upper
+    read_upper = bounds.newest if _whole_snapshot(table, lake, replace_all) else bounds.upper
     window = Window(
         cursor.column,
         cursor.type,
@@ -221,6 +227,17 @@ def plan_window(
         cursor, previous, replace_all, window, bounds, partitioning, None, {}, tuple(warnings)
     )
     return _with_new_cursor(table, plan)
+
+
+def _whole_snapshot(table: TableSpec, lake: LakeTable, replace_all: bool) -> bool:
+    """Whether the read takes every row, whatever the caps say (they still bound the cursor).
+
+    A snapshot that replaces what the lake holds (every run of a full_refresh table; a full
+    refresh or a `cursor reset` of a loaded table) must hold the whole table: a row the caps held
+    back would be gone from the lake until the next run, or for good if it keeps changing. A first
+    load into an empty lake may leave such rows for the next run, as an incremental run does.
+    """
+    return replace_all and (table.mode is Mode.FULL_REFRESH or bool(lake.data_files()))
 
 
 def plan_backfill(
@@ -337,11 +354,21 @@ def read_previous_cursor(
             f"'{stored.cursor_column}', but the table now uses '{cursor.column}'. Run a full refresh "
             "(asset config full_refresh: true) to load from the new column."
         )
+    stored_type = stored.cursor_type or cursor.type
     try:
-        return parse_cursor(cursor.type, stored.cursor)
+        value = parse_cursor(stored_type, stored.cursor)
+        # A column whose type changed keeps its cursor's meaning (timestamp -> timestamptz, ...).
+        return convert_cursor(value, stored_type, cursor.type, table.timezone)
     except CursorError as exc:
         if full_refresh:
             return None
+        if stored_type is not cursor.type:
+            raise CursorError(
+                f"Table '{table.name}', field 'cursor': the column '{cursor.column}' was "
+                f"{stored_type.value} when run {stored.run_id} recorded the cursor {stored.cursor!r}, "
+                f"and is {cursor.type.value} now: {exc} Fix: run a full refresh (asset config "
+                "full_refresh: true); the lake and the cursor are left as they are until it succeeds."
+            ) from None
         raise CursorError(
             f"Table '{table.name}': the stored cursor {stored.cursor!r} (metadata key `cursor` of run "
             f"{stored.run_id}) can't be read as the {cursor.type.value} column '{cursor.column}': "

@@ -31,7 +31,7 @@ from incremental_assets.writers.base import (
     rewrite_to_schema,
     write_parquet,
 )
-from incremental_assets.writers.lake import batch_group
+from incremental_assets.writers.lake import COLUMNS, batch_group
 from incremental_assets.writers.schema import ColumnHistory
 
 _SUBDIR = "data"
@@ -70,8 +70,7 @@ class AppendWriter:
             plan.txn,
             adds + evolved,
             [f.name for f in replaced] + rewritten,
-            plan.snapshot_batch,
-            _column_history(plan),
+            {**plan.records(), **_column_history(plan)},
         )
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
@@ -84,13 +83,14 @@ class AppendWriter:
         )
 
 
-def _column_history(plan: WritePlan) -> dict[str, object] | None:
+def _column_history(plan: WritePlan) -> dict[str, object]:
     """The lake's `_columns` record after this commit, when it changes."""
     if plan.schema is None:
-        return None
-    before = ColumnHistory() if plan.replace_all else ColumnHistory.from_record(plan.lake.columns())
+        return {}
+    lake = ColumnHistory.from_record(plan.lake.record(COLUMNS))
+    before = ColumnHistory() if plan.replace_all else lake
     after = before.after(plan.schema, plan.batch)
-    return after.to_record() if plan.replace_all or after != before else None
+    return {COLUMNS: after.to_record()} if plan.replace_all or after != before else {}
 
 
 def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
@@ -118,7 +118,7 @@ def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
 def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: int) -> list[str]:
     if plan.schema is None or plan.schema.lake is None:
         return [c for c in frame.columns if c != BATCH_COLUMN]
-    history = ColumnHistory.from_record(plan.lake.columns())
+    history = ColumnHistory.from_record(plan.lake.record(COLUMNS))
     return history.comparable(plan.schema, earliest_batch)
 
 

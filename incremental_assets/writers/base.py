@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import BucketScheme, DataFile, LakeTable
+from incremental_assets.writers.lake import SNAPSHOT, BucketScheme, DataFile, LakeTable
 from incremental_assets.writers.schema import SchemaChange, conform
 
 BATCH_COLUMN = "_batch"
@@ -41,10 +41,13 @@ class WritePlan:
     # read over JDBC), so a version read now beats the lake's instead of the higher cursor winning.
     delta_beats_lake: bool = False
 
-    @property
-    def snapshot_batch(self) -> int | None:
-        """The batch number the lake records as its last full replacement, when this run is one."""
-        return self.batch if self.replace_all else None
+    def records(self) -> dict[str, Any]:
+        """The lake records every commit of this plan writes: `_snapshot` when it replaces the table.
+
+        The lake remembers the batch of its last replacement, so a rerun that doesn't know the
+        replacing run finished can tell.
+        """
+        return {SNAPSHOT: {"batch": self.batch, "txn": self.txn}} if self.replace_all else {}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Layout of `<lake>/<table>/`:
     _journal/<txn>.json              a commit in progress: files to add, files to remove
     _snapshot                        the batch number of the last commit that replaced the table
     _columns                         append tables: since which batch each column is in the source
+    _key                             merge tables: the key columns the buckets hash
     _lock                            the writer lock (local file systems)
 
 Names starting with `_` are skipped by Spark and pyarrow readers, so the table always reads as one
@@ -54,6 +55,7 @@ STAGING = "_staging"
 JOURNAL = "_journal"
 SNAPSHOT = "_snapshot"
 COLUMNS = "_columns"
+KEY = "_key"
 LOCK = "_lock"
 
 
@@ -178,23 +180,14 @@ class LakeTable:
         txn: str,
         adds: list[tuple[str, str]],
         removes: list[str],
-        snapshot_batch: int | None = None,
-        columns: Mapping[str, Any] | None = None,
+        records: Mapping[str, Any] | None = None,
     ) -> None:
         """Atomically (by roll-forward) add staged files and remove replaced ones.
 
-        `adds` pairs a path relative to `_staging/<txn>/` with a final file name. `snapshot_batch`
-        is the run's batch number when the commit replaces the whole table: the lake remembers it,
-        so a rerun that doesn't know the replacing run finished can tell. `columns`, when given,
-        replaces the `_columns` record in the same commit.
+        `adds` pairs a path relative to `_staging/<txn>/` with a final file name. `records` replace
+        the lake's small JSON records (`_snapshot`, `_columns`, `_key`) in the same commit.
         """
-        journal = {
-            "txn": txn,
-            "adds": adds,
-            "removes": removes,
-            "snapshot_batch": snapshot_batch,
-            "columns": columns,
-        }
+        journal = {"txn": txn, "adds": adds, "removes": removes, "records": dict(records or {})}
         self._sync_staged(txn, [staged for staged, _ in adds])
         self.fs.create_dir(self._join(JOURNAL), recursive=True)
         self._write_durably(self._join(JOURNAL, f"{txn}.json"), json.dumps(journal).encode())
@@ -235,14 +228,11 @@ class LakeTable:
 
     def snapshot_batch(self) -> int | None:
         """The batch number of the last commit that replaced the whole table, if known."""
-        marker = self._read_json(SNAPSHOT)
+        marker = self.record(SNAPSHOT)
         return None if marker is None else int(marker["batch"])
 
-    def columns(self) -> dict[str, Any] | None:
-        """The `_columns` record the last commit that wrote one left, if any."""
-        return self._read_json(COLUMNS)
-
-    def _read_json(self, name: str) -> Any:
+    def record(self, name: str) -> Any:
+        """The JSON record `name` (`_snapshot`, `_columns`, `_key`) the last commit left, if any."""
         path = self._join(name)
         if not self._is_file(path):
             return None
@@ -254,11 +244,11 @@ class LakeTable:
 
     def _apply(self, journal: Mapping[str, Any]) -> None:
         txn = str(journal["txn"])
-        if journal.get("snapshot_batch") is not None:
-            marker = {"batch": journal["snapshot_batch"], "txn": txn}
-            self._write_durably(self._join(SNAPSHOT), json.dumps(marker).encode())
-        if journal.get("columns") is not None:
-            self._write_durably(self._join(COLUMNS), json.dumps(journal["columns"]).encode())
+        records = dict(journal.get("records") or {})
+        if journal.get("snapshot_batch") is not None:  # a journal written before `records`
+            records[SNAPSHOT] = {"batch": journal["snapshot_batch"], "txn": txn}
+        for name, content in records.items():
+            self._write_durably(self._join(name), json.dumps(content).encode())
         for staged, final in journal["adds"]:
             source = self._join(STAGING, txn, staged)
             if self._is_file(source):

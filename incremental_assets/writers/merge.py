@@ -37,7 +37,7 @@ from incremental_assets.writers.base import (
     rewrite_to_schema,
     write_parquet,
 )
-from incremental_assets.writers.lake import BucketScheme, DataFile
+from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 # Up to this many re-read rows are compared with the lake; more mark their buckets touched.
@@ -135,7 +135,7 @@ class MergeWriter:
             plan.txn,
             adds + evolved,
             [f.name for f in replaced] + rewritten_files,
-            plan.snapshot_batch,
+            {**plan.records(), KEY: {"columns": list(plan.primary_key)}},
         )
         merge = MergeCounts(
             observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
@@ -230,11 +230,15 @@ def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
     """Whether this commit rewrites the whole table rather than the buckets the delta touches.
 
     A full refresh does; so does a merge into a lake with no bucket yet (a table whose every key
-    was deleted: each delta row is new there), and one where a key column's type widens, since a
-    key's bucket is a hash of its typed value (`decimal(12,0)` and `decimal(20,0)` hash apart):
-    every lake row is bucketed again with the new type in the same commit.
+    was deleted: each delta row is new there), and one whose key changed: its columns (the lake
+    records them in `_key`), or a column's type, since a key's bucket is a hash of its typed value
+    (`decimal(12,0)` and `decimal(20,0)` hash apart). Every lake row is then bucketed again by the
+    new key in the same commit.
     """
     if plan.replace_all or scheme_of(existing) is None:
+        return True
+    recorded = plan.lake.record(KEY)
+    if recorded is not None and recorded["columns"] != list(plan.primary_key):
         return True
     widened = plan.schema.widened if plan.schema is not None else ()
     return any(name in plan.primary_key for name, _, _ in widened)

@@ -69,6 +69,7 @@ def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
 
 
 @pytest.mark.parametrize("held_by", ["an_open_transaction", "safety_lag"])
+@pytest.mark.parametrize("snapshot", ["full_refresh_mode", "full_refresh_of_a_merge_table"])
 def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
     tmp_path: Path,
     pg: Schema,
@@ -76,21 +77,27 @@ def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     held_by: str,
+    snapshot: str,
 ) -> None:
     pg.execute(
         "CREATE TABLE items (id int PRIMARY KEY, v text, at timestamptz NOT NULL)",
         "INSERT INTO items SELECT i, 'old', now() - INTERVAL '1 day' FROM generate_series(1, 100) i",
     )
-    options: dict[str, Any] = {"mode": "full_refresh", "cursor": "at"}
+    options: dict[str, Any] = {"cursor": "at"}
+    if snapshot == "full_refresh_mode":
+        options["mode"] = "full_refresh"
+    else:
+        options |= {"mode": "merge", "primary_key": ["id"]}
     if held_by == "safety_lag":
         options["safety_lag"] = "1h"
     project = _project(tmp_path, pg, **options)
+    assert materialize(project, "items", instance, spark_resource).success
     other = postgres.connect(autocommit=False)
     other.execute("SELECT txid_current()")  # a transaction is open from here on
     pg.execute("UPDATE items SET v = 'new', at = clock_timestamp() WHERE id <= 10")
 
     try:
-        run = materialize(project, "items", instance, spark_resource)
+        run = materialize(project, "items", instance, spark_resource, full_refresh=True)
     finally:
         other.rollback()
         other.close()
@@ -201,3 +208,34 @@ def test_rows_read_again_after_a_column_change_land_once_without_a_key(
     expected = _source(pg, ["sku", "qty", "at"])
     assert _lake(tmp_path, ["sku", "qty", "at"]) == expected
     assert runs[-1].metadata["dagster/row_count"] == len(expected)
+
+
+def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Buckets hash the key: after `primary_key: [id]` becomes `[id, part]` they must follow."""
+    # A text key: its buckets are hashes (an integer key's are ranges of its first column).
+    pg.execute(
+        "CREATE TABLE items (id text, part int, v text, at int NOT NULL, PRIMARY KEY (id, part))",
+        "INSERT INTO items SELECT i::text, 0, 'v1', i FROM generate_series(1, 300) i",
+    )
+    options = {"mode": "merge", "cursor": "at", "buckets": 64}
+    assert materialize(
+        _project(tmp_path, pg, primary_key=["id"], **options), "items", instance, spark_resource
+    ).success
+    project = _project(tmp_path, pg, primary_key=["id", "part"], **options)
+    pg.execute("UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0")
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute(
+        "INSERT INTO items SELECT id, 1, 'other part', at + 2000 FROM items WHERE at % 60 = 0",
+        "UPDATE items SET v = 'v3', at = at + 3000 WHERE at % 70 = 3",
+    )
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert _lake(tmp_path, ["id", "part", "v"]) == _source(pg, ["id", "part", "v"])
+    assert run.metadata["dagster/row_count"] == 305
