@@ -7,6 +7,7 @@ import pytest
 
 from incremental_assets.cursor import (
     CursorType,
+    convert_cursor,
     cursor_type_from_name,
     decode_wire,
     format_cursor,
@@ -189,3 +190,51 @@ def test_unknown_type_names_list_the_allowed_ones() -> None:
         CursorError, match="use one of integer, decimal, date, timestamp, timestamptz, string"
     ):
         cursor_type_from_name("float")
+
+
+T, TZ, D = CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ, CursorType.DATE
+CONVERSIONS = [
+    (CursorType.INTEGER, CursorType.DECIMAL, 7, Decimal(7)),
+    (CursorType.DECIMAL, CursorType.INTEGER, Decimal("7.9"), 7),
+    (CursorType.DECIMAL, CursorType.INTEGER, Decimal("-7.1"), -8),  # floor: read a little more
+    (
+        T,
+        TZ,
+        datetime(2025, 1, 15, 11, 0),
+        datetime(2025, 1, 15, 10, 0, tzinfo=UTC),
+    ),  # Paris, winter
+    (TZ, T, datetime(2025, 7, 15, 10, 0, tzinfo=UTC), datetime(2025, 7, 15, 12, 0)),  # summer
+    # 02:30 on 2025-03-30 doesn't exist in Paris: the earlier of the two readings, 00:30 UTC.
+    (T, TZ, datetime(2025, 3, 30, 2, 30), datetime(2025, 3, 30, 0, 30, tzinfo=UTC)),
+    # 02:30 on 2025-10-26 happens twice in Paris: the first time, 00:30 UTC.
+    (T, TZ, datetime(2025, 10, 26, 2, 30), datetime(2025, 10, 26, 0, 30, tzinfo=UTC)),
+    (D, T, date(2025, 1, 15), datetime(2025, 1, 15)),
+    (D, TZ, date(2025, 1, 15), datetime(2025, 1, 14, 23, 0, tzinfo=UTC)),
+    (T, D, datetime(2025, 1, 15, 23, 59), date(2025, 1, 15)),
+    (TZ, D, datetime(2025, 1, 15, 23, 30, tzinfo=UTC), date(2025, 1, 16)),  # already the 16th
+]
+
+
+@pytest.mark.parametrize(("source", "target", "value", "expected"), CONVERSIONS)
+def test_a_cursor_keeps_its_meaning_when_its_columns_type_changes(
+    source: CursorType, target: CursorType, value: object, expected: object
+) -> None:
+    assert convert_cursor(value, source, target, "Europe/Paris") == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (CursorType.STRING, CursorType.INTEGER),
+        (CursorType.INTEGER, CursorType.STRING),
+        (D, CursorType.INTEGER),
+    ],
+)
+def test_a_cursor_without_an_equivalent_in_the_new_type_is_refused(
+    source: CursorType, target: CursorType
+) -> None:
+    value = parse_cursor(source, "2025-01-01" if source is D else "5")
+    with pytest.raises(
+        CursorError, match=f"a {source.value} cursor has no {target.value} equivalent"
+    ):
+        convert_cursor(value, source, target, "UTC")
