@@ -28,11 +28,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
+from incremental_assets.config import Mode, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.spec import Mode, TableSpec
 from incremental_assets.window import Window
 from incremental_assets.writers.lake import LakeTable
 from incremental_assets.writers.merge import soft_deleted

@@ -29,13 +29,12 @@ from typing import Any
 
 import dagster as dg
 
-from incremental_assets.config import load_project
+from incremental_assets.config import Project, TableSpec, load_project
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, IncrementalAssetsError, InstanceError
 from incremental_assets.factory import op_name_for
 from incremental_assets.load import check_backfill_window
 from incremental_assets.results import StoredState
-from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import (
     CURSOR,
     CURSOR_ACTION,

@@ -7,13 +7,12 @@ from types import TracebackType
 
 import dagster as dg
 
-from incremental_assets.config import load_project
+from incremental_assets.config import Project, load_project
 from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
 from incremental_assets.sensors import build_sensors
-from incremental_assets.spec import Project
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 ALL_TABLES_JOB = "incremental_assets_all"

@@ -1,18 +1,72 @@
-"""One small exception hierarchy, grouped by the phase that failed.
+"""One small exception hierarchy, grouped by the phase that failed; each error keeps its data.
 
-Every message is meant for the person running the load: it names the table, the field or
-value involved, and what to do next. Nothing here carries a traceback worth reading.
+Every message is meant for the person running the load: it names the table, the field or value
+involved, and what to do next. Nothing here carries a traceback worth reading. A configuration
+error keeps its list of `Problem`s; an error about one table keeps its `TableProblem`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a configuration: the place (`table 'orders'`, `lake`), the field, what."""
+
+    where: str
+    field: str
+    message: str
+
+    def render(self) -> str:
+        place = f"{self.where}, field '{self.field}'" if self.field else self.where
+        return f"{place}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TableProblem:
+    """What stops one table: the setting or column involved, what is wrong, and the fix."""
+
+    table: str
+    message: str
+    field: str | None = None
+    fix: str | None = None
+
+    def render(self) -> str:
+        place = f"Table '{self.table}'" + (f", field '{self.field}'" if self.field else "")
+        text = f"{place}: {self.message}"
+        return f"{text} Fix: {self.fix}" if self.fix else text
 
 
 class IncrementalAssetsError(Exception):
     """Base class for every error this package raises on purpose."""
 
+    def __init__(self, message: str | TableProblem) -> None:
+        self.problem = message if isinstance(message, TableProblem) else None
+        super().__init__(message.render() if isinstance(message, TableProblem) else message)
+
 
 class ConfigError(IncrementalAssetsError):
-    """The YAML configuration, or a table's settings checked against its source, is wrong."""
+    """The configuration, or a table's settings checked against its source, is wrong."""
+
+    def __init__(
+        self,
+        message: str | TableProblem = "",
+        *,
+        problems: Sequence[Problem] = (),
+        file: str | Path | None = None,
+    ) -> None:
+        self.problems = tuple(problems)
+        super().__init__(render_problems(file, self.problems) if self.problems else message)
+
+
+def render_problems(file: str | Path | None, problems: Sequence[Problem]) -> str:
+    count = f"{len(problems)} problem" + ("s" if len(problems) != 1 else "")
+    lines = [f"Invalid configuration in {file} ({count}):"]
+    lines += [f"  - {p.render()}" for p in problems]
+    return "\n".join(lines)
 
 
 class CursorError(IncrementalAssetsError):

@@ -13,6 +13,7 @@ import dagster as dg
 from pydantic import Field
 
 from incremental_assets import checks
+from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
 from incremental_assets.load import LoadRequest, check_backfill_window, run_incremental_load
@@ -20,7 +21,6 @@ from incremental_assets.pause_points import pause_point
 from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
-from incremental_assets.spec import Project, TableSpec
 from incremental_assets.state import metadata_for, read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets.writers.lake import LakeTable

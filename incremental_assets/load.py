@@ -16,7 +16,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from incremental_assets.config import lookback_for
+from incremental_assets.config import LakeSpec, Mode, TableSpec
+from incremental_assets.config.rules import check_cursor_rules, lookback_value, start_value
 from incremental_assets.cursor import (
     CursorType,
     CursorValue,
@@ -40,10 +41,8 @@ from incremental_assets.sources.base import (
     resolve_cursor,
 )
 from incremental_assets.sources.failures import root_messages, source_error
-from incremental_assets.spec import LakeSpec, Mode, TableSpec
 from incremental_assets.window import (
     SPARK_SQL,
-    Lookback,
     Window,
     lower_bound,
     render_window,
@@ -110,7 +109,7 @@ def run_incremental_load(
     source = open_source(spark, request.table)
     if request.table.mode is Mode.MERGE and not request.table.primary_key:
         key = _key_from_source(request.table, source)
-        request = replace(request, table=replace(request.table, primary_key=key))
+        request = replace(request, table=request.table.model_copy(update={"primary_key": key}))
         source = open_source(spark, request.table)
     table = request.table
     schema = source.schema()
@@ -141,7 +140,7 @@ def run_incremental_load(
         delete_column=table.delete_column,
         buckets=table.buckets,
         bucket_rows=table.bucket_rows,
-        compression=request.lake.compression,
+        compression=request.lake.codec,
         max_rows_per_file=request.lake.max_rows_per_file,
         boundary=_boundary(table, plan),
         schema=change,
@@ -184,12 +183,13 @@ def plan_window(
     if not replace_all:
         _check_lake_fits(table, lake, stored)
     previous = read_previous_cursor(table, stored, cursor, replace_all)
-    start = _start(table, cursor)
+    check_cursor_rules(table, cursor.type)
+    start = start_value(table, cursor.type)
     warnings: list[str] = []
     lower = (
         start
         if replace_all
-        else lower_bound(cursor.type, previous, start, _lookback(table, cursor))
+        else lower_bound(cursor.type, previous, start, lookback_value(table, cursor.type))
     )
     if cursor.type is CursorType.TIMESTAMP and lower is not None and not replace_all:
         fold = repeated_hour_start(lower, table.timezone)  # type: ignore[arg-type]
@@ -199,7 +199,6 @@ def plan_window(
                 f"reading again from {format_cursor(cursor.type, fold)} to catch rows written in its second pass"
             )
             lower = fold
-    _check_safety_lag(table, cursor)
     partitioning = choose_partitioning(table, schema, cursor)
     bounds = source.freeze(
         FreezeRequest(
@@ -425,40 +424,6 @@ def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) ->
         raise ConfigError(
             f"Table '{table.name}', {name}: {exc} The cursor column '{column}' is a {kind.value}."
         ) from None
-
-
-def _cursor_value(table: TableSpec, cursor: Cursor, text: str, setting: str) -> CursorValue:
-    try:
-        return parse_cursor(cursor.type, text)
-    except CursorError as exc:
-        raise ConfigError(
-            f"Table '{table.name}', field '{setting}': {exc} The cursor column '{cursor.column}' is "
-            f"{cursor.type.value}."
-        ) from None
-
-
-def _start(table: TableSpec, cursor: Cursor) -> CursorValue | None:
-    return None if table.start is None else _cursor_value(table, cursor, table.start, "start")
-
-
-def _lookback(table: TableSpec, cursor: Cursor) -> Lookback | None:
-    if table.lookback is None:
-        return None
-    try:
-        return lookback_for(cursor.type, table.lookback)
-    except ValueError as exc:
-        raise ConfigError(
-            f"Table '{table.name}', field 'lookback': the cursor '{cursor.column}' is "
-            f"{cursor.type.value}, and {exc}."
-        ) from None
-
-
-def _check_safety_lag(table: TableSpec, cursor: Cursor) -> None:
-    if table.safety_lag is not None and not cursor.type.is_temporal:
-        raise ConfigError(
-            f"Table '{table.name}', field 'safety_lag': the cursor '{cursor.column}' is "
-            f"{cursor.type.value}; a lag only applies to date and timestamp cursors. Remove it."
-        )
 
 
 def _check_null_cursors(table: TableSpec, cursor: Cursor, bounds: Bounds) -> None:

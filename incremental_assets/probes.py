@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlparse
 import psycopg
 import pyarrow.fs as pafs
 
+from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
@@ -30,7 +31,6 @@ from incremental_assets.sources.postgres import (
     newest_sql,
     relation_of,
 )
-from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES
 from incremental_assets.writers.lake import arrow_uri
 

@@ -15,7 +15,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
-from incremental_assets.spec import SparkSpec
+from incremental_assets.config import SparkSpec
 
 # Defaults that make the lake exact and quiet; the `spark.conf` section overrides any of them.
 SPARK_DEFAULTS = {

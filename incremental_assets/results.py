@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue
-from incremental_assets.spec import Mode
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from incremental_assets.spec import Project
+from incremental_assets.config import Project
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from incremental_assets.config import FilesSourceSpec, Project, TableSpec
 from incremental_assets.probes import probe_source
-from incremental_assets.spec import FilesSourceSpec, Project, TableSpec
 from incremental_assets.state import (
     CURSOR_ACTION,
     StateRecords,

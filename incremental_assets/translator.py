@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from incremental_assets.spec import JdbcSourceSpec, LakeSpec, Mode, TableSpec
+from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
 
 
 class IncrementalAssetsTranslator:

@@ -9,9 +9,8 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
+from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE, SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import SparkSpec
 from incremental_assets_tests.engines import connect_server
 from incremental_assets_tests.harness import Schema, fresh_schema
 from incremental_assets_tests.postgres import PostgresServer, postgres_server

@@ -17,10 +17,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import yaml
 
-from incremental_assets.config import load_project
+from incremental_assets.config import Project, load_project
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import Project
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.postgres import PostgresServer
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType
 from incremental_assets.results import LoadResult, MergeCounts
-from incremental_assets.spec import Mode
 
 
 def load_result(**changes: object) -> LoadResult:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.sources.base import Source
 from incremental_assets.sources.files import FilesSource
 from incremental_assets.sources.jdbc import JdbcSource
-from incremental_assets.spec import JdbcSourceSpec, TableSpec
 
 
 def open_source(spark: SparkSession, table: TableSpec) -> Source:

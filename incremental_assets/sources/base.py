@@ -12,9 +12,9 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from incremental_assets.config import TableSpec
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
 from incremental_assets.errors import ConfigError, CursorError
-from incremental_assets.spec import TableSpec
 from incremental_assets.window import Dialect, Window
 
 _CURSOR_TYPES: dict[type[T.DataType], CursorType] = {

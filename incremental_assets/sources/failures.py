@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.errors import IncrementalAssetsError, SourceError
-from incremental_assets.spec import JdbcSourceSpec, TableSpec
 
 _SPARK_NOISE = re.compile(r"^(An error occurred while calling [^\n]*\n: )?")
 

@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.config import FilesSourceSpec, TableSpec
 from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
     Bounds,
@@ -22,7 +23,6 @@ from incremental_assets.sources.base import (
     selected,
 )
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.spec import FilesSourceSpec, TableSpec
 from incremental_assets.window import SPARK_SQL, Dialect, Window, local_clock, render_window
 
 _FORMAT_DEFAULTS = {"csv": {"header": "true"}}

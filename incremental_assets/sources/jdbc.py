@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
@@ -48,7 +49,6 @@ from incremental_assets.sources.postgres import (
     bounds_sql,
     relation_of,
 )
-from incremental_assets.spec import JdbcSourceSpec, TableSpec
 from incremental_assets.window import POSTGRES, Dialect, Window, render_window, sql_string
 
 

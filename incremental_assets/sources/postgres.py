@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from incremental_assets.config import TableSpec
 from incremental_assets.cursor import EPOCH_UTC, CursorType, format_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.sources.base import (
@@ -31,7 +32,6 @@ from incremental_assets.sources.base import (
     freeze_window,
     join_conditions,
 )
-from incremental_assets.spec import TableSpec
 from incremental_assets.window import POSTGRES, render_window
 
 APPLICATION_NAME = "incremental_assets"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.spec import Mode
+from incremental_assets.config import Mode
 from incremental_assets.writers.append import AppendWriter
 from incremental_assets.writers.base import Writer
 from incremental_assets.writers.merge import MergeWriter

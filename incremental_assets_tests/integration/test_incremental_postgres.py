@@ -10,8 +10,8 @@ import dagster as dg
 import pyarrow.compute as pc
 import pytest
 
+from incremental_assets.config import Project
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import Project
 from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.harness import (
     Schema,

@@ -7,17 +7,17 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from incremental_assets.config import CursorSpec, FilesSourceSpec, Mode, TableSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.files import FilesSource
-from incremental_assets.spec import CursorSpec, FilesSourceSpec, Mode, TableSpec
 from incremental_assets.window import Window
 
 
 def _source(spark: SparkSession, root: Path) -> FilesSource:
     spec = FilesSourceSpec(name="landing", path=str(root), format="parquet")
     table = TableSpec(
-        name="events", source=spec, mode=Mode.APPEND, table="events", cursor=CursorSpec("at")
+        name="events", source=spec, mode=Mode.APPEND, table="events", cursor=CursorSpec(column="at")
     )
     return FilesSource(spark, table)
 

@@ -11,14 +11,16 @@ import yaml
 
 from incremental_assets.config import (
     POSTGRES_PACKAGE,
+    FilesSourceSpec,
+    JdbcSourceSpec,
+    Mode,
     expand_shorthand,
     load_project,
-    lookback_for,
     parse_duration,
 )
+from incremental_assets.config.rules import lookback_for
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import ConfigError
-from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec, Mode
 
 VALID: dict[str, Any] = {
     "spark": {"master": "local[2]", "conf": {"spark.sql.session.timeZone": "UTC"}},

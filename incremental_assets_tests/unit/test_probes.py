@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec
 from incremental_assets.probes import connect_args, source_files
-from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,9 @@ from incremental_assets.spec import FilesSourceSpec, JdbcSourceSpec
 def test_jdbc_parameters_become_libpq_ones(
     query: str, properties: dict[str, str], expected: dict[str, str]
 ) -> None:
-    source = JdbcSourceSpec("shop", f"jdbc:postgresql://db:6432/shop{query}", properties=properties)
+    source = JdbcSourceSpec(
+        name="shop", url=f"jdbc:postgresql://db:6432/shop{query}", properties=properties
+    )
     args = connect_args(source)
     assert (args["host"], args["port"], args["dbname"]) == ("db", "6432", "shop")
     defaults = {"connect_timeout": "10", "application_name": "incremental_assets"}
@@ -73,5 +75,5 @@ def test_a_table_reads_the_files_spark_would(
     ]:
         (orders / name).parent.mkdir(parents=True, exist_ok=True)
         (orders / name).write_text("x")
-    files = source_files(FilesSourceSpec("drop", str(tmp_path)), table)
+    files = source_files(FilesSourceSpec(name="drop", path=str(tmp_path)), table)
     assert sorted(str(Path(f.path).relative_to(orders)) for f in files) == expected

@@ -7,8 +7,8 @@ import dagster as dg
 import pytest
 
 from incremental_assets import state
+from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType
-from incremental_assets.spec import Mode
 from incremental_assets.state import (
     metadata_for,
     read_state_records,

@@ -1,0 +1,54 @@
+"""The configuration: `incremental_assets.yaml` (or a component's attributes) -> a validated `Project`.
+
+    loading.py   find and read the file, validate every section, report every problem at once
+    env.py       `${VAR}` substitution
+    shorthand.py LakeXpress's one-line table entries
+    problems.py  pydantic's errors in the configuration's own words
+    models.py    the frozen models the rest of the package works with
+    rules.py     the rules a table's settings follow together, at load and at run time
+    durations.py `30s`, `5m`, `2h`
+"""
+
+from incremental_assets.config.durations import parse_duration
+from incremental_assets.config.loading import (
+    CONFIG_ENV,
+    config_path,
+    load_project,
+    project_from_mapping,
+)
+from incremental_assets.config.models import (
+    POSTGRES_EXCLUDES,
+    POSTGRES_PACKAGE,
+    CursorSpec,
+    FilesSourceSpec,
+    JdbcSourceSpec,
+    LakeSpec,
+    Mode,
+    Project,
+    SensorSpec,
+    SourceSpec,
+    SparkSpec,
+    TableSpec,
+)
+from incremental_assets.config.shorthand import expand_shorthand
+
+__all__ = [
+    "CONFIG_ENV",
+    "POSTGRES_EXCLUDES",
+    "POSTGRES_PACKAGE",
+    "CursorSpec",
+    "FilesSourceSpec",
+    "JdbcSourceSpec",
+    "LakeSpec",
+    "Mode",
+    "Project",
+    "SensorSpec",
+    "SourceSpec",
+    "SparkSpec",
+    "TableSpec",
+    "config_path",
+    "expand_shorthand",
+    "load_project",
+    "parse_duration",
+    "project_from_mapping",
+]

@@ -1,0 +1,410 @@
+"""The validated project: frozen pydantic models that parse their own values.
+
+What the YAML says is validated and resolved in one step, so the rest of the package works with
+these models directly: durations are `timedelta`s, paths are absolute, a table's `source` is the
+source's model, literals stay literals. The loader (`loading.py`) passes what a model can't know
+on its own through the validation context: the configuration file's folder (`base`), the
+validated sources (`sources`), the project's `key_prefix`, and the JDBC drivers the sources need
+(`drivers`). Rules that need the cursor's type live in `rules.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from incremental_assets.config.durations import DURATION, parse_duration
+from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_decimal
+from incremental_assets.errors import CursorError
+
+POSTGRES_PACKAGE = "org.postgresql:postgresql:42.7.13"
+# pgjdbc's optional checker-qual dependency is not in every offline Maven cache.
+POSTGRES_EXCLUDES = "org.checkerframework:checker-qual"
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _duration(value: object) -> object:
+    return value if isinstance(value, timedelta) else parse_duration(str(value))
+
+
+def _cron(value: str) -> str:
+    from dagster._utils.schedules import is_valid_cron_string
+
+    if not is_valid_cron_string(value):
+        raise ValueError(f"'{value}' is not a cron expression such as '0 */2 * * *'")
+    return value
+
+
+def _text(value: object) -> object:
+    """An option value as Spark takes it: `true`, not `True`."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, int | float | Decimal) else value
+
+
+def _absolute(path: str, info: ValidationInfo) -> str:
+    """A path relative to the configuration file's folder; URIs (s3a://, hdfs://) as they are."""
+    if len(urlparse(path).scheme) > 1:  # one letter would be a Windows drive
+        return path.rstrip("/")
+    base = (info.context or {}).get("base")
+    return path if base is None else str((Path(base) / path).resolve())
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+Cron = Annotated[str, AfterValidator(_cron)]
+OptionText = Annotated[str, BeforeValidator(_text)]
+
+
+class Mode(StrEnum):
+    APPEND = "append"
+    MERGE = "merge"
+    FULL_REFRESH = "full_refresh"
+
+
+class SparkSpec(_Model):
+    master: str = Field("local[*]", description="Any Spark master URL.")
+    app_name: str = Field("incremental_assets", description="spark.app.name")
+    conf: dict[str, OptionText] = Field(
+        default_factory=dict,
+        description="Spark configuration, passed as is; the drivers in `packages` are added.",
+    )
+    packages: tuple[str, ...] = Field(
+        (),
+        description="Maven coordinates for spark.jars.packages (JDBC drivers). The PostgreSQL "
+        "driver is added when a jdbc:postgresql source exists.",
+    )
+    remote: str | None = Field(
+        None,
+        description="A Spark Connect server, sc://host:15002. The server holds the JDBC driver; "
+        "master and packages then describe the server, not this process.",
+    )
+
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sc://"):
+            raise ValueError(f"'{value}' is not a Spark Connect URL; write sc://host:15002")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _with_drivers(cls, data: Any, info: ValidationInfo) -> Any:
+        """Add the sources' JDBC drivers to `packages`, and `packages` to `conf`."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("conf", {}), Mapping):
+            return data
+        packages = list(data.get("packages") or [])
+        drivers = (info.context or {}).get("drivers", ())
+        packages += [d for d in drivers if not any(p.split(":")[:2] == d.split(":")[:2] for p in packages)]
+        conf = dict(data.get("conf") or {})
+        if packages:
+            conf["spark.jars.packages"] = ",".join(map(str, packages))
+        if any(str(p).startswith("org.postgresql:") for p in packages):
+            excludes = [e for e in str(conf.get("spark.jars.excludes", "")).split(",") if e]
+            conf["spark.jars.excludes"] = ",".join(dict.fromkeys([*excludes, POSTGRES_EXCLUDES]))
+        conf.setdefault("spark.sql.session.timeZone", "UTC")
+        return {**data, "packages": packages, "conf": conf}
+
+
+class LakeSpec(_Model):
+    path: str = Field(description="Root of the Parquet lake: a local path or a Hadoop URI.")
+    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    max_rows_per_file: int = Field(5_000_000, gt=0)
+    lock_timeout: Duration = Field(
+        timedelta(minutes=10), description="How long a second run waits for the table lock."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _resolved(cls, value: str, info: ValidationInfo) -> str:
+        return _absolute(value, info)
+
+    @property
+    def uri(self) -> str:
+        return self.path
+
+    @property
+    def codec(self) -> str:
+        """The compression as Spark's Parquet writer names it."""
+        return "uncompressed" if self.compression == "none" else self.compression
+
+    def table_uri(self, table_name: str) -> str:
+        return f"{self.uri.rstrip('/')}/{table_name}"
+
+
+class JdbcSourceSpec(_Model):
+    type: Literal["jdbc"] = "jdbc"
+    name: str
+    url: str = Field(description="jdbc:postgresql://host:port/database")
+    user: str | None = None
+    password: str | None = Field(None, repr=False)
+    driver: str = "org.postgresql.Driver"
+    properties: dict[str, str] = Field(default_factory=dict)
+    fetchsize: int = Field(10_000, gt=0)
+    max_partitions: int | None = Field(None, gt=0)
+    rows_per_partition: int = Field(250_000, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_only(cls, url: str) -> str:
+        if not url.startswith("jdbc:postgresql:"):
+            raise ValueError(
+                f"'{url}' is not a PostgreSQL JDBC URL; this version reads jdbc:postgresql:// "
+                "sources (write jdbc:postgresql://host:5432/database)"
+            )
+        return url
+
+    @property
+    def kind(self) -> str:
+        return "postgres"
+
+    @property
+    def driver_package(self) -> str:
+        """The Maven coordinates of the JDBC driver Spark needs for this source."""
+        return POSTGRES_PACKAGE
+
+    def redacted_url(self) -> str:
+        return self.url.split("?", 1)[0]
+
+
+class FilesSourceSpec(_Model):
+    type: Literal["files"] = "files"
+    name: str
+    path: str
+    format: Literal["parquet", "csv", "json"] = "parquet"
+    options: dict[str, OptionText] = Field(default_factory=dict)
+
+    @field_validator("path")
+    @classmethod
+    def _resolved(cls, value: str, info: ValidationInfo) -> str:
+        return _absolute(value, info)
+
+    @property
+    def kind(self) -> str:
+        return self.format
+
+
+SourceSpec = Annotated[JdbcSourceSpec | FilesSourceSpec, Field(discriminator="type")]
+
+
+class CursorSpec(_Model):
+    column: str
+    declared_type: CursorType | None = Field(None, alias="type")
+
+    @field_validator("declared_type", mode="before")
+    @classmethod
+    def _known_type(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return cursor_type_from_name(value)
+            except CursorError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+class SensorSpec(_Model):
+    interval: Duration = timedelta(minutes=5)
+    running: bool = True
+
+
+class ChecksSpec(_Model):
+    freshness: Duration | None = Field(
+        None, description="The cursor (or last success) may be at most this old."
+    )
+    reconcile_counts: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Merge tables: source and lake row counts may differ by this fraction.",
+    )
+
+
+AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'
+SENSOR_HINT = "use true (poll every 5m), or {interval: 1m}"
+
+
+class TableSpec(_Model):
+    """One table: the YAML entry, validated, with its source resolved and its values parsed."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    source: SourceSpec
+    mode: Mode
+    table: str | None = None
+    query: str | None = None
+    cursor: CursorSpec | None = None
+    primary_key: tuple[str, ...] = ()
+    start: str | None = None
+    # A duration (`5m`) for time cursors, else exact cursor units: int when whole, else Decimal.
+    lookback: str | int | Decimal | None = None
+    safety_lag: Duration | None = None
+    delete_column: str | None = None
+    schedule: Cron | None = None
+    timezone: str = "UTC"
+    description: str | None = None
+    schema_ddl: str | None = Field(None, alias="schema")
+    read_options: dict[str, OptionText] = Field(default_factory=dict, alias="options")
+    buckets: int = Field(16, gt=0, le=4096)
+    bucket_rows: int = Field(1_000_000, gt=0)
+    key_prefix: tuple[str, ...] = ()
+    null_cursor: Literal["error", "include", "exclude"] = "error"
+    future_tolerance: Duration = timedelta(0)
+    transaction_cap: bool = True
+    deletes: Literal["reconcile"] | None = None
+    reconcile_every: int = Field(1, ge=1)
+    sensor: SensorSpec = SensorSpec(running=False)
+    # `eager`, `on_missing`, or the cron string of `{on_cron: ...}`
+    automation: Literal["eager", "on_missing"] | str | None = None
+    checks: ChecksSpec = ChecksSpec()
+    columns: tuple[str, ...] | None = None
+    exclude_columns: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_from_context(cls, data: Any, info: ValidationInfo) -> Any:
+        """The project's key prefix, and the mode: merge when there is a primary key."""
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        context = info.context or {}
+        if "key_prefix" in context:
+            data.setdefault("key_prefix", context["key_prefix"])
+        if data.get("mode") is None:
+            data["mode"] = Mode.MERGE if data.get("primary_key") else Mode.APPEND
+        return data
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _named_source(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        sources: Mapping[str, object] = (info.context or {}).get("sources", {})
+        if value not in sources:
+            known = ", ".join(sorted(sources)) or "none valid"
+            raise ValueError(f"'{value}' is not a source (sources: {known})")
+        return sources[value]
+
+    @field_validator("cursor", mode="before")
+    @classmethod
+    def _column_only(cls, value: object) -> object:
+        return {"column": value} if isinstance(value, str) else value
+
+    @field_validator("primary_key", "exclude_columns", mode="before")
+    @classmethod
+    def _column_list(cls, value: object) -> object:
+        if value is None:
+            return ()
+        return (value,) if isinstance(value, str) else value
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _yaml_scalars_as_text(cls, value: Any) -> Any:
+        # YAML turns unquoted 2025-01-01 into a date and 1.50 into a number; keep the text form.
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, int | Decimal) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @field_validator("lookback", mode="before")
+    @classmethod
+    def _lookback(cls, value: Any) -> Any:
+        return None if value is None else _lookback_setting(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"'{value}' is not an IANA time zone such as UTC or Europe/Paris"
+            ) from None
+        return value
+
+    @field_validator("sensor", mode="before")
+    @classmethod
+    def _sensor_switch(cls, value: object) -> object:
+        """`sensor: true` polls every 5m; a mapping sets the interval; off unless given."""
+        if value is None or isinstance(value, bool):
+            return {"running": bool(value)}
+        return value
+
+    @field_validator("automation", mode="before")
+    @classmethod
+    def _automation(cls, value: object) -> object:
+        if isinstance(value, Mapping) and set(value) == {"on_cron"}:
+            return _cron(str(value["on_cron"]))
+        if value is None or value in ("eager", "on_missing"):
+            return value
+        raise ValueError(AUTOMATION_HINT)
+
+    @property
+    def asset_key_path(self) -> tuple[str, ...]:
+        return (*self.key_prefix, self.name)
+
+    @property
+    def source_object(self) -> str:
+        """What the table reads, for messages: `public.orders`, `its query`, or a file path."""
+        if self.query is not None:
+            return "its query"
+        return self.table or self.name
+
+    @property
+    def freshness(self) -> timedelta | None:
+        return self.checks.freshness
+
+    @property
+    def reconcile_tolerance(self) -> float | None:
+        return self.checks.reconcile_counts
+
+
+def _lookback_setting(value: object) -> str | int | Decimal:
+    """A duration (`5m`) as written, or an exact number of cursor units: int when whole."""
+    if isinstance(value, str) and DURATION.match(value):
+        return value
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | Decimal):
+            raise ValueError("not a number")
+        number = parse_decimal(str(value))
+    except ValueError:
+        raise ValueError(
+            f"'{value}' is neither a duration nor a number; write a duration such as 5m for date "
+            "and timestamp cursors, a number such as 1000 for integer and decimal cursors"
+        ) from None
+    if number < 0:
+        raise ValueError(f"lookback can't be negative ({value})")
+    return int(number) if number == number.to_integral_value() else number
+
+
+class Project(_Model):
+    path: str
+    spark: SparkSpec
+    lake: LakeSpec
+    tables: tuple[TableSpec, ...]
+
+    def table(self, name: str) -> TableSpec:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        known = ", ".join(t.name for t in self.tables) or "none"
+        raise KeyError(f"no table named '{name}' in {self.path} (tables: {known})")
