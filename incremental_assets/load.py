@@ -17,7 +17,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.config import LakeSpec, Mode, TableSpec
-from incremental_assets.config.rules import check_cursor_rules, lookback_value, start_value
+from incremental_assets.config.rules import (
+    check_cursor_rules,
+    lookback_value,
+    start_value,
+    time_limits,
+)
 from incremental_assets.cursor import (
     CursorType,
     CursorValue,
@@ -201,15 +206,7 @@ def plan_window(
             lower = fold
     partitioning = choose_partitioning(table, schema, cursor)
     bounds = source.freeze(
-        FreezeRequest(
-            cursor,
-            lower,
-            table.safety_lag,
-            table.timezone,
-            partitioning,
-            transaction_cap=table.transaction_cap,
-            future_tolerance=table.future_tolerance,
-        )
+        FreezeRequest(cursor, lower, table.timezone, partitioning, time_limits(table, cursor.type))
     )
     _check_null_cursors(table, cursor, bounds)
     include_nulls = table.null_cursor == "include"
@@ -257,9 +254,7 @@ def plan_backfill(
     low, high = values
     previous = read_previous_cursor(table, request.stored, cursor, full_refresh=False)
     partitioning = choose_partitioning(table, schema, cursor)
-    bounds = source.freeze(
-        FreezeRequest(cursor, low, None, table.timezone, partitioning, below=high)
-    )
+    bounds = source.freeze(FreezeRequest(cursor, low, table.timezone, partitioning, below=high))
     window = Window(
         cursor.column, cursor.type, low, high, upper_exclusive=True, empty=bounds.upper is None
     )

@@ -19,6 +19,7 @@ import psycopg
 import pyarrow.fs as pafs
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
+from incremental_assets.config.rules import time_limits
 from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
@@ -142,18 +143,13 @@ def _newest_cursor(
     previous = None
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
-    capped = table.transaction_cap and kind.is_temporal
+    limits = time_limits(table, kind)
+    capped = limits.transaction_cap
     open_ = OpenTransactions.from_row(_fetch(conn, OPEN_TRANSACTIONS)) if capped else None
     if open_ is not None:
         cap_limits(table, open_)
     request = FreezeRequest(
-        Cursor(table.cursor.column, kind),
-        previous,
-        table.safety_lag,
-        table.timezone,
-        None,
-        transaction_cap=capped,
-        future_tolerance=table.future_tolerance,
+        Cursor(table.cursor.column, kind), previous, table.timezone, None, limits
     )
     wire = _fetch(conn, newest_sql(relation, request, open_))["newest"]
     newest = None if wire is None else decode_wire(kind, wire)

@@ -1,12 +1,12 @@
 """The configuration: `incremental_assets.yaml` (or a component's attributes) -> a validated `Project`.
 
-    loading.py   find and read the file, validate every section, report every problem at once
-    env.py       `${VAR}` substitution
-    shorthand.py LakeXpress's one-line table entries
-    problems.py  pydantic's errors in the configuration's own words
-    models.py    the frozen models the rest of the package works with
-    rules.py     the rules a table's settings follow together, at load and at run time
-    durations.py `30s`, `5m`, `2h`
+loading.py   find and read the file, validate every section, report every problem at once
+env.py       `${VAR}` substitution
+shorthand.py LakeXpress's one-line table entries
+problems.py  pydantic's errors in the configuration's own words
+models.py    the frozen models the rest of the package works with
+rules.py     the rules a table's settings follow together, at load and at run time
+durations.py `30s`, `5m`, `2h`
 """
 
 from incremental_assets.config.durations import parse_duration

@@ -96,12 +96,16 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
         return None
     problems += [Problem("top level", str(k), UNKNOWN_SETTING) for k in raw if k not in _TOP_LEVEL]
     context: dict[str, Any] = {"base": file.parent}
-    found = _validated(_KeyPrefix, {"key_prefix": raw.get("key_prefix")}, "top level", problems, context)
+    found = _validated(
+        _KeyPrefix, {"key_prefix": raw.get("key_prefix")}, "top level", problems, context
+    )
     prefix = found.key_prefix if found is not None else None
     context["key_prefix"] = tuple([prefix] if isinstance(prefix, str) else prefix or [])
     sources = _validated_sources(raw.get("sources"), problems, context)
     context["sources"] = sources
-    context["drivers"] = [s.driver_package for s in sources.values() if isinstance(s, JdbcSourceSpec)]
+    context["drivers"] = [
+        s.driver_package for s in sources.values() if isinstance(s, JdbcSourceSpec)
+    ]
     spark = _validated(SparkSpec, raw.get("spark") or {}, "spark", problems, context)
     lake = _required(LakeSpec, raw.get("lake"), "lake", problems, context)
     tables = _validated_tables(raw.get("tables"), raw.get("sources"), problems, context)
@@ -166,7 +170,9 @@ def _validated_tables(
         if table is None:
             continue
         if table.name in seen:
-            problems.append(Problem(where, "name", "is used by another table; names must be unique"))
+            problems.append(
+                Problem(where, "name", "is used by another table; names must be unique")
+            )
         seen.add(table.name)
         found = table_problems(table)
         problems += [Problem(where, p.field, p.message) for p in found]

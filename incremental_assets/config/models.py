@@ -115,7 +115,9 @@ class SparkSpec(_Model):
             return data
         packages = list(data.get("packages") or [])
         drivers = (info.context or {}).get("drivers", ())
-        packages += [d for d in drivers if not any(p.split(":")[:2] == d.split(":")[:2] for p in packages)]
+        packages += [
+            d for d in drivers if not any(p.split(":")[:2] == d.split(":")[:2] for p in packages)
+        ]
         conf = dict(data.get("conf") or {})
         if packages:
             conf["spark.jars.packages"] = ",".join(map(str, packages))

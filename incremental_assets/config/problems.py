@@ -40,7 +40,9 @@ def problems_from(exc: ValidationError, where: str) -> list[Problem]:
             ".[", "["
         )
         top = str(parts[0]) if parts else ""
-        problems.setdefault(field, Problem(where, field, friendly(error["type"], error["msg"], top)))
+        problems.setdefault(
+            field, Problem(where, field, friendly(error["type"], error["msg"], top))
+        )
     return list(problems.values())
 
 

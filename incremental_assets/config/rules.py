@@ -46,7 +46,10 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
         yield "table", "give exactly one of `table` (schema.table) or `query` (a SELECT)"
     if isinstance(t.source, FilesSourceSpec):
         if t.query is not None:
-            yield "query", "files sources read `table` (a folder under the source path), not `query`"
+            yield (
+                "query",
+                "files sources read `table` (a folder under the source path), not `query`",
+            )
         if t.table is None:
             yield "table", "name the folder (or glob) under the source path to read"
     key_from_source = isinstance(t.source, JdbcSourceSpec) and t.query is None
@@ -73,7 +76,11 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
             "only merge mode removes deleted rows; use mode: merge or drop delete_column",
         )
     if t.cursor is None:
-        for name, value in (("start", t.start), ("lookback", t.lookback), ("safety_lag", t.safety_lag)):
+        for name, value in (
+            ("start", t.start),
+            ("lookback", t.lookback),
+            ("safety_lag", t.safety_lag),
+        ):
             if value is not None:
                 yield name, "has no effect without a cursor; set `cursor:` or remove it"
 

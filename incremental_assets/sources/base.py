@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.config import TableSpec
+from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
 from incremental_assets.errors import ConfigError, CursorError
 from incremental_assets.window import Dialect, Window
@@ -52,12 +54,18 @@ class Partitioning:
 class FreezeRequest:
     cursor: Cursor
     lower: CursorValue | None
-    safety_lag: timedelta | None
     timezone: str
-    partitioning: Partitioning | None
-    transaction_cap: bool = False
-    future_tolerance: timedelta | None = None
+    partitioning: Partitioning | None = None
+    limits: TimeLimits = dataclasses.field(default_factory=TimeLimits)
     below: CursorValue | None = None  # backfills: an exclusive upper limit
+
+    def lagged(self, dialect: Dialect) -> str:
+        """The SQL condition that a row is at least `safety_lag` old, or TRUE without a lag."""
+        lag = self.limits.safety_lag
+        if lag is None:
+            return "TRUE"
+        now = dialect.now_plus(self.cursor.type, -lag, self.timezone)
+        return f"{dialect.quote(self.cursor.column)} <= {now}"
 
 
 @dataclass(frozen=True)

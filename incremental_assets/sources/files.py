@@ -60,12 +60,7 @@ class FilesSource:
         d, kind = self.dialect, request.cursor.type
         cursor = d.quote(request.cursor.column)
         in_window = render_window(freeze_window(request), d)
-        conditions = [in_window]
-        if request.safety_lag is not None:
-            conditions.append(
-                f"{cursor} <= {d.now_plus(kind, -request.safety_lag, request.timezone)}"
-            )
-        loadable = join_conditions(conditions)
+        loadable = join_conditions([in_window, request.lagged(d)])
         with failures_of(self.table, "the bounds query"):
             frame = self._frame()
             row = frame.selectExpr(
@@ -79,8 +74,8 @@ class FilesSource:
                 0 if upper is None else frame.where(f"{cursor} = {d.literal(kind, upper)}").count()
             )
         future = None
-        if request.future_tolerance is not None and kind.is_temporal:
-            future = local_clock(kind, request.future_tolerance, request.timezone)
+        if request.limits.future_tolerance is not None:
+            future = local_clock(kind, request.limits.future_tolerance, request.timezone)
         return Bounds(
             upper,
             int(row["n"]),

@@ -112,7 +112,7 @@ class JdbcSource:
             )
 
     def freeze(self, request: FreezeRequest) -> Bounds:
-        capped = request.transaction_cap and request.cursor.type.is_temporal
+        capped = request.limits.transaction_cap
         return self.freeze_below(request, self.open_transactions() if capped else None)
 
     def open_transactions(self) -> OpenTransactions:

@@ -177,9 +177,7 @@ def _limits(relation: str, request: FreezeRequest, open_: OpenTransactions | Non
     kind, timezone = request.cursor.type, request.timezone
     cursor = d.quote(request.cursor.column)
     in_window = render_window(freeze_window(request), d)
-    lagged = "TRUE"
-    if request.safety_lag is not None:
-        lagged = f"{cursor} <= {d.now_plus(kind, -request.safety_lag, timezone)}"
+    lagged = request.lagged(d)
     cap = None
     if open_ is not None:
         cap = d.cursor_time(kind, d.literal(CursorType.TIMESTAMPTZ, open_.cap), timezone)
@@ -192,8 +190,8 @@ def _limits(relation: str, request: FreezeRequest, open_: OpenTransactions | Non
         where = join_conditions([in_window, lagged])
         ahead = f"EXISTS (SELECT 1 FROM {relation} WHERE {where} AND {cursor} > {clock})"
     future = None
-    if request.future_tolerance is not None and kind.is_temporal:
-        future = d.now_plus(kind, request.future_tolerance, timezone)
+    if request.limits.future_tolerance is not None:
+        future = d.now_plus(kind, request.limits.future_tolerance, timezone)
     if cap is not None:
         future = cap if future is None else f"least({future}, {cap})"
     return _Limits(cursor, in_window, lagged, below_cap, ahead, future)

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources.base import Cursor, FreezeRequest
@@ -233,11 +234,8 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
     request = FreezeRequest(
         Cursor("updated_at", CursorType.TIMESTAMPTZ),
         None,
-        None,
         "UTC",
-        None,
-        transaction_cap=True,
-        future_tolerance=timedelta(0),
+        limits=TimeLimits(future_tolerance=timedelta(0), transaction_cap=True),
     )
     if between == "commits":
         writer, started = _begin_writer(postgres, pg, 1000)
