@@ -1,5 +1,6 @@
 """Incremental table loads into a Parquet lake as Dagster assets, with Spark doing the work."""
 
-from incremental_assets.definitions import defs
+from incremental_assets.definitions import build_definitions, defs
+from incremental_assets.translator import IncrementalAssetsTranslator
 
-__all__ = ["defs"]
+__all__ = ["IncrementalAssetsTranslator", "build_definitions", "defs"]

@@ -31,23 +31,17 @@ import dagster as dg
 
 from incremental_assets.config import Project, TableSpec, load_project
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
+from incremental_assets.definitions import build_definitions
 from incremental_assets.errors import CursorError, IncrementalAssetsError, InstanceError
-from incremental_assets.factory import op_name_for
-from incremental_assets.load import check_backfill_window
+from incremental_assets.plan import check_backfill_window
 from incremental_assets.results import StoredState
 from incremental_assets.state import (
-    CURSOR,
-    CURSOR_ACTION,
-    NOTE,
-    PREVIOUS_CURSOR,
-    ROW_COUNT,
-    ROWS_EXTRACTED,
-    ROWS_WRITTEN,
-    metadata_of,
     read_state_records,
     read_stored_state,
     record_cursor_override,
+    record_of,
 )
+from incremental_assets.translator import IncrementalAssetsTranslator, translator_for
 from incremental_assets.writers.lake import LakeTable
 
 
@@ -145,12 +139,13 @@ def _instance() -> dg.DagsterInstance:
         ) from None
 
 
-def _key(table: TableSpec) -> dg.AssetKey:
-    return dg.AssetKey(list(table.asset_key_path))
+def _key(project: Project, table: TableSpec) -> dg.AssetKey:
+    return translator_for(project).asset_key(table)
 
 
 def validate(args: argparse.Namespace) -> int:
     project = _project(args)
+    translator_for(project)  # a translator the configuration names must import
     print(f"{project.path}: valid, {len(project.tables)} tables")
     for table in project.tables:
         cursor = table.cursor.column if table.cursor else "no cursor (full refresh every run)"
@@ -164,30 +159,23 @@ def table_status(
     instance: dg.DagsterInstance, project: Project, table: TableSpec
 ) -> dict[str, Any]:
     """The cursor the next run starts from, the last materialization, and a pending override."""
-    records = read_state_records(instance, _key(table))
-    run = records.materialization
-    values = _values(run)
+    records = read_state_records(instance, _key(project, table))
+    run, last = records.materialization, record_of(records.materialization)
     return {
         "table": table.name,
-        "asset_key": "/".join(table.asset_key_path),
+        "asset_key": "/".join(_key(project, table).path),
         "mode": table.mode.value,
         "cursor_column": table.cursor.column if table.cursor else None,
         "cursor": records.stored_state().cursor,
         "last_run_id": run.run_id if run else None,
         "last_run_at": _when(run),
-        "last_run_cursor": values.get(CURSOR),
-        "rows_in_lake": values.get(ROW_COUNT),
-        "rows_extracted": values.get(ROWS_EXTRACTED),
-        "rows_written": values.get(ROWS_WRITTEN),
+        "last_run_cursor": last.cursor,
+        "rows_in_lake": last.row_count,
+        "rows_extracted": last.rows_extracted,
+        "rows_written": last.rows_written,
         "cursor_override": _override(records.override),
         "lake_uri": project.lake.table_uri(table.name),
     }
-
-
-def _values(record: dg.EventLogRecord | None) -> dict[str, Any]:
-    if record is None:
-        return {}
-    return {k: getattr(v, "value", v) for k, v in metadata_of(record).items()}
 
 
 def _when(record: dg.EventLogRecord | None) -> str | None:
@@ -198,12 +186,12 @@ def _override(record: dg.EventLogRecord | None) -> dict[str, Any] | None:
     """A `cursor set|reset` recorded after the last materialization: the next run honours it."""
     if record is None:
         return None
-    values = _values(record)
+    override = record_of(record)
     return {
-        "action": values[CURSOR_ACTION],
-        "cursor": values.get(CURSOR),
-        "previous_cursor": values.get(PREVIOUS_CURSOR),
-        "note": values.get(NOTE),
+        "action": override.cursor_action,
+        "cursor": override.cursor,
+        "previous_cursor": override.previous_cursor,
+        "note": override.note,
         "at": _when(record),
     }
 
@@ -245,14 +233,14 @@ def set_cursor(args: argparse.Namespace) -> int:
         )
     with _instance() as instance:
         # Checked before waiting for the lock, so a bad value fails at once ...
-        _cursor_text(table, read_stored_state(instance, _key(table)), args.value)
+        _cursor_text(table, read_stored_state(instance, _key(project, table)), args.value)
         with _table_lock(project, table, "cursor set"):
             # ... and read again under it: a run that just finished may have moved the batch.
-            stored = read_stored_state(instance, _key(table))
+            stored = read_stored_state(instance, _key(project, table))
             kind, value = _cursor_text(table, stored, args.value)
             note = f"{args.reason} (set by {_actor()} with incremental-assets cursor set)"
             record_cursor_override(
-                instance, _key(table), stored, value, table.cursor.column, kind, note
+                instance, _key(project, table), stored, value, table.cursor.column, kind, note
             )
     print(f"{table.name}: cursor {stored.cursor} -> {value}; the next run reads from there")
     return 0
@@ -275,11 +263,11 @@ def reset_cursor(args: argparse.Namespace) -> int:
     project = _project(args)
     (table,) = _tables(project, [args.table])
     with _instance() as instance, _table_lock(project, table, "cursor reset"):
-        stored = read_stored_state(instance, _key(table))
+        stored = read_stored_state(instance, _key(project, table))
         note = f"{args.reason} (reset by {_actor()} with incremental-assets cursor reset)"
         column = table.cursor.column if table.cursor else None
         record_cursor_override(
-            instance, _key(table), stored, None, column, stored.cursor_type, note
+            instance, _key(project, table), stored, None, column, stored.cursor_type, note
         )
     print(
         f"{table.name}: cursor {stored.cursor} reset; the next run extracts everything and replaces the table"
@@ -310,32 +298,29 @@ def run_backfill(args: argparse.Namespace) -> int:
     project = _project(args)
     (table,) = _tables(project, [args.table])
     with _instance() as instance:
-        stored = read_stored_state(instance, _key(table))
+        stored = read_stored_state(instance, _key(project, table))
     check_backfill_window(table, stored.cursor_type, (args.start, args.end), ("--from", "--to"))
     return _materialize(project, [table], {"backfill_from": args.start, "backfill_to": args.end})
 
 
 def _materialize(project: Project, tables: list[TableSpec], op_config: dict[str, Any]) -> int:
-    from incremental_assets.definitions import build_definitions
-    from incremental_assets.translator import IncrementalAssetsTranslator
-
+    translator = translator_for(project)
     defs = dg.Definitions.merge(
-        build_definitions(project), dg.Definitions(loggers={"progress": progress_logger})
+        build_definitions(project, translator),
+        dg.Definitions(loggers={"progress": progress_logger}),
     )
-    translator = IncrementalAssetsTranslator(project.lake)
-    specs = [translator.get_asset_spec(t) for t in tables]
     run_config: dict[str, Any] = {"loggers": {"progress": {}}}
     if op_config:
-        run_config["ops"] = {op_name_for(spec): {"config": op_config} for spec in specs}
+        run_config["ops"] = {translator.op_name(t): {"config": op_config} for t in tables}
     with _instance() as instance:
         job = defs.resolve_implicit_global_asset_job_def()
         result = job.execute_in_process(
             instance=instance,
-            asset_selection=[s.key for s in specs],
+            asset_selection=[translator.asset_key(t) for t in tables],
             run_config=run_config,
             raise_on_error=False,
         )
-        failed_checks = _print_summary(instance, project, tables, specs, result)
+        failed_checks = _print_summary(instance, project, tables, translator, result)
     return 0 if result.success and not failed_checks else 1
 
 
@@ -343,7 +328,7 @@ def _print_summary(
     instance: dg.DagsterInstance,
     project: Project,
     tables: list[TableSpec],
-    specs: list[dg.AssetSpec],
+    translator: IncrementalAssetsTranslator,
     result: dg.ExecuteInProcessResult,
 ) -> int:
     """One line per table, then its checks; returns how many ERROR checks failed."""
@@ -356,8 +341,8 @@ def _print_summary(
     evaluations = result.get_asset_check_evaluations()
     print(f"\nrun {result.run_id}: {'succeeded' if result.success else 'FAILED'}")
     failed = 0
-    for table, spec in zip(tables, specs, strict=True):
-        failure = failures.get(op_name_for(spec))
+    for table in tables:
+        failure = failures.get(translator.op_name(table))
         if failure:
             print(f"  {table.name}: {failure.removeprefix(_FAILURE_PREFIX)}")
             continue
@@ -366,7 +351,7 @@ def _print_summary(
             f"  {table.name}: cursor {row['cursor']}, {row['rows_extracted']} read, "
             f"{row['rows_written']} written, {row['rows_in_lake']} in the lake"
         )
-        for check in (e for e in evaluations if e.asset_key == spec.key):
+        for check in (e for e in evaluations if e.asset_key == translator.asset_key(table)):
             print(f"    check {check.check_name}: {_check_text(check)}")
             failed += not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     return failed

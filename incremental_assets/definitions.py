@@ -13,18 +13,29 @@ from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
 from incremental_assets.sensors import build_sensors
-from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets.translator import (
+    ALL_TABLES_JOB,
+    IncrementalAssetsTranslator,
+    translator_for,
+)
 
-ALL_TABLES_JOB = "incremental_assets_all"
+__all__ = ["ALL_TABLES_JOB", "build_definitions", "defs"]
 
 
 def build_definitions(
-    project: Project, translator: IncrementalAssetsTranslator | None = None
+    project: Project,
+    translator: IncrementalAssetsTranslator | None = None,
+    spark: IncrementalSparkResource | None = None,
 ) -> dg.Definitions:
-    translator = translator or IncrementalAssetsTranslator(project.lake)
+    """The project's assets, job, schedules, sensors and Spark resource.
+
+    `translator` defaults to the one the configuration names; `spark` lets several projects in
+    one code location share one resource object, as Dagster requires.
+    """
+    translator = translator or translator_for(project)
     assets = [build_table_asset(project, table, translator) for table in project.tables]
     all_tables = dg.define_asset_job(
-        ALL_TABLES_JOB,
+        translator.job_name,
         selection=dg.AssetSelection.assets(*assets),
         description="Materialize every configured table, sharing one Spark session.",
     )
@@ -33,7 +44,7 @@ def build_definitions(
         jobs=[all_tables],
         schedules=build_schedules(project, translator),
         sensors=build_sensors(project, translator),
-        resources={"spark": IncrementalSparkResource.from_spec(project.spark)},
+        resources={"spark": spark or IncrementalSparkResource.from_spec(project.spark)},
         # One process per run: Spark's JVM starts once and serves every table.
         executor=dg.in_process_executor,
     )

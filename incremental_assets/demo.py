@@ -117,22 +117,23 @@ def report() -> None:
     import dagster as dg
 
     from incremental_assets.config import load_project
+    from incremental_assets.state import record_of
+    from incremental_assets.translator import translator_for
 
     project = load_project()
+    translator = translator_for(project)
     with dg.DagsterInstance.get() as instance:
         print(
             f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  cursor before -> after"
         )
         for table in project.tables:
-            key = dg.AssetKey(list(table.asset_key_path))
+            key = translator.asset_key(table)
             records = instance.fetch_materializations(key, limit=100).records
             for number, record in enumerate(reversed(records), start=1):
-                materialization = record.asset_materialization
-                assert materialization is not None
-                m = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+                m = record_of(record)
                 print(
-                    f"{table.name:<14}{number:>4} {m['rows_extracted']:>10}{m['rows_written']:>9}"
-                    f"{m['dagster/row_count']:>9}  {m['previous_cursor']} -> {m['cursor']}"
+                    f"{table.name:<14}{number:>4} {m.rows_extracted:>10}{m.rows_written:>9}"
+                    f"{m.row_count:>9}  {m.previous_cursor} -> {m.cursor}"
                 )
 
 

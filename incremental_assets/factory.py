@@ -16,12 +16,14 @@ from incremental_assets import checks
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
-from incremental_assets.load import LoadRequest, check_backfill_window, run_incremental_load
+from incremental_assets.load import LoadRequest, run_incremental_load
+from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
+from incremental_assets.plan import check_backfill_window
 from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
-from incremental_assets.state import metadata_for, read_stored_state
+from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets.writers.lake import LakeTable
 
@@ -44,11 +46,6 @@ class TableRunConfig(dg.Config):
     backfill_to: str | None = Field(default=None, description="The exclusive end of the backfill.")
 
 
-def op_name_for(spec: dg.AssetSpec) -> str:
-    """The op name to use in run config: `--config-json '{"ops": {"<this>": {"config": ...}}}'`."""
-    return "__".join(spec.key.path)
-
-
 def build_table_asset(
     project: Project, table: TableSpec, translator: IncrementalAssetsTranslator
 ) -> dg.AssetsDefinition:
@@ -57,8 +54,8 @@ def build_table_asset(
     @dg.multi_asset(
         specs=[spec],
         check_specs=checks.check_specs(table, spec.key),
-        name=op_name_for(spec),
-        pool=f"incremental_assets/{table.name}",
+        name=translator.op_name(table),
+        pool=translator.pool(table),
     )
     def load_table(
         context: dg.AssetExecutionContext, config: TableRunConfig, spark: IncrementalSparkResource

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from incremental_assets.config import Mode
@@ -28,6 +27,21 @@ class WriteOutcome:
 
 
 @dataclass(frozen=True)
+class Report:
+    """Further facts about a run's window and write; the ones it knows are recorded as metadata."""
+
+    null_cursor_rows: int | None = None
+    boundary_rows: int | None = None  # rows sharing the frozen bound's value
+    cursor_capped_at: str | None = None  # the future cap, when rows were dated past it
+    transaction_cap: str | None = None  # what the cap saw, and what it could not
+    transaction_cap_applied: bool | None = None  # whether it held rows back
+    backfill: str | None = None  # `[from, to)` of a bounded backfill
+    schema_change: str | None = None
+    deletes_reconciled: bool | None = None
+    rows_rewritten: int | None = None  # merge: rows written again in the buckets it touched
+
+
+@dataclass(frozen=True)
 class LoadResult:
     mode: Mode
     cursor_column: str | None
@@ -47,8 +61,7 @@ class LoadResult:
     extract_seconds: float
     write_seconds: float
     warnings: tuple[str, ...] = ()
-    # Further facts about the window and the write, recorded as metadata under these keys.
-    report: Mapping[str, str | int | bool] = field(default_factory=dict)
+    report: Report = field(default_factory=Report)
     files: tuple[str, ...] = ()  # the data files this run added to the lake
     primary_key: tuple[str, ...] = ()  # as configured, or as read from the database
 

@@ -15,12 +15,11 @@ def build_schedules(
     for table in project.tables:
         if table.schedule is None:
             continue
-        spec = translator.get_asset_spec(table)
         schedules.append(
             dg.ScheduleDefinition(
-                name=f"{'__'.join(spec.key.path)}_schedule",
+                name=translator.schedule_name(table),
                 cron_schedule=table.schedule,
-                target=dg.AssetSelection.assets(spec.key),
+                target=dg.AssetSelection.assets(translator.asset_key(table)),
                 description=f"Loads table {table.name} on '{table.schedule}' (UTC).",
                 # Writing `schedule:` in the config is the request to run it.
                 default_status=dg.DefaultScheduleStatus.RUNNING,

@@ -18,15 +18,18 @@ import dagster as dg
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
 from incremental_assets.probes import probe_source
 from incremental_assets.state import (
-    CURSOR_ACTION,
     StateRecords,
     last_incremental_materialization,
-    metadata_of,
     read_state_records,
+    record_of,
 )
-from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets.translator import (
+    AUTOMATION_SENSOR,
+    IncrementalAssetsTranslator,
+    sensor_name_of,
+)
 
-AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
+__all__ = ["AUTOMATION_SENSOR", "build_sensors", "evaluate", "run_key_for"]
 # The tag Dagster puts on every run a sensor requests.
 SENSOR_NAME_TAG = "dagster/sensor_name"
 
@@ -35,32 +38,33 @@ def build_sensors(
     project: Project, translator: IncrementalAssetsTranslator
 ) -> list[dg.SensorDefinition]:
     specs = {table.name: translator.get_asset_spec(table) for table in project.tables}
-    sensors = [_sensor_for(table, specs[table.name].key) for table in project.tables]
+    sensors = [
+        _sensor_for(table, specs[table.name].key, translator.sensor_name(table))
+        for table in project.tables
+    ]
     automated = [spec.key for spec in specs.values() if spec.automation_condition is not None]
-    return [*sensors, _automation_sensor(automated)] if automated else sensors
+    if not automated:
+        return sensors
+    return [*sensors, _automation_sensor(translator.automation_sensor_name, automated)]
 
 
-def _automation_sensor(keys: list[dg.AssetKey]) -> dg.SensorDefinition:
+def _automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.SensorDefinition:
     """Evaluates the tables' `automation:` conditions, running from the start.
 
     Dagster's own default automation sensor starts stopped, so without this one `automation:`
     would do nothing until someone switched that sensor on.
     """
     return dg.AutomationConditionSensorDefinition(
-        AUTOMATION_SENSOR,
+        name,
         target=dg.AssetSelection.assets(*keys),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Requests runs of the tables whose `automation:` condition is met.",
     )
 
 
-def sensor_name_for(key: dg.AssetKey) -> str:
-    return f"{'__'.join(key.path)}_source_sensor"
-
-
-def _sensor_for(table: TableSpec, key: dg.AssetKey) -> dg.SensorDefinition:
+def _sensor_for(table: TableSpec, key: dg.AssetKey, name: str) -> dg.SensorDefinition:
     @dg.sensor(
-        name=sensor_name_for(key),
+        name=name,
         minimum_interval_seconds=max(1, int(table.sensor.interval.total_seconds())),
         default_status=dg.DefaultSensorStatus.RUNNING
         if table.sensor.running
@@ -69,14 +73,19 @@ def _sensor_for(table: TableSpec, key: dg.AssetKey) -> dg.SensorDefinition:
         description=f"Requests a run of {table.name} when its source has rows past the stored cursor.",
     )
     def source_changed(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        return evaluate(context.instance, table, key, context.cursor)
+        return evaluate(context.instance, table, key, context.cursor, name)
 
     return source_changed
 
 
 def evaluate(
-    instance: dg.DagsterInstance, table: TableSpec, key: dg.AssetKey, last_run_key: str | None
+    instance: dg.DagsterInstance,
+    table: TableSpec,
+    key: dg.AssetKey,
+    last_run_key: str | None,
+    sensor_name: str | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
+    """One tick: a run request when the source has what a run would load, else why not."""
     records = read_state_records(instance, key)
     stored = records.stored_state()
     last_run = _last_run_start(instance, key, records) if _reads_files(table) else None
@@ -86,7 +95,7 @@ def evaluate(
             f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
         )
     run_key = run_key_for(table, records, new)
-    failed = _failed_since(instance, sensor_name_for(key), records)
+    failed = _failed_since(instance, sensor_name or sensor_name_of(key), records)
     if failed is not None:
         run_key += f" (again after failed run {failed})"
     if run_key == last_run_key:
@@ -105,8 +114,8 @@ def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:
     stored = records.stored_state().cursor
     key = f"{table.name}:{stored}->{new}" if stored is not None else f"{table.name}:{new}"
     if records.override is not None:
-        action = metadata_of(records.override)[CURSOR_ACTION]
-        key += f" (after cursor {getattr(action, 'value', action)} #{records.override.storage_id})"
+        action = record_of(records.override).cursor_action
+        key += f" (after cursor {action} #{records.override.storage_id})"
     return key
 
 

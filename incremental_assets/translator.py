@@ -1,15 +1,31 @@
-"""Table config -> AssetSpec. Subclass and override `get_asset_spec` to change keys, groups, tags."""
+"""Table config -> AssetSpec, and every name derived from it.
+
+The translator owns the names: asset keys, op names, the job, schedule and sensor names, the
+pools. Everything else (the factory, schedules, sensors, the CLI, the tests) asks it. Subclass it
+and override `get_asset_spec` to change keys, groups or tags, then name the subclass in the
+configuration (`translator: my_package.MyTranslator`), so that the assets and the
+`incremental-assets` command agree.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 import dagster as dg
 
-from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
+from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, Project, TableSpec
+from incremental_assets.errors import ConfigError, Problem
+
+ALL_TABLES_JOB = "incremental_assets_all"
+AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
+TABLE_METADATA_KEY = "incremental_assets/table"
 
 
 class IncrementalAssetsTranslator:
-    def __init__(self, lake: LakeSpec) -> None:
+    def __init__(self, lake: LakeSpec, suffix: str = "") -> None:
         self.lake = lake
+        # Tells apart the project-wide names (job, automation sensor) of several projects.
+        self.suffix = suffix
 
     def get_asset_spec(self, table: TableSpec) -> dg.AssetSpec:
         return dg.AssetSpec(
@@ -22,6 +38,7 @@ class IncrementalAssetsTranslator:
                 "mode": table.mode.value,
                 "cursor_column": table.cursor.column if table.cursor else "",
                 "source": self.source_text(table),
+                TABLE_METADATA_KEY: table.name,
             },
             tags={"incremental_assets/mode": table.mode.value},
             automation_condition=self.automation_condition(table),
@@ -31,6 +48,31 @@ class IncrementalAssetsTranslator:
                 else None
             ),
         )
+
+    def asset_key(self, table: TableSpec) -> dg.AssetKey:
+        return self.get_asset_spec(table).key
+
+    def op_name(self, table: TableSpec) -> str:
+        """The op in run config: `--config-json '{"ops": {"<this>": {"config": ...}}}'`."""
+        return op_name_of(self.asset_key(table))
+
+    def schedule_name(self, table: TableSpec) -> str:
+        return f"{self.op_name(table)}_schedule"
+
+    def sensor_name(self, table: TableSpec) -> str:
+        return sensor_name_of(self.asset_key(table))
+
+    def pool(self, table: TableSpec) -> str:
+        """The Dagster concurrency pool of the table's runs (limit it to 1 on object stores)."""
+        return f"incremental_assets/{table.name}"
+
+    @property
+    def job_name(self) -> str:
+        return ALL_TABLES_JOB + self.suffix
+
+    @property
+    def automation_sensor_name(self) -> str:
+        return AUTOMATION_SENSOR + self.suffix
 
     def automation_condition(self, table: TableSpec) -> dg.AutomationCondition | None:
         if table.automation is None:
@@ -70,3 +112,34 @@ class IncrementalAssetsTranslator:
             f"{how} from {self.source_text(table)} into the Parquet lake at "
             f"{self.lake.table_uri(table.name)}; mode: {mode}."
         )
+
+
+def op_name_of(key: dg.AssetKey) -> str:
+    return "__".join(key.path)
+
+
+def sensor_name_of(key: dg.AssetKey) -> str:
+    """The source-change sensor of the asset `key`."""
+    return f"{op_name_of(key)}_source_sensor"
+
+
+def translator_for(project: Project) -> IncrementalAssetsTranslator:
+    """The translator the configuration names (`translator:`), or the default one."""
+    if project.translator is None:
+        return IncrementalAssetsTranslator(project.lake)
+    module, _, name = project.translator.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise _bad_translator(project, f"can't be imported ({exc})") from None
+    if not (isinstance(found, type) and issubclass(found, IncrementalAssetsTranslator)):
+        raise _bad_translator(project, "is not a subclass of IncrementalAssetsTranslator")
+    return found(project.lake)
+
+
+def _bad_translator(project: Project, why: str) -> ConfigError:
+    message = (
+        f"'{project.translator}' {why}; name a subclass of "
+        "incremental_assets.IncrementalAssetsTranslator as package.module.Class"
+    )
+    return ConfigError(problems=[Problem("top level", "translator", message)], file=project.path)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from incremental_assets.config.env import substitute_env
 from incremental_assets.config.models import (
@@ -33,12 +33,13 @@ from incremental_assets.errors import ConfigError, Problem
 
 CONFIG_ENV = "INCREMENTAL_ASSETS_CONFIG"
 DEFAULT_CONFIG = "incremental_assets.yaml"
-_TOP_LEVEL = ("key_prefix", "spark", "lake", "sources", "tables")
+_TOP_LEVEL = ("key_prefix", "spark", "lake", "sources", "tables", "translator")
 _SOURCE: TypeAdapter[JdbcSourceSpec | FilesSourceSpec] = TypeAdapter(SourceSpec)
 
 
-class _KeyPrefix(BaseModel):
+class _TopLevel(BaseModel):
     key_prefix: list[str] | str | None = None
+    translator: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
 
 
 def config_path() -> Path:
@@ -96,10 +97,9 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
         return None
     problems += [Problem("top level", str(k), UNKNOWN_SETTING) for k in raw if k not in _TOP_LEVEL]
     context: dict[str, Any] = {"base": file.parent}
-    found = _validated(
-        _KeyPrefix, {"key_prefix": raw.get("key_prefix")}, "top level", problems, context
-    )
-    prefix = found.key_prefix if found is not None else None
+    top = {k: raw.get(k) for k in ("key_prefix", "translator")}
+    found = _validated(_TopLevel, top, "top level", problems, context) or _TopLevel()
+    prefix = found.key_prefix
     context["key_prefix"] = tuple([prefix] if isinstance(prefix, str) else prefix or [])
     sources = _validated_sources(raw.get("sources"), problems, context)
     context["sources"] = sources
@@ -111,7 +111,9 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
     tables = _validated_tables(raw.get("tables"), raw.get("sources"), problems, context)
     if problems or spark is None or lake is None:
         return None
-    return Project(path=str(file), spark=spark, lake=lake, tables=tuple(tables))
+    return Project(
+        path=str(file), spark=spark, lake=lake, tables=tuple(tables), translator=found.translator
+    )
 
 
 def _validated(

@@ -403,6 +403,8 @@ class Project(_Model):
     spark: SparkSpec
     lake: LakeSpec
     tables: tuple[TableSpec, ...]
+    # A subclass of IncrementalAssetsTranslator, as package.module.Class: it names the assets.
+    translator: str | None = None
 
     def table(self, name: str) -> TableSpec:
         for table in self.tables:

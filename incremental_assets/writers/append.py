@@ -50,7 +50,7 @@ class AppendWriter:
             frame.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")), "written"
         )
         write_parquet(frame, f"{plan.lake.staging_uri(plan.txn)}/{_SUBDIR}", plan)
-        return Staged(observed(extracted), observed(written), _SUBDIR, column_types(frame))
+        return Staged(observed(extracted), observed(written), _SUBDIR, column_types(frame.schema))
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         group = batch_group(plan.batch)

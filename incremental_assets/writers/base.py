@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
@@ -106,8 +107,10 @@ def null_safe_match(left: str, right: str, columns: list[str]) -> Column:
     return condition
 
 
-def column_types(frame: DataFrame) -> tuple[tuple[str, str], ...]:
-    return tuple((f.name, f.dataType.simpleString()) for f in frame.schema.fields)
+def column_types(schema: T.StructType, with_batch: bool = False) -> tuple[tuple[str, str], ...]:
+    """(name, type) of each column, for the metadata's column schema; `_batch` last if asked."""
+    columns = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+    return (*columns, (BATCH_COLUMN, "bigint")) if with_batch else columns
 
 
 def conformed(frame: DataFrame, plan: WritePlan) -> DataFrame:

@@ -93,7 +93,7 @@ class MergeWriter:
             rows,
             rows,
             _DELTA,
-            columns=column_types(delta),
+            columns=column_types(delta.schema),
             buckets=frozenset(int(b) for b in seen.get("buckets") or []),
             scheme=scheme,
             key_ranges=key_ranges,
@@ -146,7 +146,7 @@ class MergeWriter:
             files_written=len(adds),
             rows_rewritten=observed(rewritten),
             merge=merge,
-            columns=column_types(merged.drop(_BUCKET)),
+            columns=column_types(merged.drop(_BUCKET).schema),
             files=tuple(final for _, final in adds),
         )
 
@@ -299,7 +299,7 @@ def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
         files_written=0,
         rows_rewritten=0,
         merge=MergeCounts(0, 0, 0),
-        columns=(*column_types(delta.drop(_BUCKET)), (BATCH_COLUMN, "bigint")),
+        columns=column_types(delta.drop(_BUCKET).schema, with_batch=True),
     )
 
 

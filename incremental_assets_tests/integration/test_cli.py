@@ -348,3 +348,40 @@ def test_status_shows_the_last_run_and_a_pending_cursor_override_apart(
     )
     assert override["note"].startswith("replay (set by ")
     assert "cursor set at " in text and "the next run reads from 20 (was 30); replay" in text
+
+
+RENAMING_TRANSLATOR = """
+import dagster as dg
+
+from incremental_assets import IncrementalAssetsTranslator
+
+
+class Renamed(IncrementalAssetsTranslator):
+    def get_asset_spec(self, table):
+        spec = super().get_asset_spec(table)
+        return spec.replace_attributes(key=dg.AssetKey(["warehouse", table.name]))
+"""
+
+
+def test_a_translator_named_in_the_config_names_the_assets_for_the_command_too(
+    tmp_path: Path, pg: Schema, connect: str
+) -> None:
+    """`status` and `cursor set` find the table under the key a custom translator gives it."""
+    _create_orders(pg, 12)
+    config = _config(tmp_path, pg, connect)
+    config.write_text(config.read_text() + "translator: renamed_assets.Renamed\n")
+    (tmp_path / "renamed_assets.py").write_text(RENAMING_TRANSLATOR)
+    env = {**_env(tmp_path, config), "PYTHONPATH": str(tmp_path)}
+
+    run = _incremental_assets(tmp_path, env, "run", "orders")
+    moved = _incremental_assets(
+        tmp_path, env, "cursor", "set", "orders", "2025-01-01T00:00:05Z", "--reason", "replay"
+    )
+    status = _incremental_assets(tmp_path, env, "status", "--json")
+
+    assert run.returncode == 0 and moved.returncode == 0, (run.stderr[-2000:], moved.stderr[-2000:])
+    (row,) = json.loads(status.stdout)
+    assert row["asset_key"] == "warehouse/orders"
+    assert row["rows_in_lake"] == 12
+    assert row["cursor"] == "2025-01-01T00:00:05.000000+00:00"
+    assert row["cursor_override"]["previous_cursor"] == "2025-01-01T00:00:12.000000+00:00"

@@ -9,12 +9,11 @@ import pytest
 from incremental_assets import state
 from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType
+from incremental_assets.metadata import TableMetadata, metadata_for
 from incremental_assets.state import (
-    metadata_for,
     read_state_records,
     read_stored_state,
     record_cursor_override,
-    state_from_metadata,
 )
 from incremental_assets_tests.load_results import load_result
 
@@ -43,7 +42,7 @@ def test_decimals_are_digits_never_floats() -> None:
 
 
 def test_the_stored_state_reads_back_what_was_written() -> None:
-    state = state_from_metadata(metadata_for(load_result()), "run-1")
+    state = TableMetadata.extract(metadata_for(load_result())).stored_state("run-1")
     assert state.cursor == "2025-01-01T00:00:00.000001+00:00"
     assert state.cursor_type is CursorType.TIMESTAMPTZ
     assert (state.cursor_column, state.batch, state.row_count, state.run_id) == (

@@ -1,0 +1,156 @@
+"""The metadata a materialization (or a hand-set cursor) records: one typed record, one place.
+
+Every key is a field of `TableMetadata`: the contract keys a run's cursor is read back from
+(`cursor`, `cursor_column`, `cursor_type`, `batch`, `dagster/row_count`), what the run did, and a
+`cursor set|reset`'s `cursor_action` and `note`. It writes itself as Dagster metadata values and
+reads any record back, whatever else the entry holds. The keys are bare, as the README documents
+and as every instance has stored them since the first release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel, ConfigDict, Field
+
+from incremental_assets.cursor import CursorType, CursorValue, format_cursor
+from incremental_assets.results import LoadResult, StoredState
+
+# Written as a value even when there is none, so "no cursor" reads back as such.
+_ALWAYS = ("cursor", "previous_cursor")
+
+
+class TableMetadata(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", populate_by_name=True, arbitrary_types_allowed=True
+    )
+
+    cursor: str | None = None
+    previous_cursor: str | None = None
+    cursor_column: str | None = None
+    cursor_type: str | None = None
+    mode: str | None = None
+    full_refresh: bool | None = None
+    batch: int | None = None
+    rows_extracted: int | None = None
+    rows_written: int | None = None
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    extract_filter: str | None = None
+    extract_seconds: float | None = None
+    write_seconds: float | None = None
+    files_written: int | None = None
+    null_cursor_rows: int | None = None
+    boundary_rows: int | None = None
+    cursor_capped_at: str | None = None
+    transaction_cap: str | None = None
+    transaction_cap_applied: bool | None = None
+    backfill: str | None = None
+    schema_change: str | None = None
+    deletes_reconciled: bool | None = None
+    rows_rewritten: int | None = None
+    warnings: str | None = None  # markdown, one line per warning
+    cursor_action: str | None = None  # `set` or `reset`, on a hand-set cursor's observation
+    note: str | None = None
+    row_count: int | None = Field(None, alias="dagster/row_count")
+    uri: str | None = Field(None, alias="dagster/uri")
+    column_schema: dg.TableSchema | None = Field(None, alias="dagster/column_schema")
+
+    @classmethod
+    def extract(cls, metadata: Mapping[str, Any]) -> TableMetadata:
+        """The record in a materialization's or observation's metadata."""
+        values = {key: getattr(value, "value", value) for key, value in metadata.items()}
+        return cls.model_validate(values)
+
+    def as_metadata(self) -> dict[str, dg.MetadataValue]:
+        metadata: dict[str, dg.MetadataValue] = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is not None or name in _ALWAYS:
+                metadata[field.alias or name] = _metadata_value(name, value)
+        return metadata
+
+    def stored_state(self, run_id: str | None) -> StoredState:
+        return StoredState(
+            cursor=self.cursor,
+            cursor_column=self.cursor_column,
+            cursor_type=CursorType(self.cursor_type) if self.cursor_type else None,
+            batch=self.batch or 0,
+            run_id=run_id,
+            row_count=self.row_count,
+        )
+
+
+def _metadata_value(name: str, value: Any) -> dg.MetadataValue:
+    if value is None:
+        return dg.MetadataValue.null()
+    if name == "warnings":
+        return dg.MetadataValue.md(value)
+    if isinstance(value, dg.TableSchema):
+        return dg.MetadataValue.table_schema(value)
+    if isinstance(value, bool):
+        return dg.MetadataValue.bool(value)
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    return dg.MetadataValue.text(value)
+
+
+def _text(cursor_type: CursorType | None, value: CursorValue | None) -> str | None:
+    return None if value is None or cursor_type is None else format_cursor(cursor_type, value)
+
+
+def metadata_for(result: LoadResult) -> dict[str, dg.MetadataValue]:
+    """The materialization metadata for one load. The key names are a public contract."""
+    kind, merge = result.cursor_type, result.merge
+    record = TableMetadata(
+        cursor=_text(kind, result.cursor),
+        previous_cursor=_text(kind, result.previous_cursor),
+        cursor_column=result.cursor_column or "",
+        cursor_type=kind.value if kind else "",
+        mode=result.mode.value,
+        full_refresh=result.full_refresh,
+        batch=result.batch,
+        rows_extracted=result.rows_extracted,
+        rows_written=result.rows_written,
+        rows_inserted=merge.inserted if merge else None,
+        rows_updated=merge.updated if merge else None,
+        rows_deleted=merge.deleted if merge else None,
+        extract_filter=result.extract_filter,
+        extract_seconds=round(result.extract_seconds, 3),
+        write_seconds=round(result.write_seconds, 3),
+        files_written=result.files_written,
+        warnings="\n".join(f"- {w}" for w in result.warnings) or None,
+        row_count=result.row_count,
+        uri=result.uri,
+        column_schema=dg.TableSchema(
+            columns=[dg.TableColumn(name=name, type=type_) for name, type_ in result.columns]
+        ),
+        **vars(result.report),
+    )
+    return record.as_metadata()
+
+
+def override_metadata(
+    previous: StoredState,
+    cursor: str | None,
+    cursor_column: str | None,
+    cursor_type: CursorType | None,
+    note: str,
+) -> dict[str, dg.MetadataValue]:
+    """A hand-set cursor (None: the next run extracts everything), carried forward from `previous`."""
+    record = TableMetadata(
+        cursor=cursor,
+        previous_cursor=previous.cursor,
+        cursor_column=cursor_column or "",
+        cursor_type=cursor_type.value if cursor_type else "",
+        batch=previous.batch,
+        cursor_action="set" if cursor is not None else "reset",
+        note=note,
+        row_count=previous.row_count,
+    )
+    return record.as_metadata()

@@ -1,0 +1,414 @@
+"""What a load decides before it reads a row: the window, the frozen bound and the new cursor.
+
+    stored state + table + source schema -> cursor -> previous cursor -> lower bound -> freeze
+    -> window to read -> cursor to record
+
+No Spark job runs here beyond the source's bounds query, and no Dagster: the decisions are plain
+values, tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from incremental_assets.config import Mode, TableSpec
+from incremental_assets.config.rules import (
+    check_cursor_rules,
+    lookback_value,
+    start_value,
+    time_limits,
+)
+from incremental_assets.cursor import (
+    CursorType,
+    CursorValue,
+    convert_cursor,
+    format_cursor,
+    later_of,
+    parse_cursor,
+)
+from incremental_assets.errors import ConfigError, CursorError, TableProblem
+from incremental_assets.results import Report, StoredState
+from incremental_assets.sources.base import (
+    Bounds,
+    Cursor,
+    FreezeRequest,
+    Partitioning,
+    Source,
+    choose_partitioning,
+    resolve_cursor,
+)
+from incremental_assets.window import SPARK_SQL, Window, lower_bound, repeated_hour_start
+
+# Rows sharing the boundary value are read again by every run; past this many, say so.
+BOUNDARY_WARNING_ROWS = 10_000
+BACKFILL_FIELDS = ("backfill_from", "backfill_to")
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Everything decided before any row is read."""
+
+    cursor: Cursor | None
+    replace_all: bool
+    partitioning: Partitioning | None = None
+    previous: CursorValue | None = None
+    window: Window | None = None
+    bounds: Bounds | None = None
+    new_cursor: CursorValue | None = None
+    report: Report = field(default_factory=Report)
+    warnings: tuple[str, ...] = ()
+    backfill: bool = False
+    # A snapshot that replaces what the lake holds: the read takes every row.
+    whole: bool = False
+
+    @property
+    def nothing_new(self) -> bool:
+        if self.replace_all or self.bounds is None or self.window is None:
+            return False
+        return self.bounds.upper is None and not (
+            self.window.include_nulls and self.bounds.null_rows
+        )
+
+    @property
+    def recorded_cursor(self) -> CursorValue | None:
+        """The cursor the run records: unchanged when it found nothing new."""
+        return self.previous if self.nothing_new else self.new_cursor
+
+    def warned(self, *warnings: str) -> WindowPlan:
+        return replace(self, warnings=(*self.warnings, *warnings))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan starts from: the table, its source, the stored state, the lake's contents."""
+
+    table: TableSpec
+    source: Source
+    stored: StoredState
+    full_refresh: bool
+    lake_has_files: bool
+
+
+def plan_window(inputs: PlanInputs) -> WindowPlan:
+    table, stored = inputs.table, inputs.stored
+    cursor = resolve_cursor(table, inputs.source.schema())
+    # No stored cursor: a first run, or one after `cursor reset`. Either way, everything again.
+    replace_all = (
+        inputs.full_refresh
+        or table.mode is Mode.FULL_REFRESH
+        or cursor is None
+        or stored.cursor is None
+    )
+    partitioning = choose_partitioning(table, inputs.source.schema(), cursor)
+    if cursor is None:
+        return WindowPlan(cursor=None, replace_all=True, partitioning=partitioning)
+    check_cursor_rules(table, cursor.type)
+    previous = read_previous_cursor(table, stored, cursor, replace_all)
+    lower, warnings = _lower_bound(table, cursor, previous, replace_all)
+    request = FreezeRequest(
+        cursor, lower, table.timezone, partitioning, time_limits(table, cursor.type)
+    )
+    bounds = inputs.source.freeze(request)
+    check_null_cursors(table, cursor, bounds)
+    whole = replace_all and (table.mode is Mode.FULL_REFRESH or inputs.lake_has_files)
+    read_upper = bounds.newest if whole else bounds.upper
+    window = Window(
+        cursor.column,
+        cursor.type,
+        lower,
+        read_upper,
+        empty=read_upper is None,
+        include_nulls=table.null_cursor == "include",
+    )
+    plan = WindowPlan(
+        cursor=cursor,
+        replace_all=replace_all,
+        partitioning=partitioning,
+        previous=previous,
+        window=window,
+        bounds=bounds,
+        warnings=warnings,
+        whole=whole,
+    )
+    return with_new_cursor(table, plan)
+
+
+def _lower_bound(
+    table: TableSpec, cursor: Cursor, previous: CursorValue | None, replace_all: bool
+) -> tuple[CursorValue | None, tuple[str, ...]]:
+    """Where the read starts: `start` for a snapshot, else the previous cursor minus the lookback.
+
+    A `timestamp` cursor inside an hour its zone repeats starts again at the start of that hour.
+    """
+    start = start_value(table, cursor.type)
+    if replace_all:
+        return start, ()
+    lower = lower_bound(cursor.type, previous, start, lookback_value(table, cursor.type))
+    if cursor.type is not CursorType.TIMESTAMP or lower is None:
+        return lower, ()
+    fold = repeated_hour_start(lower, table.timezone)  # type: ignore[arg-type]
+    if fold is None:
+        return lower, ()
+    warning = (
+        f"the cursor is inside an hour that {table.timezone} repeats when daylight saving time "
+        f"ends; reading again from {format_cursor(cursor.type, fold)} to catch rows written in "
+        "its second pass"
+    )
+    return fold, (warning,)
+
+
+def plan_backfill(inputs: PlanInputs, backfill: tuple[str, str]) -> WindowPlan:
+    """Re-read `[from, to)` into the lake; the cursor is carried forward unchanged."""
+    table, schema = inputs.table, inputs.source.schema()
+    cursor = resolve_cursor(table, schema)
+    values = check_backfill_window(
+        table, None if cursor is None else cursor.type, backfill, BACKFILL_FIELDS
+    )
+    assert cursor is not None and values is not None  # no cursor: refused; its type is known
+    low, high = values
+    previous = read_previous_cursor(table, inputs.stored, cursor, full_refresh=False)
+    partitioning = choose_partitioning(table, schema, cursor)
+    bounds = inputs.source.freeze(
+        FreezeRequest(cursor, low, table.timezone, partitioning, below=high)
+    )
+    window = Window(
+        cursor.column, cursor.type, low, high, upper_exclusive=True, empty=bounds.upper is None
+    )
+    return WindowPlan(
+        cursor=cursor,
+        replace_all=False,
+        partitioning=partitioning,
+        previous=previous,
+        window=window,
+        bounds=bounds,
+        new_cursor=previous,
+        report=Report(backfill=f"[{backfill[0]}, {backfill[1]})"),
+        backfill=True,
+    )
+
+
+def describe_bounds(bounds: Bounds) -> str:
+    parts = [f"{bounds.rows} rows up to the frozen bound"]
+    if bounds.boundary_rows:
+        parts.append(f"{bounds.boundary_rows} on the bound itself")
+    if bounds.transaction and bounds.transaction.rows_held_back:
+        parts.append(f"{bounds.transaction.rows_held_back} held back by an open transaction")
+    if bounds.null_rows:
+        parts.append(f"{bounds.null_rows} with a NULL cursor")
+    return ", ".join(parts)
+
+
+def with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
+    """The frozen bound becomes the cursor, capped at the clock plus the future tolerance."""
+    assert plan.cursor is not None and plan.bounds is not None
+    kind, bounds = plan.cursor.type, plan.bounds
+    upper = bounds.upper
+    capped_at = None
+    warnings = list(plan.warnings)
+    if bounds.future_cap is not None and upper is not None and upper > bounds.future_cap:  # type: ignore[operator]
+        capped_at = format_cursor(kind, bounds.future_cap)
+        warnings.append(
+            f"rows are dated after the clock plus future_tolerance ({capped_at}); they were "
+            "loaded, but the cursor stops at that time so rows written later are not hidden"
+        )
+        upper = bounds.future_cap
+    if bounds.boundary_rows > BOUNDARY_WARNING_ROWS:
+        warnings.append(
+            f"{bounds.boundary_rows} rows share the cursor value {format_cursor(kind, bounds.upper)}; every run "  # type: ignore[arg-type]
+            "reads them again. A finer-grained cursor column would avoid that."
+        )
+    if bounds.null_rows and table.null_cursor == "exclude":
+        warnings.append(
+            f"{bounds.null_rows} rows with a NULL {plan.cursor.column} were left out (null_cursor: exclude)"
+        )
+    cap, held = _transaction_report(bounds, warnings)
+    report = Report(
+        null_cursor_rows=bounds.null_rows,
+        boundary_rows=bounds.boundary_rows,
+        cursor_capped_at=capped_at,
+        transaction_cap=cap,
+        transaction_cap_applied=held,
+    )
+    new_cursor = upper if plan.replace_all else later_of(kind, plan.previous, upper)
+    return replace(plan, new_cursor=new_cursor, report=report, warnings=tuple(warnings))
+
+
+def _transaction_report(bounds: Bounds, warnings: list[str]) -> tuple[str | None, bool | None]:
+    """What the transaction cap saw and could not see, and whether it held rows back."""
+    cap = bounds.transaction
+    if cap is None:
+        return None, None
+    text = "no other transaction open"
+    if cap.oldest_start is not None:
+        text = f"{format_cursor(CursorType.TIMESTAMPTZ, cap.oldest_start)}: {cap.holder}"
+    if cap.hidden_sessions:
+        text = f"partial ({cap.hidden_sessions} sessions of other roles are hidden); {text}"
+        warnings.append(
+            f"the transaction cap could not see {cap.hidden_sessions} sessions of other roles in "
+            "pg_stat_activity, so rows their transactions commit late may be missed. Fix: GRANT "
+            "pg_read_all_stats to the source's user, or set a lookback."
+        )
+    if cap.limits:
+        text = f"{text}; " + "; ".join(cap.limits)
+        warnings.extend(f"transaction cap: {limit}" for limit in cap.limits)
+    return text, cap.rows_held_back > 0
+
+
+_FULL_REFRESH_FIX = (
+    "run a full refresh (asset config full_refresh: true); the lake and the cursor are left as "
+    "they are until it succeeds."
+)
+
+
+def read_previous_cursor(
+    table: TableSpec, stored: StoredState, cursor: Cursor, full_refresh: bool
+) -> CursorValue | None:
+    """The stored cursor as a value of the column's type; a full refresh ignores a bad one."""
+    if stored.cursor is None:
+        return None
+    if stored.cursor_column and stored.cursor_column != cursor.column and not full_refresh:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"the stored cursor belongs to column '{stored.cursor_column}', but the table now "
+                f"uses '{cursor.column}'.",
+                "cursor",
+                "run a full refresh (asset config full_refresh: true) to load from the new column.",
+            )
+        )
+    stored_type = stored.cursor_type or cursor.type
+    try:
+        value = parse_cursor(stored_type, stored.cursor)
+        # A column whose type changed keeps its cursor's meaning (timestamp -> timestamptz, ...).
+        return convert_cursor(value, stored_type, cursor.type, table.timezone)
+    except CursorError as exc:
+        if full_refresh:
+            return None
+        if stored_type is not cursor.type:
+            message = (
+                f"the column '{cursor.column}' was {stored_type.value} when run {stored.run_id} "
+                f"recorded the cursor {stored.cursor!r}, and is {cursor.type.value} now: {exc}"
+            )
+            raise CursorError(
+                TableProblem(table.name, message, "cursor", _FULL_REFRESH_FIX)
+            ) from None
+        message = (
+            f"the stored cursor {stored.cursor!r} (metadata key `cursor` of run {stored.run_id}) "
+            f"can't be read as the {cursor.type.value} column '{cursor.column}': {exc}"
+        )
+        raise CursorError(TableProblem(table.name, message, fix=_FULL_REFRESH_FIX)) from None
+
+
+def check_backfill_window(
+    table: TableSpec,
+    known_type: CursorType | None,
+    window: tuple[str, str],
+    names: tuple[str, str],
+) -> tuple[CursorValue, CursorValue] | None:
+    """Refuse a backfill that can't run: no cursor, a full_refresh table, bad values, an empty window.
+
+    Called before Spark starts (by the asset and the CLI) with the type a run recorded, and by the
+    load with the type the source reports. The values are checked, and returned, once the type is
+    known (given, or declared in the config).
+    """
+    if table.cursor is None:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                "the table has no cursor, so there is no window to backfill; run a full refresh "
+                "instead.",
+            )
+        )
+    if table.mode is Mode.FULL_REFRESH:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                "a full_refresh table is replaced by a new snapshot on every run, so a backfill "
+                "has nothing to add.",
+                "mode",
+                "run the table without backfill_from and backfill_to.",
+            )
+        )
+    kind = known_type or table.cursor.declared_type
+    if kind is None:
+        return None
+    low, high = (
+        _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
+    )
+    # Strings are ordered by the database's collation: only an equal pair is surely empty.
+    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
+    if empty:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"the backfill window [{window[0]}, {window[1]}) is empty; {names[0]} is where it "
+                f"starts (inclusive) and must be below {names[1]}, where it ends (exclusive).",
+                fix="swap the two values.",
+            )
+        )
+    return low, high
+
+
+def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) -> CursorValue:
+    try:
+        return parse_cursor(kind, text)
+    except CursorError as exc:
+        column = table.cursor.column if table.cursor else ""
+        raise ConfigError(
+            TableProblem(table.name, f"{exc} The cursor column '{column}' is a {kind.value}.", name)
+        ) from None
+
+
+def check_null_cursors(table: TableSpec, cursor: Cursor, bounds: Bounds) -> None:
+    if bounds.null_rows and table.null_cursor == "error":
+        raise CursorError(
+            TableProblem(
+                table.name,
+                f"{bounds.null_rows} rows have a NULL cursor ({cursor.column}), so no window would "
+                "ever read them. Nothing was written.",
+                fix="set null_cursor: include (read them on every run) or null_cursor: exclude "
+                "(leave them out), or fill the column.",
+            )
+        )
+
+
+def boundary_of(table: TableSpec, plan: WindowPlan) -> Window | None:
+    """The part of the read the lake may already hold, for the writer to check against it.
+
+    Append needs every such row (from the lower bound up: ties, lookback, capped cursors) to keep
+    each version once. Merge is idempotent whatever it is told and only skips rewriting what
+    repeats the lake, so the rows at or below the previous cursor are enough.
+    """
+    if table.mode is Mode.FULL_REFRESH or plan.replace_all or plan.window is None:
+        return None
+    if plan.backfill:
+        return plan.window
+    if plan.previous is None:
+        return None
+    window = plan.window
+    if table.mode is Mode.MERGE:
+        return Window(
+            window.column,
+            window.cursor_type,
+            upper=plan.previous,
+            include_nulls=window.include_nulls,
+        )
+    return Window(
+        window.column, window.cursor_type, window.lower, include_nulls=window.include_nulls
+    )
+
+
+def reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
+    """Whether this run also removes keys the source no longer has (`deletes: reconcile`)."""
+    if table.deletes != "reconcile" or plan.replace_all or plan.backfill:
+        return False
+    return batch % table.reconcile_every == 0
+
+
+def collated_cursor(plan: WindowPlan, source: Source) -> bool:
+    """A text cursor the database ordered by its collation, which Spark can't reproduce."""
+    return (
+        plan.cursor is not None
+        and plan.cursor.type is CursorType.STRING
+        and source.dialect is not SPARK_SQL
+    )
