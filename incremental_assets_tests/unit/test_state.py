@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -10,10 +12,12 @@ from incremental_assets import state
 from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType
 from incremental_assets.metadata import TableMetadata, metadata_for
+from incremental_assets.results import StoredState
 from incremental_assets.state import (
     read_state_records,
     read_stored_state,
     record_cursor_override,
+    record_of,
 )
 from incremental_assets_tests.load_results import load_result
 
@@ -91,3 +95,29 @@ def test_a_hand_set_cursor_is_found_behind_any_number_of_other_observations(
         _materialize(instance, datetime(2025, 2, 1, tzinfo=UTC))  # the run that honoured it
         assert read_state_records(instance, key).override is None
         assert read_stored_state(instance, key).cursor == "2025-02-01T00:00:00.000000+00:00"
+
+
+def test_an_instance_written_before_the_metadata_record_keeps_its_cursor() -> None:
+    """Events the 0.1 code recorded (a merge run, then `cursor set`), replayed into an instance."""
+    written = json.loads(
+        (Path(__file__).parent.parent / "data" / "events_written_by_0_1.json").read_text()
+    )
+    key = dg.AssetKey("orders")
+    with dg.instance_for_test() as instance:
+        materialization, override = (
+            dg.deserialize_value(text, dg.EventLogEntry) for text in written
+        )
+        instance.store_event(materialization)
+        assert read_stored_state(instance, key) == StoredState(
+            cursor="2025-01-02T00:00:00.000001+00:00",
+            cursor_column="updated_at",
+            cursor_type=CursorType.TIMESTAMPTZ,
+            batch=7,
+            run_id=None,
+            row_count=100,
+        )
+        instance.store_event(override)
+        records = read_state_records(instance, key)
+        assert records.stored_state().cursor == "2024-12-31T00:00:00.000000+00:00"
+        assert records.stored_state().batch == 7
+        assert record_of(records.override).cursor_action == "set"
