@@ -24,11 +24,11 @@ from incremental_assets.writers.base import (
     Staged,
     WritePlan,
     column_types,
+    commit_replacing,
     conformed,
     counted,
     null_safe_match,
     observed,
-    rewrite_to_schema,
     write_parquet,
 )
 from incremental_assets.writers.lake import COLUMNS, batch_group
@@ -61,17 +61,8 @@ class AppendWriter:
             (f"{staged.subdir}/{f}", f"part-{group}-{plan.txn}-{i:05d}.parquet")
             for i, f in enumerate(files)
         ]
-        existing = plan.lake.data_files()
-        replaced = [f for f in existing if plan.replace_all or f.group == group]
-        evolved, rewritten = rewrite_to_schema(
-            self.spark, plan, [f for f in existing if f not in replaced]
-        )
-        plan.lake.commit(
-            plan.txn,
-            adds + evolved,
-            [f.name for f in replaced] + rewritten,
-            {**plan.records(), **_column_history(plan)},
-        )
+        replaced = [f for f in plan.lake.data_files() if plan.replace_all or f.group == group]
+        commit_replacing(self.spark, plan, adds, replaced, _column_history(plan))
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,

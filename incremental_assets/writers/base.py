@@ -121,6 +121,20 @@ _EVOLVED = "evolved"
 _GROUP = "__group"
 
 
+def commit_replacing(
+    spark: SparkSession,
+    plan: WritePlan,
+    adds: list[tuple[str, str]],
+    replaced: list[DataFile],
+    records: dict[str, Any],
+) -> None:
+    """Commit `adds` in place of `replaced`, with the lake's other files rewritten to a new schema."""
+    rest = [f for f in plan.lake.data_files() if f not in replaced]
+    evolved, rewritten = rewrite_to_schema(spark, plan, rest)
+    removes = [f.name for f in replaced] + rewritten
+    plan.lake.commit(plan.txn, adds + evolved, removes, {**plan.records(), **records})
+
+
 def rewrite_to_schema(
     spark: SparkSession, plan: WritePlan, files: list[DataFile]
 ) -> tuple[list[tuple[str, str]], list[str]]:

@@ -31,10 +31,10 @@ from incremental_assets.writers.base import (
     Staged,
     WritePlan,
     column_types,
+    commit_replacing,
     conformed,
     counted,
     observed,
-    rewrite_to_schema,
     write_parquet,
 )
 from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
@@ -128,14 +128,8 @@ class MergeWriter:
         # The merge already clustered the rows by bucket (one shuffle): one task writes each bucket.
         write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=_BUCKET)
         adds = _named_adds(plan, scheme)
-        evolved, rewritten_files = rewrite_to_schema(
-            self.spark, plan, [f for f in existing if f not in replaced]
-        )
-        plan.lake.commit(
-            plan.txn,
-            adds + evolved,
-            [f.name for f in replaced] + rewritten_files,
-            {**plan.records(), KEY: {"columns": list(plan.primary_key)}},
+        commit_replacing(
+            self.spark, plan, adds, replaced, {KEY: {"columns": list(plan.primary_key)}}
         )
         merge = MergeCounts(
             observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
