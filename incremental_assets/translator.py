@@ -123,10 +123,10 @@ def sensor_name_of(key: dg.AssetKey) -> str:
     return f"{op_name_of(key)}_source_sensor"
 
 
-def translator_for(project: Project) -> IncrementalAssetsTranslator:
+def translator_for(project: Project, suffix: str = "") -> IncrementalAssetsTranslator:
     """The translator the configuration names (`translator:`), or the default one."""
     if project.translator is None:
-        return IncrementalAssetsTranslator(project.lake)
+        return IncrementalAssetsTranslator(project.lake, suffix)
     module, _, name = project.translator.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), name)
@@ -134,7 +134,7 @@ def translator_for(project: Project) -> IncrementalAssetsTranslator:
         raise _bad_translator(project, f"can't be imported ({exc})") from None
     if not (isinstance(found, type) and issubclass(found, IncrementalAssetsTranslator)):
         raise _bad_translator(project, "is not a subclass of IncrementalAssetsTranslator")
-    return found(project.lake)
+    return found(project.lake, suffix)
 
 
 def _bad_translator(project: Project, why: str) -> ConfigError:
