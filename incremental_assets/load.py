@@ -30,7 +30,6 @@ from incremental_assets.plan import (
     describe_bounds,
     plan_backfill,
     plan_window,
-    reconciles,
 )
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
 from incremental_assets.sources import open_source
@@ -152,7 +151,7 @@ def _write_plan(run: _Run, plan: WindowPlan, change: SchemaChange) -> WritePlan:
         max_rows_per_file=lake.max_rows_per_file,
         boundary=boundary_of(table, plan),
         schema=change,
-        reconcile=reconciles(table, plan, batch),
+        reconcile=plan.reconcile,
         delta_beats_lake=collated_cursor(plan, run.source),
     )
 

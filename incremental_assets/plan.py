@@ -60,10 +60,13 @@ class WindowPlan:
     backfill: bool = False
     # A snapshot that replaces what the lake holds: the read takes every row.
     whole: bool = False
+    # `deletes: reconcile` is due: the source's keys are compared with the lake's.
+    reconcile: bool = False
 
     @property
     def nothing_new(self) -> bool:
-        if self.replace_all or self.bounds is None or self.window is None:
+        """No row to read and no key to reconcile: the run writes nothing."""
+        if self.replace_all or self.reconcile or self.bounds is None or self.window is None:
             return False
         return self.bounds.upper is None and not (
             self.window.include_nulls and self.bounds.null_rows
@@ -130,6 +133,7 @@ def plan_window(inputs: PlanInputs) -> WindowPlan:
         warnings=warnings,
         whole=whole,
     )
+    plan = replace(plan, reconcile=reconciles(table, plan, stored.batch + 1))
     return with_new_cursor(table, plan)
 
 

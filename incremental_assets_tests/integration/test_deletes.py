@@ -117,3 +117,25 @@ def test_reconcile_keeps_a_timestamp_key_that_falls_in_a_gap_of_the_jvms_zone(
     assert rows_by(read_lake(tmp_path / "lake", "items"), ["id", "at"]) == sorted(
         pg.query("SELECT id, at FROM items")
     )
+
+
+def test_reconcile_runs_when_no_row_is_new(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Found by the model-based test: every key deleted, nothing past the cursor, keys stayed."""
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
+    pg.execute("INSERT INTO items VALUES (1, 100), (2, 100)")
+    project = _project(tmp_path, pg)
+    assert materialize(project, "items", instance, spark_resource).success
+    pg.execute("DELETE FROM items")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["deletes_reconciled"] is True
+    assert run.metadata["rows_deleted"] == 2
+    assert run.metadata["dagster/row_count"] == 0
+    assert read_lake(tmp_path / "lake", "items").num_rows == 0
