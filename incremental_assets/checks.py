@@ -76,14 +76,17 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
 
 
 def evaluate_checks(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     table: TableSpec,
     lake: LakeTable,
     result: LoadResult,
     stored: StoredState,
     log: Callable[[str], None],
 ) -> list[dg.AssetCheckResult]:
-    """Every check of the table, each one failing on its own if it raises."""
+    """Every check of the table, each one failing on its own if it raises.
+
+    `spark` gives the session when a check needs one; a run that wrote nothing starts none.
+    """
     planned: list[tuple[str, Callable[[], dg.AssetCheckResult]]] = [
         (CURSOR_FORWARD, lambda: cursor_not_backwards(result, stored))
     ]
@@ -96,7 +99,7 @@ def evaluate_checks(
         planned.append(
             (
                 COUNTS,
-                lambda: row_counts_match(table, result, live_source_rows(spark, table, result)),
+                lambda: row_counts_match(table, result, live_source_rows(spark(), table, result)),
             )
         )
     return [_guarded(table, name, check, log) for name, check in planned]
@@ -127,13 +130,13 @@ def _guarded(
 
 
 def primary_key_unique(
-    spark: SparkSession, key: tuple[str, ...], lake: LakeTable, result: LoadResult
+    spark: Callable[[], SparkSession], key: tuple[str, ...], lake: LakeTable, result: LoadResult
 ) -> dg.AssetCheckResult:
     files = list(result.files) if not result.full_refresh else [f.name for f in lake.data_files()]
     duplicates = 0
     if files:
         keys = [F.col(f"`{c}`") for c in key]
-        rows = spark.read.parquet(*[lake.spark_uri(f) for f in files]).groupBy(*keys).count()
+        rows = spark().read.parquet(*[lake.spark_uri(f) for f in files]).groupBy(*keys).count()
         duplicates = rows.where(F.col("count") > 1).count()
     return dg.AssetCheckResult(
         check_name=KEY_UNIQUE,

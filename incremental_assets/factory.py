@@ -16,7 +16,7 @@ from incremental_assets import checks
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
-from incremental_assets.load import LoadRequest, run_incremental_load
+from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.plan import check_backfill_window
@@ -72,14 +72,16 @@ def build_table_asset(
                     config.full_refresh,
                     _backfill(table, config, stored),
                 )
-                session = spark.spark_session
-                with spark_progress(session, context.log.info):
-                    result = run_incremental_load(session, request, log=context.log.info)
-                    pause_point("committed")
-                    _log_result(context, table, result)
-                    check_results = checks.evaluate_checks(
-                        session, table, lake, result, stored, context.log.warning
-                    )
+                result = load_without_spark(request, log=context.log.info)
+                if result is None:
+                    session = spark.spark_session
+                    with spark_progress(session, context.log.info):
+                        result = run_incremental_load(session, request, log=context.log.info)
+                pause_point("committed")
+                _log_result(context, table, result)
+                check_results = checks.evaluate_checks(
+                    lambda: spark.spark_session, table, lake, result, stored, context.log.warning
+                )
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata_for(result), check_results=check_results
                 )

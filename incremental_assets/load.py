@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.config import LakeSpec, Mode, TableSpec
+from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
 from incremental_assets.errors import (
     ConfigError,
     IncrementalAssetsError,
@@ -35,7 +35,8 @@ from incremental_assets.results import LoadResult, MergeCounts, StoredState, Wri
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Source, check_columns
 from incremental_assets.sources.failures import root_messages, source_error
-from incremental_assets.window import render_window
+from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
+from incremental_assets.window import POSTGRES, SPARK_SQL, Dialect, render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import WritePlan, column_types
 from incremental_assets.writers.lake import (
@@ -65,13 +66,38 @@ class _Run:
     """One load under way: what it reads from and writes to, and when it started."""
 
     request: LoadRequest
-    source: Source
     lake: LakeTable
+    dialect: Dialect
     started: float
 
     @property
     def table(self) -> TableSpec:
         return self.request.table
+
+
+def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadResult | None:
+    """The run's result when it can prove, without Spark, that it would find nothing new."""
+    if request.backfill:
+        return None
+    started = time.monotonic()
+    lake = LakeTable(request.lake.table_uri(request.table.name))
+    proof = prove_unchanged(request.table, request.stored, lake, request.full_refresh)
+    if proof is None:
+        return None
+    plan = proof.plan
+    report = replace(
+        plan.report, window_fingerprint=proof.fingerprint, spark="not started (nothing new)"
+    )
+    plan = replace(plan, report=report)
+    dialect = POSTGRES if isinstance(request.table.source, JdbcSourceSpec) else SPARK_SQL
+    run = _Run(request, lake, dialect, started)
+    files = lake.data_files()
+    columns = column_types(lake.spark_schema(files[-1])) if files else ()
+    log(
+        f"{run.table.name}: nothing new past the cursor, and the rows it would read again are unchanged: Spark not started"
+    )
+    outcome = WriteOutcome(0, 0, 0, 0, None, columns)
+    return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
 
 
 def run_incremental_load(
@@ -81,29 +107,32 @@ def run_incremental_load(
     for note in lake.recover():
         log(f"{request.table.name}: {note}")
     request, repeat = _repeat_unrecorded_refresh(request, lake)
-    run = _Run(request, open_source(spark, request.table), lake, time.monotonic())
+    listing = files_listing(request.table)
+    source = open_source(spark, request.table)
+    run = _Run(request, lake, source.dialect, time.monotonic())
     if request.table.mode is Mode.MERGE and not request.table.primary_key:
-        key = {"primary_key": _key_from_source(request.table, run.source)}
+        key = {"primary_key": _key_from_source(request.table, source)}
         request = replace(request, table=request.table.model_copy(update=key))
-        run = replace(run, request=request, source=open_source(spark, request.table))
-    schema = run.source.schema()
-    check_columns(run.table, schema)
-    plan = _plan(run)
+        run, source = replace(run, request=request), open_source(spark, request.table)
+    check_columns(run.table, source.schema())
+    plan = _plan(run, source)
+    fingerprint = next_fingerprint(run.table, plan, listing)
+    plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
     if repeat:
         log(f"{run.table.name}: {repeat}")
         plan = plan.warned(repeat)
     if plan.window is not None and plan.bounds is not None:
-        window = render_window(plan.window, run.source.dialect)
+        window = render_window(plan.window, run.dialect)
         log(f"{run.table.name}: window {window}; {describe_bounds(plan.bounds)}")
-    change = _schema_change(run, plan.replace_all)
+    change = _schema_change(run, source, plan.replace_all)
     if plan.nothing_new:
         outcome = WriteOutcome(0, 0, 0, 0, None, column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
-    write = _write_plan(run, plan, change)
+    write = _write_plan(run, source, plan, change)
     writer = writer_for(run.table.mode, spark)
     try:
-        source_keys = run.source.read_keys() if write.reconcile else None
-        delta = run.source.read(plan.window, plan.bounds, plan.partitioning)
+        source_keys = source.read_keys() if write.reconcile else None
+        delta = source.read(plan.window, plan.bounds, plan.partitioning)
         staged = writer.stage(delta, write, source_keys)
         pause_point("staged")
         extracted_at = time.monotonic()
@@ -121,10 +150,10 @@ def run_incremental_load(
     return _result(run, plan, outcome, batch=write.batch, extracted_at=extracted_at)
 
 
-def _plan(run: _Run) -> WindowPlan:
+def _plan(run: _Run, source: Source) -> WindowPlan:
     request = run.request
     files = run.lake.data_files()
-    inputs = PlanInputs(run.table, run.source, request.stored, request.full_refresh, bool(files))
+    inputs = PlanInputs(run.table, source, request.stored, request.full_refresh, bool(files))
     if request.backfill:
         check_lake_fits(run.table, run.lake, request.stored, files)
         return plan_backfill(inputs, request.backfill)
@@ -134,7 +163,7 @@ def _plan(run: _Run) -> WindowPlan:
     return plan
 
 
-def _write_plan(run: _Run, plan: WindowPlan, change: SchemaChange) -> WritePlan:
+def _write_plan(run: _Run, source: Source, plan: WindowPlan, change: SchemaChange) -> WritePlan:
     table, lake = run.table, run.request.lake
     batch = run.request.stored.batch + 1
     return WritePlan(
@@ -152,7 +181,7 @@ def _write_plan(run: _Run, plan: WindowPlan, change: SchemaChange) -> WritePlan:
         boundary=boundary_of(table, plan),
         schema=change,
         reconcile=plan.reconcile,
-        delta_beats_lake=collated_cursor(plan, run.source),
+        delta_beats_lake=collated_cursor(plan, source),
     )
 
 
@@ -231,12 +260,11 @@ def check_lake_fits(
         )
 
 
-def _schema_change(run: _Run, replace_all: bool) -> SchemaChange:
+def _schema_change(run: _Run, source: Source, replace_all: bool) -> SchemaChange:
     files = run.lake.data_files()
-    source = run.source.schema()
     if replace_all or not files:
-        return plan_schema_change(run.table.name, None, source)
-    return plan_schema_change(run.table.name, run.lake.spark_schema(files[-1]), source)
+        return plan_schema_change(run.table.name, None, source.schema())
+    return plan_schema_change(run.table.name, run.lake.spark_schema(files[-1]), source.schema())
 
 
 def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError:
@@ -272,7 +300,7 @@ def _result(
         cursor=plan.recorded_cursor,
         full_refresh=plan.replace_all,
         batch=batch,
-        extract_filter=render_window(plan.window, run.source.dialect) if plan.window else "TRUE",
+        extract_filter=render_window(plan.window, run.dialect) if plan.window else "TRUE",
         rows_extracted=outcome.rows_extracted,
         rows_written=outcome.rows_written,
         files_written=outcome.files_written,

@@ -52,6 +52,8 @@ class TableMetadata(BaseModel):
     schema_change: str | None = None
     deletes_reconciled: bool | None = None
     rows_rewritten: int | None = None
+    window_fingerprint: str | None = None
+    spark: str | None = None
     warnings: str | None = None  # markdown, one line per warning
     cursor_action: str | None = None  # `set` or `reset`, on a hand-set cursor's observation
     note: str | None = None
@@ -81,6 +83,7 @@ class TableMetadata(BaseModel):
             batch=self.batch or 0,
             run_id=run_id,
             row_count=self.row_count,
+            window_fingerprint=self.window_fingerprint,
         )
 
 

@@ -107,7 +107,7 @@ def plan_window(inputs: PlanInputs) -> WindowPlan:
         return WindowPlan(cursor=None, replace_all=True, partitioning=partitioning)
     check_cursor_rules(table, cursor.type)
     previous = read_previous_cursor(table, stored, cursor, replace_all)
-    lower, warnings = _lower_bound(table, cursor, previous, replace_all)
+    lower, warnings = lower_bound_of(table, cursor, previous, replace_all)
     request = FreezeRequest(
         cursor, lower, table.timezone, partitioning, time_limits(table, cursor.type)
     )
@@ -137,7 +137,7 @@ def plan_window(inputs: PlanInputs) -> WindowPlan:
     return with_new_cursor(table, plan)
 
 
-def _lower_bound(
+def lower_bound_of(
     table: TableSpec, cursor: Cursor, previous: CursorValue | None, replace_all: bool
 ) -> tuple[CursorValue | None, tuple[str, ...]]:
     """Where the read starts: `start` for a snapshot, else the previous cursor minus the lookback.

@@ -8,15 +8,10 @@ cap), so rows a run would hold back don't ask for a run that can't load them.
 
 from __future__ import annotations
 
-import fnmatch
-import re
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import parse_qsl, urlparse
 
 import psycopg
-import pyarrow.fs as pafs
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.config.rules import time_limits
@@ -24,8 +19,9 @@ from incremental_assets.cursor import CursorType, decode_wire, format_cursor, pa
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
 from incremental_assets.sources.base import Cursor, FreezeRequest
+from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_client import connect, fetch_row
 from incremental_assets.sources.postgres import (
-    APPLICATION_NAME,
     OPEN_TRANSACTIONS,
     OpenTransactions,
     cap_limits,
@@ -33,22 +29,7 @@ from incremental_assets.sources.postgres import (
     relation_of,
 )
 from incremental_assets.window import POSTGRES
-from incremental_assets.writers.lake import arrow_uri
 
-# libpq accepts these JDBC parameters under the same names, or under the name given here.
-_LIBPQ_NAMES = {
-    "sslmode": "sslmode",
-    "sslrootcert": "sslrootcert",
-    "sslcert": "sslcert",
-    "sslkey": "sslkey",
-    "sslpassword": "sslpassword",
-    "options": "options",
-    "connectTimeout": "connect_timeout",
-    "connect_timeout": "connect_timeout",
-    "ApplicationName": "application_name",
-    "application_name": "application_name",
-}
-_NON_VALIDATING = "org.postgresql.ssl.NonValidatingFactory"
 # PostgreSQL type OIDs of the columns that can be cursors; anything else compares as text.
 _CURSOR_TYPE_OIDS = {
     20: CursorType.INTEGER,
@@ -61,41 +42,6 @@ _CURSOR_TYPE_OIDS = {
 }
 
 
-def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
-    """psycopg connection arguments from a `jdbc:postgresql://host[:port][,host2...]/db?...` URL."""
-    url = urlparse(source.url.removeprefix("jdbc:"))
-    hosts = [h.rsplit(":", 1) if ":" in h else [h, "5432"] for h in url.netloc.split(",") if h]
-    jdbc = {**dict(parse_qsl(url.query, keep_blank_values=True)), **source.properties}
-    params = libpq_parameters(jdbc)
-    return {
-        "host": ",".join(h for h, _ in hosts) or "localhost",
-        "port": ",".join(p for _, p in hosts) or "5432",
-        "dbname": url.path.lstrip("/") or None,
-        "user": source.user,
-        "password": source.password,
-        "connect_timeout": params.pop("connect_timeout", "10"),
-        "application_name": params.pop("application_name", APPLICATION_NAME),
-        **params,
-    }
-
-
-def libpq_parameters(jdbc: dict[str, str]) -> dict[str, str]:
-    """pgjdbc's connection parameters in libpq's terms, SSL included.
-
-    pgjdbc's `ssl=true` verifies the certificate and the host name (libpq's `verify-full`), unless
-    `sslfactory` is the non-validating one (`require`); `ssl=false` turns SSL off.
-    """
-    params = {_LIBPQ_NAMES[k]: v for k, v in jdbc.items() if k in _LIBPQ_NAMES}
-    if "sslmode" not in params and "ssl" in jdbc:
-        if jdbc["ssl"].lower() == "false":
-            params["sslmode"] = "disable"
-        elif jdbc.get("sslfactory") == _NON_VALIDATING:
-            params["sslmode"] = "require"
-        else:
-            params["sslmode"] = "verify-full"
-    return params
-
-
 def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | None) -> str | None:
     """What a run would load now, or None. `last_run`: when the last run that read files began."""
     if isinstance(table.source, FilesSourceSpec):
@@ -106,7 +52,7 @@ def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | Non
 def _probe_postgres(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
     relation = relation_of(table)
     try:
-        conn = psycopg.connect(**connect_args(source), autocommit=True)
+        conn = connect(source)
     except psycopg.Error as exc:
         fix = "Fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
@@ -145,23 +91,15 @@ def _newest_cursor(
         previous = parse_cursor(stored.cursor_type, stored.cursor)
     limits = time_limits(table, kind)
     capped = limits.transaction_cap
-    open_ = OpenTransactions.from_row(_fetch(conn, OPEN_TRANSACTIONS)) if capped else None
+    open_ = OpenTransactions.from_row(fetch_row(conn, OPEN_TRANSACTIONS)) if capped else None
     if open_ is not None:
         cap_limits(table, open_)
     request = FreezeRequest(
         Cursor(table.cursor.column, kind), previous, table.timezone, None, limits
     )
-    wire = _fetch(conn, newest_sql(relation, request, open_))["newest"]
+    wire = fetch_row(conn, newest_sql(relation, request, open_))["newest"]
     newest = None if wire is None else decode_wire(kind, wire)
     return None if newest is None or newest == previous else format_cursor(kind, newest)
-
-
-def _fetch(conn: psycopg.Connection, sql: str) -> dict[str, Any]:
-    cursor = conn.execute(sql)  # type: ignore[call-overload]
-    names = [column.name for column in cursor.description or []]
-    row = cursor.fetchone()
-    assert row is not None  # an aggregate always returns its row
-    return dict(zip(names, row, strict=True))
 
 
 def _column_type(conn: psycopg.Connection, table: TableSpec, relation: str) -> CursorType:
@@ -204,66 +142,3 @@ def _probe_files(
         return None
     newest = datetime.fromtimestamp(max(ready) / 1e9, UTC).isoformat(timespec="microseconds")
     return f"{len(ready)} files, newest modified {newest}"
-
-
-_GLOB_CHARACTERS = re.compile(r"[*?\[{]")
-
-
-def source_files(source: FilesSourceSpec, table_path: str) -> list[pafs.FileInfo]:
-    """The data files Spark reads for `table:`: a folder (recursively), a file, or a Hadoop glob."""
-    path = f"{source.path.rstrip('/')}/{table_path.lstrip('/')}".rstrip("/")
-    prefix = _static_prefix(path)
-    fs, root = pafs.FileSystem.from_uri(arrow_uri(prefix))
-    pattern = path[len(prefix) :].strip("/")
-    top = fs.get_file_info(root)
-    if top.type == pafs.FileType.File:
-        return [top]
-    listing = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    patterns = (
-        [p.split("/") for p in _expand_braces(pattern.replace("[^", "[!"))] if pattern else [[]]
-    )
-    return [
-        info
-        for info in listing
-        if info.type == pafs.FileType.File
-        and _read_by_spark(info.path[len(root) :].strip("/").split("/"), patterns)
-    ]
-
-
-def _static_prefix(path: str) -> str:
-    """The part of a path before its first glob segment."""
-    segments = path.split("/")
-    for index, segment in enumerate(segments):
-        if _GLOB_CHARACTERS.search(segment):
-            return "/".join(segments[:index])
-    return path
-
-
-def _read_by_spark(segments: list[str], patterns: list[list[str]]) -> bool:
-    """Whether a file (path segments below the static prefix) matches a pattern, as Spark reads it.
-
-    A pattern may match a folder, whose files are then read. Names starting with `_` or `.` are
-    skipped, as Spark skips them, unless the pattern spells that first character out.
-    """
-    for pattern in patterns:
-        named = [*pattern, *[""] * (len(segments) - len(pattern))]
-        if (
-            len(segments) >= len(pattern)
-            and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segments, pattern, strict=False))
-            and not any(_hidden(s, p) for s, p in zip(segments, named, strict=True))
-        ):
-            return True
-    return False
-
-
-def _hidden(name: str, pattern: str) -> bool:
-    return name.startswith(("_", ".")) and not pattern.startswith(name[0])
-
-
-def _expand_braces(pattern: str) -> list[str]:
-    """Hadoop's `{a,b}` alternatives, which fnmatch doesn't know, as separate patterns."""
-    match = re.search(r"\{([^{}]*)\}", pattern)
-    if match is None:
-        return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    return [e for option in match.group(1).split(",") for e in _expand_braces(head + option + tail)]

@@ -39,6 +39,10 @@ class Report:
     schema_change: str | None = None
     deletes_reconciled: bool | None = None
     rows_rewritten: int | None = None  # merge: rows written again in the buckets it touched
+    # What the next run would read again (ties at the cursor, the lookback below it), so that it
+    # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
+    window_fingerprint: str | None = None
+    spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class StoredState:
     batch: int
     run_id: str | None
     row_count: int | None = None
+    window_fingerprint: str | None = None
 
     @staticmethod
     def initial() -> StoredState:

@@ -266,6 +266,15 @@ def bounds_from_row(
     )
 
 
+def fingerprint_sql(relation: str, where: str) -> str:
+    """How many rows match `where`, and a digest of them that doesn't depend on their order."""
+    rows = f"SELECT md5(CAST(r AS text)) AS h FROM (SELECT * FROM {relation} WHERE {where}) AS r"
+    return (
+        "SELECT count(*) AS n, md5(coalesce(string_agg(h, '' ORDER BY h), '')) AS digest "
+        f"FROM ({rows}) AS hashed"
+    )
+
+
 def relation_of(table: TableSpec) -> str:
     """What the table reads, as a FROM item: the table, or its query as a subquery."""
     return f"({table.query}) AS q" if table.query is not None else str(table.table)

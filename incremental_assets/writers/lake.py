@@ -214,6 +214,13 @@ class LakeTable:
             done.append(f"removed uncommitted staging {info.base_name}")
         return done
 
+    def has_pending_commit(self) -> bool:
+        """Whether a journaled commit or a run's staging waits for `recover`."""
+        return any(
+            self.fs.get_file_info(pafs.FileSelector(self._join(name), allow_not_found=True))
+            for name in (JOURNAL, STAGING)
+        )
+
     def discard(self, txn: str) -> bool:
         """Remove a failed run's staging, unless its commit is journaled; say whether it did.
 

@@ -492,7 +492,9 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(
 
     assert idle.success, idle.failure
     counts = ("rows_extracted", "rows_written", "files_written", "rows_rewritten", "rows_updated")
-    assert [idle.metadata[key] for key in counts] == [3, 0, 0, 0, 0]
+    # Nothing past the cursor and the tied rows unchanged: proven without Spark, nothing read.
+    assert [idle.metadata[key] for key in counts] == [0, 0, 0, 0, 0]
+    assert idle.metadata["spark"] == "not started (nothing new)"
     assert idle.metadata["dagster/row_count"] == 99
     assert lake_files(tmp_path / "lake", "orders") == files
     # A real change after that lands, and rewrites only its own bucket (keys 75 to 99).

@@ -81,12 +81,12 @@ def test_duplicate_keys_in_the_files_a_run_wrote_fail_the_key_check(
     table = LakeTable(str(lake))
 
     clean = primary_key_unique(
-        spark, ("id",), table, load_result(full_refresh=False, files=(first,))
+        lambda: spark, ("id",), table, load_result(full_refresh=False, files=(first,))
     )
     both = primary_key_unique(
-        spark, ("id",), table, load_result(full_refresh=False, files=(first, second))
+        lambda: spark, ("id",), table, load_result(full_refresh=False, files=(first, second))
     )
-    whole_lake = primary_key_unique(spark, ("id",), table, load_result(full_refresh=True))
+    whole_lake = primary_key_unique(lambda: spark, ("id",), table, load_result(full_refresh=True))
 
     assert clean.passed
     assert not both.passed and both.metadata["duplicate_keys"].value == 1

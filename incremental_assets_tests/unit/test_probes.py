@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec
-from incremental_assets.probes import connect_args, source_files
+from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_client import connect_args
 
 
 @pytest.mark.parametrize(

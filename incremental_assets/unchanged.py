@@ -1,0 +1,180 @@
+"""Whether a run would find nothing new, proven without Spark, and the fingerprint that proves it.
+
+Every run records, beside its cursor, a fingerprint of what the next run would read again: the
+rows from the next lower bound (the cursor minus the lookback, ties included) up to the cursor,
+counted and digested by PostgreSQL; for files, the listing (paths, sizes, modification times) of
+what the table reads. The PostgreSQL fingerprint is taken after the bound is frozen and before
+the rows are read, so a change made after it always shows; the listing, before anything is read.
+
+A run then starts by checking, over a plain connection or a file listing, that nothing lies past
+the stored cursor that it would load (the same freeze statements as a run: transaction cap,
+safety lag, future cap), and that the fingerprint is unchanged. Anything it can't prove (a first
+run, a full refresh, a reconcile that is due, an unfinished commit, a source it can't reach, rows
+held back that a later clock would release) falls through to a run with Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, Mode, TableSpec
+from incremental_assets.config.rules import check_cursor_rules, time_limits
+from incremental_assets.cursor import CursorValue, parse_cursor
+from incremental_assets.errors import CursorError
+from incremental_assets.plan import (
+    WindowPlan,
+    check_null_cursors,
+    lower_bound_of,
+    reconciles,
+    with_new_cursor,
+)
+from incremental_assets.results import StoredState
+from incremental_assets.sources.base import Bounds, Cursor, FreezeRequest
+from incremental_assets.sources.listing import listing_fingerprint
+from incremental_assets.sources.pg_client import connect, fetch_row
+from incremental_assets.sources.postgres import (
+    OPEN_TRANSACTIONS,
+    OpenTransactions,
+    bounds_from_row,
+    bounds_sql,
+    fingerprint_sql,
+    relation_of,
+)
+from incremental_assets.window import POSTGRES, Window, render_window
+from incremental_assets.writers.lake import LakeTable
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """What the check found: the window a run would have read, and its fingerprint."""
+
+    plan: WindowPlan
+    fingerprint: str
+
+
+def files_listing(table: TableSpec) -> str | None:
+    """A files table's listing fingerprint, taken before a run reads anything."""
+    if not isinstance(table.source, FilesSourceSpec):
+        return None
+    return listing_fingerprint(table.source, table.table or "")
+
+
+def next_fingerprint(table: TableSpec, plan: WindowPlan, listing: str | None) -> str | None:
+    """The fingerprint this run records for the next one, or None if it can't be had."""
+    if plan.cursor is None or plan.recorded_cursor is None or plan.backfill:
+        return None
+    if listing is not None:
+        bounds = plan.bounds
+        held_back = (
+            bounds is not None
+            and bounds.newest is not None
+            and bounds.newest != plan.recorded_cursor
+        )
+        # Rows a later clock would release (safety_lag, the future cap) need no new file.
+        return None if held_back else listing
+    return _rows_fingerprint(table, _window(table, plan.cursor, plan.recorded_cursor))
+
+
+def prove_unchanged(
+    table: TableSpec, stored: StoredState, lake: LakeTable, full_refresh: bool
+) -> Unchanged | None:
+    """The proof that a run would find nothing new, or None when it can't be given."""
+    cursor = _checkable(table, stored, lake, full_refresh)
+    if cursor is None:
+        return None
+    try:
+        previous = parse_cursor(cursor.type, str(stored.cursor))
+    except CursorError:
+        return None  # the run says why it can't read its cursor
+    check_cursor_rules(table, cursor.type)
+    if isinstance(table.source, FilesSourceSpec):
+        if files_listing(table) != stored.window_fingerprint:
+            return None
+        return Unchanged(_plan(table, cursor, previous, None), str(stored.window_fingerprint))
+    return _prove_rows(table, stored, cursor, previous)
+
+
+def _checkable(
+    table: TableSpec, stored: StoredState, lake: LakeTable, full_refresh: bool
+) -> Cursor | None:
+    """The cursor to check against, when nothing else already says that Spark must run."""
+    if (
+        full_refresh
+        or table.mode is Mode.FULL_REFRESH
+        or table.cursor is None
+        or table.reconcile_tolerance is not None  # the check counts the source with Spark
+        or stored.cursor is None
+        or stored.cursor_type is None
+        or stored.window_fingerprint is None
+        or stored.cursor_column != table.cursor.column
+        or lake.has_pending_commit()
+        or (lake.snapshot_batch() or 0) > stored.batch
+    ):
+        return None
+    return Cursor(table.cursor.column, stored.cursor_type)
+
+
+def _prove_rows(
+    table: TableSpec, stored: StoredState, cursor: Cursor, previous: CursorValue
+) -> Unchanged | None:
+    assert isinstance(table.source, JdbcSourceSpec)
+    lower, _ = lower_bound_of(table, cursor, previous, replace_all=False)
+    request = FreezeRequest(cursor, lower, table.timezone, None, time_limits(table, cursor.type))
+    relation = relation_of(table)
+    try:
+        with connect(table.source, pinned=True) as conn:
+            open_ = None
+            if request.limits.transaction_cap:
+                open_ = OpenTransactions.from_row(fetch_row(conn, OPEN_TRANSACTIONS))
+            row = fetch_row(conn, bounds_sql(relation, request, open_))
+            bounds = bounds_from_row(table, request, row, open_)
+            fingerprint = _fetch_fingerprint(conn, relation, _window(table, cursor, previous))
+    except psycopg.Error:
+        return None  # a source Spark may reach but this process can't: let the run try
+    check_null_cursors(table, cursor, bounds)
+    plan = _plan(table, cursor, previous, bounds)
+    if bounds.null_rows and table.null_cursor == "include":
+        return None  # those rows are read again by every run
+    if plan.new_cursor != previous or fingerprint != stored.window_fingerprint:
+        return None
+    if reconciles(table, plan, stored.batch + 1):
+        return None
+    return Unchanged(plan, fingerprint)
+
+
+def _plan(
+    table: TableSpec, cursor: Cursor, previous: CursorValue, bounds: Bounds | None
+) -> WindowPlan:
+    """The plan a run would have made: read the window again, keep the cursor where it is."""
+    window = _window(table, cursor, previous)
+    plan = WindowPlan(
+        cursor=cursor,
+        replace_all=False,
+        previous=previous,
+        window=window,
+        bounds=bounds,
+        new_cursor=previous,
+    )
+    return plan if bounds is None else with_new_cursor(table, plan)
+
+
+def _window(table: TableSpec, cursor: Cursor, upper: CursorValue) -> Window:
+    """From the lower bound a run after `upper` would start at, up to `upper`."""
+    lower, _ = lower_bound_of(table, cursor, upper, replace_all=False)
+    return Window(cursor.column, cursor.type, lower, upper)
+
+
+def _rows_fingerprint(table: TableSpec, window: Window) -> str | None:
+    assert isinstance(table.source, JdbcSourceSpec)
+    try:
+        with connect(table.source, pinned=True) as conn:
+            return _fetch_fingerprint(conn, relation_of(table), window)
+    except psycopg.Error:
+        return None  # the next run can't prove anything, and runs Spark
+
+
+def _fetch_fingerprint(conn: psycopg.Connection, relation: str, window: Window) -> str:
+    row = fetch_row(conn, fingerprint_sql(relation, render_window(window, POSTGRES)))
+    return f"{row['n']}:{row['digest']}"
