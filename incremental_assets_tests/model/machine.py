@@ -96,6 +96,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.writers: list[LateWriter] = []
         self.kills = self.refusals = self.schema_changes = self.cursor_commands = 0
         self.after_kill = False
+        self.dirty = True  # something changed since the last run: another run can tell more
         self.runs = 0
         self.did: Counter[str] = Counter()
 
@@ -124,7 +125,8 @@ class LakeMachine(RuleBasedStateMachine):
         """Every example that got this far without failing ends settled and checked."""
         try:
             if sys.exc_info()[0] is None and self.directory is not None:
-                self.settle()
+                if self.dirty or self.writers:
+                    self.settle()
                 if self.env.verbose:
                     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(self.did.items()))
                     print(
@@ -145,6 +147,7 @@ class LakeMachine(RuleBasedStateMachine):
     # -- helpers -----------------------------------------------------------------------------
 
     def _observe(self, written: set[Key] | None = None) -> None:
+        self.dirty = True
         self.reference.observe(self.source.snapshot(), written or set())
 
     def _locked(self) -> set[Key]:
@@ -157,6 +160,11 @@ class LakeMachine(RuleBasedStateMachine):
         if not self.config.keyed:
             return rows
         return [(ctid, row) for ctid, row in rows if self.source.key_of(row) not in locked]
+
+    @staticmethod
+    def _pick(rows: list[tuple[str, Row]], picks: list[int]) -> list[tuple[str, Row]]:
+        """The rows the picks name (modulo their number), each once, in order."""
+        return list({p % len(rows): rows[p % len(rows)] for p in picks}.values())
 
     def _cursor(self, bump: int, in_transaction: bool = False) -> Any:
         return self.source.cursor_sql(self.reference.frontier, bump, in_transaction)
@@ -217,7 +225,7 @@ class LakeMachine(RuleBasedStateMachine):
             defaulted=frozenset(self.source.defaulted),
         )
         problems = self.reference.check_run(facts, self._lake())
-        self.after_kill = False
+        self.after_kill = self.dirty = False
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
 
@@ -239,7 +247,7 @@ class LakeMachine(RuleBasedStateMachine):
         rows = self._free_rows()
         if not rows:
             return
-        chosen = {p % len(rows): rows[p % len(rows)] for p in picks}.values()
+        chosen = self._pick(rows, picks)
         extra = {DELETED: False} if self.config.soft_deletes else {}
         done = [
             self.source.update(self._where(c, r), self._cursor(bump), **extra) for c, r in chosen
@@ -248,12 +256,12 @@ class LakeMachine(RuleBasedStateMachine):
         self._observe({self.source.key_of(r) for r in done} if self.config.keyed else set())
 
     @precondition(lambda self: self.config.soft_deletes)
-    @rule(picks=PICKS, bump=BUMPS)
-    def soft_delete(self, picks: list[int], bump: int) -> None:
+    @rule(picks=PICKS, bump=BUMPS, everything=st.booleans())
+    def soft_delete(self, picks: list[int], bump: int, everything: bool) -> None:
         rows = [(c, r) for c, r in self._free_rows() if not r[DELETED]]
         if not rows:
             return
-        chosen = {p % len(rows): rows[p % len(rows)] for p in picks}.values()
+        chosen = rows if everything else self._pick(rows, picks)
         done = [
             self.source.update(self._where(c, r), self._cursor(bump), **{DELETED: True})
             for c, r in chosen
@@ -266,11 +274,7 @@ class LakeMachine(RuleBasedStateMachine):
         rows = self._free_rows()
         if not rows:
             return
-        chosen = (
-            rows
-            if everything
-            else list({p % len(rows): rows[p % len(rows)] for p in picks}.values())
-        )
+        chosen = rows if everything else self._pick(rows, picks)
         for ctid, row in chosen:
             self.source.delete(self._where(ctid, row))
         self._say("deleted", f"# deleted {[self._label(r) for _, r in chosen]}")
@@ -311,7 +315,10 @@ class LakeMachine(RuleBasedStateMachine):
         """A writer whose rows commit later, below a cursor that may have moved past their values."""
         writer = self.source.open_writer()
         self.writers.append(writer)
-        cursor = self._cursor(0, in_transaction=True)
+        self.dirty = True
+        # Time cursors: stamped with the transaction's start (the cap protects them); others: the
+        # frontier's value, which later writes leave behind (a lookback covers them).
+        cursor = self._cursor(1 if self.config.time_cursor else 0, in_transaction=True)
         done = []
         for _ in range(max(inserts, 0 if picks and self.config.keyed else 1)):
             done.append(self.source.insert(cursor, conn=writer.conn))
@@ -500,6 +507,7 @@ class LakeMachine(RuleBasedStateMachine):
             self._fail("incremental-assets cursor set failed", [output])
         self._say("cursor set", f"# cursor set to {text}")
         self.reference.cursor_set(value)
+        self.dirty = True
 
     @precondition(
         lambda self: (
@@ -549,6 +557,7 @@ class LakeMachine(RuleBasedStateMachine):
             self._fail("incremental-assets cursor set failed", [str(results)])
         self._say("cursor set", f"# cursor set to {text}, while that run held the table")
         self.reference.cursor_set(value)
+        self.dirty = True
 
     @precondition(lambda self: self._can_move_cursor())
     @rule()
@@ -558,19 +567,24 @@ class LakeMachine(RuleBasedStateMachine):
         if code != 0:
             self._fail("incremental-assets cursor reset failed", [output])
         self.reference.cursor_reset()
+        self.dirty = True
         self._say("cursor reset", "# cursor reset")
 
     # -- runs --------------------------------------------------------------------------------
 
+    @precondition(lambda self: self.dirty)
     @rule()
     def run(self) -> None:
         self._run()
 
+    @precondition(lambda self: self.dirty)
     @rule()
     def full_refresh_run(self) -> None:
         self._run(full_refresh=True)
 
-    @precondition(lambda self: self.env.connect is not None and self.kills < self.env.kills)
+    @precondition(
+        lambda self: self.dirty and self.env.connect is not None and self.kills < self.env.kills
+    )
     @rule(point=st.sampled_from(PAUSE_POINTS), full_refresh=st.booleans())
     def killed_run(self, point: str, full_refresh: bool) -> None:
         """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
@@ -581,6 +595,7 @@ class LakeMachine(RuleBasedStateMachine):
         if outcome.killed:
             self._say("killed", f"# killed at {point}")
             self.reference.killed(full_refresh, committed=point != "staged")
+            self.dirty = True
             self.after_kill = self.after_kill or point != "staged"
             return
         if not outcome.success:
@@ -588,6 +603,7 @@ class LakeMachine(RuleBasedStateMachine):
         self._say("not killed", f"# the run finished before reaching {point}")
         self._check(outcome, snapshot, full_refresh, before)
 
+    @precondition(lambda self: self.dirty or bool(self.writers))
     @rule()
     def settle(self) -> None:
         """Commit every open transaction, let safety_lag pass, run twice: the lake is complete."""

@@ -165,7 +165,7 @@ class Reference:
             out.append(f"a successful run left {list(lake.pending)} behind")
         self.stored = recorded
         self.repeat_full = False
-        self.prev_columns = set(lake.columns) if lake.files else self.prev_columns
+        self.prev_columns = set(lake.columns)  # an emptied lake keeps no columns
         self.runs += 1
         return out
 

@@ -19,10 +19,9 @@ import dagster as dg
 import yaml
 
 from incremental_assets import cli
-from incremental_assets.config import load_project
+from incremental_assets.config import Project, load_project
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import Project
 from incremental_assets_tests.conftest import TEST_SPARK_CONF
 from incremental_assets_tests.harness import cli_env, latest_metadata, materialize, start_cli
 from incremental_assets_tests.model.table import TABLE

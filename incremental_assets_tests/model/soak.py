@@ -12,6 +12,7 @@ that replays it (the same batch, alone, from its seed).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import tempfile
@@ -19,8 +20,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.spec import SparkSpec
 from incremental_assets_tests.conftest import TEST_SPARK_CONF
 from incremental_assets_tests.engines import connect_server
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
@@ -36,9 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
     parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    parser.add_argument(
+        "--timezone",
+        default="Europe/Paris",
+        help="TZ for this process, PostgreSQL's default and the JVMs (the loads must not depend on it)",
+    )
     args = parser.parse_args(argv)
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
-    print(f"soak: seed {first_seed}, {args.steps} steps", flush=True)
+    os.environ["TZ"] = args.timezone
+    time.tzset()
+    print(f"soak: seed {first_seed}, {args.steps} steps, TZ={args.timezone}", flush=True)
     started = time.monotonic()
     with ExitStack() as stack:
         server = stack.enter_context(postgres_server())
@@ -86,6 +94,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--steps-per-example {args.steps_per_example}",
         f"--examples-per-batch {args.examples_per_batch}",
         f"--modes {args.modes}",
+        f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
     ]
     return f"python -m incremental_assets_tests.model.soak {' '.join(options)}"

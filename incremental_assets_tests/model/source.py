@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +43,7 @@ WIDER = {
     "character varying(10)": "character varying(50)",
 }
 NARROWER = {"bigint": "integer", "integer": "smallint"}
+KEY_EPOCH = datetime(2025, 3, 30, 1, 0)  # Europe/Paris skips 02:00-03:00 that night
 # Value columns every table starts with; `note` is never dropped and changes on every write, so
 # two versions of a row always differ in it (a keyless row's identity rests on that).
 VALUE_COLUMNS = {
@@ -152,6 +153,8 @@ class SourceTable:
             value = Decimal(ident)
         elif self.config.key_type == "text":
             value = f"k{ident:05d}"
+        elif self.config.key_type == "timestamp":
+            value = KEY_EPOCH + timedelta(minutes=17 * ident)  # 4, 5, 6: in the skipped hour
         values = {"id": value}
         if k2 is not None:
             values["k2"] = k2
@@ -271,9 +274,10 @@ class SourceTable:
         return conn
 
     def reader_waiting(self) -> bool:
-        """Whether a run's read (our application name) is waiting for a lock."""
+        """Whether a session (a run's read: its first, Spark's schema query, is not named after
+        the loader) is waiting for a lock in this database."""
         row = self.conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'incremental_assets' "
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock'"
         ).fetchone()
         return bool(row and row[0])
