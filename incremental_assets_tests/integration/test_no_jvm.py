@@ -1,0 +1,177 @@
+"""A run with nothing new starts no JVM; a run with work does.
+
+Seen from outside: `dagster asset materialize` runs with SPARK_HOME pointing at the pyspark
+distribution with one change, a `bin/spark-submit` that notes each launch in a file before it
+starts the JVM. In process (where the suite's own JVM already runs): the Spark jobs the session
+ran during the materialization.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyspark
+from pyspark.sql import SparkSession
+
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.harness import (
+    Schema,
+    cli_env,
+    materializations,
+    materialize,
+    read_lake,
+    rows_by,
+    run_cli,
+    write_cli_config,
+    write_project,
+)
+from incremental_assets_tests.postgres import PostgresServer
+
+TABLE = (
+    "CREATE TABLE orders (id bigint PRIMARY KEY, note text, "
+    "updated_at timestamptz NOT NULL DEFAULT now())"
+)
+ROWS = (
+    "INSERT INTO orders (id, note, updated_at) SELECT i, 'old', "
+    "TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 5) i"
+)
+
+
+def _observed_spark_home(root: Path) -> tuple[Path, Path]:
+    """A SPARK_HOME whose spark-submit notes each launch in the returned file, then runs Spark's."""
+    real = Path(pyspark.__file__).parent
+    home, launches = root / "spark_home", root / "jvm_launches"
+    (home / "bin").mkdir(parents=True)
+    for entry in real.iterdir():
+        if entry.name != "bin":
+            (home / entry.name).symlink_to(entry)
+    for entry in (real / "bin").iterdir():
+        if entry.name != "spark-submit":
+            (home / "bin" / entry.name).symlink_to(entry)
+    submit = home / "bin" / "spark-submit"
+    submit.write_text(
+        f'#!/usr/bin/env bash\necho launched >> "{launches}"\nexec "{real}/bin/spark-submit" "$@"\n'
+    )
+    submit.chmod(submit.stat().st_mode | stat.S_IEXEC)
+    return home, launches
+
+
+def _launches(launches: Path) -> int:
+    return len(launches.read_text().splitlines()) if launches.exists() else 0
+
+
+def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(
+    tmp_path: Path, pg: Schema, postgres: PostgresServer
+) -> None:
+    pg.execute(TABLE, ROWS)
+    table = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": "append",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+    }
+    config = write_cli_config(tmp_path, {"shop": pg.source()}, [table])
+    spark_home, launches = _observed_spark_home(tmp_path)
+    env = cli_env(config, tmp_path / "home", SPARK_HOME=str(spark_home))
+    runs: list[tuple[int, dict[str, Any]]] = []
+
+    def run() -> None:
+        done = run_cli(tmp_path, env, "--select", "orders")
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append((_launches(launches), materializations(tmp_path / "home", "orders")[-1]))
+
+    run()  # the first load
+    run()  # nothing new
+    pg.execute(
+        "INSERT INTO orders (id, note, updated_at) SELECT 6, 'tied', max(updated_at) FROM orders"
+    )
+    run()  # a new row tied with the cursor
+    late = postgres.connect(autocommit=False)
+    late.execute(f"INSERT INTO {pg.name}.orders (id, note) VALUES (7, 'late')")
+    run()  # a transaction open across the run: nothing a run could load
+    late.commit()
+    late.close()
+    run()  # the late row, committed
+
+    assert [jvms for jvms, _ in runs] == [1, 1, 2, 2, 3]
+    assert [m["rows_written"] for _, m in runs] == [5, 0, 1, 0, 1]
+    assert runs[1][1]["spark"] == runs[3][1]["spark"] == "not started (nothing new)"
+    assert runs[1][1]["cursor"] == runs[0][1]["cursor"]
+    assert [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+    ]
+
+
+def _jobs(spark: SparkSession) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+    entry = {
+        "name": "orders",
+        "source": "shop",
+        "table": f"{pg.name}.orders",
+        "mode": "merge",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+        "transaction_cap": False,
+        **table,
+    }
+    config = {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": pg.source()}}
+    return write_project(tmp_path, {**config, "tables": [entry]})
+
+
+def test_a_row_changed_inside_the_lookback_is_work(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    spark: SparkSession,
+) -> None:
+    pg.execute(TABLE, ROWS)
+    project = _project(tmp_path, pg, lookback="1h")
+    assert materialize(project, "orders", instance, spark_resource).success
+    before = _jobs(spark)
+    idle = materialize(project, "orders", instance, spark_resource)
+    after_idle = _jobs(spark)
+    # A late row, dated inside the lookback below the cursor.
+    pg.execute("INSERT INTO orders VALUES (9, 'late', TIMESTAMPTZ '2025-01-01 00:02:30+00')")
+    late = materialize(project, "orders", instance, spark_resource)
+
+    assert idle.metadata["spark"] == "not started (nothing new)" and after_idle == before
+    assert "spark" not in late.metadata and _jobs(spark) > after_idle
+    assert late.metadata["rows_inserted"] == 1
+    assert 9 in [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])]
+
+
+def test_a_reconcile_that_is_due_runs_spark_even_with_nothing_new(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    spark: SparkSession,
+) -> None:
+    pg.execute(TABLE, ROWS)
+    project = _project(tmp_path, pg, deletes="reconcile", reconcile_every=2)
+    assert materialize(project, "orders", instance, spark_resource).success  # batch 1
+    pg.execute("DELETE FROM orders WHERE id = 3")
+    before = _jobs(spark)
+
+    due = materialize(project, "orders", instance, spark_resource)  # batch 2: its turn
+    after_due = _jobs(spark)
+    idle = materialize(project, "orders", instance, spark_resource)  # batch 3 is not due
+
+    assert due.metadata["deletes_reconciled"] is True and after_due > before
+    assert due.metadata["rows_deleted"] == 1
+    assert idle.metadata["spark"] == "not started (nothing new)" and _jobs(spark) == after_due
