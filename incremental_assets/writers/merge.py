@@ -62,7 +62,9 @@ class MergeWriter:
         # The delta (and the source's keys) are written once, so the source is read once. What
         # the commit needs to know about it (the buckets it touches, its key range) is observed
         # on the way, at no extra pass.
-        scheme = None if plan.replace_all else scheme_of(plan.lake.data_files())
+        # A new key needs a new scheme (a range of its first column may not exist any more).
+        keep_scheme = not (plan.replace_all or key_changed(plan))
+        scheme = scheme_of(plan.lake.data_files()) if keep_scheme else None
         reread = _reread(plan)
         measures = [F.count(F.lit(1)).alias("rows"), F.count_if(reread).alias("reread")]
         if scheme is not None:
@@ -229,13 +231,16 @@ def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
     (`decimal(12,0)` and `decimal(20,0)` hash apart). Every lake row is then bucketed again by the
     new key in the same commit.
     """
-    if plan.replace_all or scheme_of(existing) is None:
-        return True
-    recorded = plan.lake.record(KEY)
-    if recorded is not None and recorded["columns"] != list(plan.primary_key):
+    if plan.replace_all or scheme_of(existing) is None or key_changed(plan):
         return True
     widened = plan.schema.widened if plan.schema is not None else ()
     return any(name in plan.primary_key for name, _, _ in widened)
+
+
+def key_changed(plan: WritePlan) -> bool:
+    """Whether the key's columns differ from the ones the lake's buckets hash (its `_key`)."""
+    recorded = plan.lake.record(KEY)
+    return recorded is not None and recorded["columns"] != list(plan.primary_key)
 
 
 def scheme_of(existing: list[DataFile]) -> BucketScheme | None:

@@ -239,3 +239,27 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
     assert run.success, run.failure
     assert _lake(tmp_path, ["id", "part", "v"]) == _source(pg, ["id", "part", "v"])
     assert run.metadata["dagster/row_count"] == 305
+
+
+def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Ranges of an integer key can't hold a text key: the table is bucketed again."""
+    pg.execute(
+        "CREATE TABLE items (id int, code text, v text, at int NOT NULL, PRIMARY KEY (id, code))",
+        "INSERT INTO items SELECT i, 'c' || i, 'v1', i FROM generate_series(1, 50) i",
+    )
+    options = {"mode": "merge", "cursor": "at"}
+    assert materialize(
+        _project(tmp_path, pg, primary_key=["id"], **options), "items", instance, spark_resource
+    ).success
+    project = _project(tmp_path, pg, primary_key=["code", "id"], **options)
+    pg.execute("UPDATE items SET v = 'v2', at = at + 100 WHERE at % 10 = 0")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert _lake(tmp_path, ["id", "code", "v"]) == _source(pg, ["id", "code", "v"])
