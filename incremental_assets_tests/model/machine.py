@@ -248,10 +248,7 @@ class LakeMachine(RuleBasedStateMachine):
         if not rows:
             return
         chosen = self._pick(rows, picks)
-        extra = {DELETED: False} if self.config.soft_deletes else {}
-        done = [
-            self.source.update(self._where(c, r), self._cursor(bump), **extra) for c, r in chosen
-        ]
+        done = [self.source.update(self._where(c, r), self._cursor(bump)) for c, r in chosen]
         self._say("updated", f"# updated {[self._label(r) for r in done]}")
         self._observe({self.source.key_of(r) for r in done} if self.config.keyed else set())
 
@@ -263,7 +260,7 @@ class LakeMachine(RuleBasedStateMachine):
             return
         chosen = rows if everything else self._pick(rows, picks)
         done = [
-            self.source.update(self._where(c, r), self._cursor(bump), **{DELETED: True})
+            self.source.update(self._where(c, r), self._cursor(bump), deleted=True)
             for c, r in chosen
         ]
         self._say("soft-deleted", f"# soft-deleted {[self._label(r) for r in done]}")
@@ -327,12 +324,7 @@ class LakeMachine(RuleBasedStateMachine):
             for pick in picks:
                 if rows:
                     ctid, row = rows.pop(pick % len(rows))
-                    extra = {DELETED: False} if self.config.soft_deletes else {}
-                    done.append(
-                        self.source.update(
-                            self._where(ctid, row), cursor, conn=writer.conn, **extra
-                        )
-                    )
+                    done.append(self.source.update(self._where(ctid, row), cursor, writer.conn))
         for row in done:
             if self.config.keyed:
                 writer.keys.add(self.source.key_of(row))
@@ -492,8 +484,11 @@ class LakeMachine(RuleBasedStateMachine):
     def _replay_point(self, pick: int) -> tuple[Any, str]:
         """A cursor to replay from: the stored one, or a committed value below it."""
         stored = self.reference.stored
-        below = {r[CURSOR] for r in self.source.snapshot().rows if r[CURSOR] <= stored}
-        value = sorted(below | {stored})[pick % (len(below | {stored}))]
+        assert stored is not None
+        values = sorted(
+            {r[CURSOR] for r in self.source.snapshot().rows if r[CURSOR] <= stored} | {stored}
+        )
+        value = values[pick % len(values)]
         return value, cursor_text(self.config.cursor_type, value)
 
     @precondition(lambda self: self._can_move_cursor() and self.reference.stored is not None)
@@ -518,8 +513,8 @@ class LakeMachine(RuleBasedStateMachine):
             and not self.reference.expects_full(requested=False)
         )
     )
-    @rule(pick=st.integers(0, 99))
-    def cursor_set_during_run(self, pick: int) -> None:
+    @rule(pick=st.integers(0, 99), full_refresh=st.booleans())
+    def cursor_set_during_run(self, pick: int, full_refresh: bool) -> None:
         """`cursor set` while a run holds the table lock: it must act as if the run came first.
 
         The run (a subprocess) is held on a table lock in PostgreSQL after taking the lake's
@@ -528,23 +523,26 @@ class LakeMachine(RuleBasedStateMachine):
         self.kills += 1
         self.cursor_commands += 1
         value, text = self._replay_point(pick)
-        before = len(self._lake().rows)
+        before = None if self.after_kill else len(self._lake().rows)
         snapshot = self.source.snapshot()
         recorded = self.runner.materializations()
+        results: list[tuple[int, str]] = []
+        command = threading.Thread(
+            target=lambda: results.append(self.runner.cursor_command("set", TABLE, text))
+        )
         locker = self.source.lock()
-        process = self.runner.start()
+        process = self.runner.start(full_refresh)
         try:
             deadline = time.monotonic() + 180
             while not self.source.reader_waiting():
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise AssertionError("the run never waited for the locked source")
                 time.sleep(0.2)
-            results: list[tuple[int, str]] = []
-            command = threading.Thread(
-                target=lambda: results.append(self.runner.cursor_command("set", TABLE, text))
-            )
             command.start()
             time.sleep(2)  # the command is now waiting for the run to release the table
+        except BaseException:
+            self.runner.stop(process)
+            raise
         finally:
             locker.rollback()
             locker.close()
@@ -552,7 +550,7 @@ class LakeMachine(RuleBasedStateMachine):
         command.join(timeout=120)
         if not outcome.success:
             self._fail("the run failed", [outcome.describe()])
-        self._check(outcome, snapshot, False, before)
+        self._check(outcome, snapshot, full_refresh, before)
         if not results or results[0][0] != 0:
             self._fail("incremental-assets cursor set failed", [str(results)])
         self._say("cursor set", f"# cursor set to {text}, while that run held the table")

@@ -228,11 +228,9 @@ class Reference:
         before = facts.lake_rows_before
         if self.config.mode == "merge":
             inserted, updated, deleted = (
-                md.get("rows_inserted"),
-                md.get("rows_updated"),
-                md.get("rows_deleted"),
+                int(md.get(key) or 0) for key in ("rows_inserted", "rows_updated", "rows_deleted")
             )
-            if md.get("rows_written") != (inserted or 0) + (updated or 0):
+            if md.get("rows_written") != inserted + updated:
                 out.append(
                     f"rows_written {md.get('rows_written')} != rows_inserted {inserted} + rows_updated {updated}"
                 )
@@ -381,32 +379,33 @@ class Reference:
         ahead = [k for k, r in source.items() if not _within(r[CURSOR], None, recorded)]
         loaded_ahead = full and any(k in lake_rows for k in ahead if not _deleted(source[k]))
         for key in sorted(source.keys() | lake_rows.keys()):
-            got, row = lake_rows.get(key), source.get(key)
-            if row is None:
+            got: Row | None = lake_rows.get(key)
+            live = source.get(key)
+            if live is None:
                 out += self._merge_gone(key, got, reconciled, columns)
-            elif _within(row[CURSOR], None, recorded):
-                if _deleted(row):
+            elif _within(live[CURSOR], None, recorded):
+                if _deleted(live):
                     if got is not None:
                         out.append(
-                            f"key {key} was soft-deleted (cursor {row[CURSOR]!r}) but is in the lake: {got}"
+                            f"key {key} was soft-deleted (cursor {live[CURSOR]!r}) but is in the lake: {got}"
                         )
                     continue
-                allowed = {freeze(row)} if full else self.current.get(key, {freeze(row)})
+                allowed = {freeze(live)} if full else self.current.get(key, {freeze(live)})
                 if got is None:
                     out.append(
-                        f"key {key} (cursor {row[CURSOR]!r} <= {recorded!r}) is not in the lake; source {row}"
+                        f"key {key} (cursor {live[CURSOR]!r} <= {recorded!r}) is not in the lake; source {live}"
                     )
                 elif project(got, columns) not in {project(v, columns) for v in allowed}:
                     out.append(
                         f"key {key} holds {project(got, columns)}, expected "
-                        f"{sorted(project(v, columns) for v in allowed)} (columns {columns})"
+                        f"{sorted((project(v, columns) for v in allowed), key=repr)} (columns {columns})"
                     )
             elif full:
-                wanted = None if _deleted(row) or not loaded_ahead else project(row, columns)
+                wanted = None if _deleted(live) or not loaded_ahead else project(live, columns)
                 if (None if got is None else project(got, columns)) != wanted:
                     out.append(
                         f"key {key} above the cursor after a full refresh holds {got}; expected "
-                        f"{'the source row ' + str(row) if wanted else 'nothing'} like the other keys above it"
+                        f"{'the source live ' + str(live) if wanted else 'nothing'} like the other keys above it"
                     )
             else:
                 out += self._merge_unchanged(key, got, columns, "its version is above the cursor")

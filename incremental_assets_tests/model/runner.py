@@ -106,6 +106,12 @@ class Runner:
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
             return Outcome(True, latest_metadata(instance, TABLE))
 
+    @staticmethod
+    def stop(process: subprocess.Popen[str]) -> None:
+        """SIGKILL a run started with `start`, and every process it started."""
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=60)
+
     def killed_run(self, point: str, full_refresh: bool) -> Outcome:
         """A run killed with SIGKILL where it pauses at `point`.
 
@@ -118,12 +124,11 @@ class Runner:
         deadline = time.monotonic() + 300
         while not marker.exists() and process.poll() is None:
             if time.monotonic() > deadline:
-                os.killpg(process.pid, signal.SIGKILL)
+                self.stop(process)
                 raise TimeoutError(f"the run neither paused at {point} nor ended")
             time.sleep(0.1)
         if marker.exists():
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate(timeout=60)
+            self.stop(process)
             return Outcome(False, {}, None, killed=True)
         return self.finish(process, before)
 

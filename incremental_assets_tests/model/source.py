@@ -220,10 +220,17 @@ class SourceTable:
         return self._insert(conn or self.conn, values, cursor)
 
     def update(
-        self, where: Key | str, cursor: Any, conn: psycopg.Connection | None = None, **extra: Any
+        self,
+        where: Key | str,
+        cursor: Any,
+        conn: psycopg.Connection | None = None,
+        deleted: bool = False,
     ) -> Row:
-        """New values and cursor for one row (by key, or by ctid without one); un-deletes it."""
-        values = {**self._fresh_values(self.columns()), **extra}
+        """New values and cursor for one row (by key, or by ctid without one); sets the delete
+        flag as told (an update of a soft-deleted row brings it back)."""
+        values = self._fresh_values(self.columns())
+        if DELETED in values:
+            values[DELETED] = deleted
         assignments = [sql.SQL("{} = ").format(sql.Identifier(CURSOR)) + _value(cursor)]
         assignments += [
             sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder()) for name in values

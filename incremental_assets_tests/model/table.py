@@ -19,7 +19,9 @@ TABLE = "t"
 CURSOR = "cur"
 DELETED = "deleted"
 
-CursorValue = int | Decimal | str | date | datetime
+# int, Decimal, str, date or datetime: one type per table, so values compare; Any says that
+# where a union can't.
+CursorValue = Any
 
 # Cursor type in PostgreSQL -> the type named in the config.
 CURSOR_TYPES = {
