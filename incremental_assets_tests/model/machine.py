@@ -507,6 +507,7 @@ class LakeMachine(RuleBasedStateMachine):
     @precondition(
         lambda self: (
             self._can_move_cursor()
+            and not self.writers  # their row locks would keep the table lock waiting
             and self.env.connect is not None
             and self.kills < self.env.kills
             and self.reference.stored is not None

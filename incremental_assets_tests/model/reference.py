@@ -151,6 +151,7 @@ class Reference:
         if lower is not None and self.config.lookback is not None:
             lower = minus_lookback(self.config, lower)
         out += self._check_cursor(facts, full, previous, recorded, lower)
+        out += self._check_extracted(facts, full, lower, recorded)
         out += self._check_metadata(facts, lake, full)
         out += self._check_columns(facts.snapshot, lake, full)
         if self.config.mode == "merge":
@@ -206,6 +207,26 @@ class Reference:
                 f"cursor {recorded!r} is above every committed value it may pass ({expected!r})"
             )
         return out
+
+    def _check_extracted(
+        self,
+        facts: RunFacts,
+        full: bool,
+        lower: CursorValue | None,
+        recorded: CursorValue | None,
+    ) -> list[str]:
+        """The run read exactly the window's rows (a snapshot: those, or the whole table)."""
+        rows = facts.snapshot.rows
+        expected = {sum(1 for r in rows if _within(r[CURSOR], lower, recorded))}
+        if full:
+            expected.add(len(rows))
+        extracted = facts.metadata.get("rows_extracted")
+        if extracted not in expected:
+            return [
+                f"rows_extracted is {extracted}, but {sorted(expected)} committed rows lie in the "
+                f"window [{lower!r}, {recorded!r}]"
+            ]
+        return []
 
     def _cap(self, starts: Sequence[datetime]) -> CursorValue | None:
         """The transaction cap in the cursor's own terms (UTC wall clock for `timestamp`)."""

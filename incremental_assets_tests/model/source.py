@@ -87,6 +87,9 @@ class SourceTable:
         conn = self.server.connect(autocommit=autocommit)
         conn.execute(f"SET search_path TO {self.schema}")
         conn.execute("SET TIME ZONE 'UTC'")
+        # A statement of the machine's that waits this long for a lock is a bug in the machine:
+        # fail, don't hang.
+        conn.execute("SET lock_timeout = '120s'")
         if not autocommit:
             conn.commit()
         return conn
