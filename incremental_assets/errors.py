@@ -85,5 +85,9 @@ class ConcurrentRunError(WriteError):
     """Another run holds the table's lake lock."""
 
 
+class EngineError(IncrementalAssetsError):
+    """The shared Spark engine (a Spark Connect server) can't be started, or stopped answering."""
+
+
 class InstanceError(IncrementalAssetsError):
     """The Dagster instance can't keep cursors (ephemeral or temporary)."""

@@ -8,6 +8,7 @@ resumes, so a second run that was waiting for the lock always sees the first run
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import dagster as dg
 from pydantic import Field
@@ -75,8 +76,10 @@ def build_table_asset(
                 result = load_without_spark(request, log=context.log.info)
                 if result is None:
                     session = spark.spark_session
+                    context.log.info(f"{table.name}: Spark: {spark.description}")
                     with spark_progress(session, context.log.info):
                         result = run_incremental_load(session, request, log=context.log.info)
+                    result = replace(result, report=replace(result.report, spark=spark.description))
                 pause_point("committed")
                 _log_result(context, table, result)
                 check_results = checks.evaluate_checks(

@@ -34,7 +34,7 @@ from incremental_assets.plan import (
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Source, check_columns
-from incremental_assets.sources.failures import root_messages, source_error
+from incremental_assets.sources.failures import engine_error, root_messages, source_error
 from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
 from incremental_assets.window import POSTGRES, SPARK_SQL, Dialect, render_window
 from incremental_assets.writers import writer_for
@@ -274,6 +274,9 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
         return unfinished_commit_error(table.name, lake.uri, txn, root_messages(exc)[-1])
     if isinstance(exc, IncrementalAssetsError):
         return exc
+    gone = engine_error(table, exc, "the load ran")
+    if gone is not None:
+        return gone
     messages = " ".join(root_messages(exc))
     source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION")
     if any(mark in messages for mark in source_marks):
@@ -289,7 +292,9 @@ def _result(
     report = plan.report
     if table.mode is Mode.MERGE:
         merge = merge or MergeCounts(0, 0, 0)
-        report = replace(report, rows_rewritten=outcome.rows_rewritten)
+        report = replace(
+            report, rows_rewritten=outcome.rows_rewritten, merge_strategy=outcome.strategy
+        )
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
     return LoadResult(

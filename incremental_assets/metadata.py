@@ -54,6 +54,7 @@ class TableMetadata(BaseModel):
     rows_rewritten: int | None = None
     window_fingerprint: str | None = None
     spark: str | None = None
+    merge_strategy: str | None = None
     warnings: str | None = None  # markdown, one line per warning
     cursor_action: str | None = None  # `set` or `reset`, on a hand-set cursor's observation
     note: str | None = None

@@ -8,6 +8,7 @@ is left running.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import dagster as dg
@@ -16,6 +17,7 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
+from incremental_assets.engine import running_engine
 
 # Defaults that make the lake exact and quiet; the `spark.conf` section overrides any of them.
 SPARK_DEFAULTS = {
@@ -38,7 +40,13 @@ class IncrementalSparkResource(LazyPySparkResource):
         default=None,
         description="A Spark Connect URL (sc://host:15002); the server then owns master and jars.",
     )
+    engine: str = Field(
+        default="local",
+        description="shared: use the engine `incremental-assets engine start` keeps warm under "
+        "DAGSTER_HOME when it is up, else start a session of this process's own.",
+    )
     _owns_session: bool = PrivateAttr(default=False)
+    _description: str = PrivateAttr(default="not started")
 
     @classmethod
     def from_spec(cls, spec: SparkSpec) -> IncrementalSparkResource:
@@ -48,13 +56,31 @@ class IncrementalSparkResource(LazyPySparkResource):
             "spark.app.name": spec.app_name,
             **spec.conf,
         }
-        return cls(spark_config=config, remote=spec.remote)
+        return cls(spark_config=config, remote=spec.remote, engine=spec.engine)
 
     @property
     def spark_session(self) -> SparkSession:
         if self._spark_session is None:
-            self._spark_session = self._connect() if self.remote else self._start_local()
+            self._spark_session = self._session()
         return self._spark_session  # type: ignore[no-any-return]
+
+    @property
+    def description(self) -> str:
+        """Which Spark the session is: for the run's log and its `spark` metadata."""
+        return self._description
+
+    def _session(self) -> SparkSession:
+        if self.remote:
+            self._description = f"the Spark Connect server at {self.remote}"
+            return self._connect(self.remote)
+        shared = running_engine(os.environ.get("DAGSTER_HOME")) if self.engine == "shared" else None
+        if shared is not None:
+            self._description = f"the shared engine at {shared.url} (pid {shared.pid})"
+            return self._connect(shared.url)
+        self._description = f"a local session ({self.spark_config.get('spark.master')})"
+        if self.engine == "shared":
+            self._description += ", since the shared engine is not running"
+        return self._start_local()
 
     def _start_local(self) -> SparkSession:
         self._owns_session = SparkSession.getActiveSession() is None
@@ -65,11 +91,10 @@ class IncrementalSparkResource(LazyPySparkResource):
         session.sparkContext.setLogLevel("WARN")
         return session
 
-    def _connect(self) -> SparkSession:
+    def _connect(self, url: str) -> SparkSession:
         # Only session settings travel to a Connect server; the rest was fixed when it started.
         self._owns_session = True
-        assert self.remote is not None
-        session = SparkSession.builder.remote(self.remote).getOrCreate()
+        session = SparkSession.builder.remote(url).getOrCreate()
         for key, value in self.spark_config.items():
             if key.startswith("spark.sql."):
                 session.conf.set(key, str(value))

@@ -24,6 +24,7 @@ class WriteOutcome:
     merge: MergeCounts | None
     columns: tuple[tuple[str, str], ...]
     files: tuple[str, ...] = ()  # the data files the commit added
+    strategy: str | None = None  # merge: how the delta was applied
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Report:
     # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
     window_fingerprint: str | None = None
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
+    merge_strategy: str | None = None  # which buckets a merge rewrote, and how
 
 
 @dataclass(frozen=True)

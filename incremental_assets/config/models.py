@@ -99,6 +99,11 @@ class SparkSpec(_Model):
         description="A Spark Connect server, sc://host:15002. The server holds the JDBC driver; "
         "master and packages then describe the server, not this process.",
     )
+    engine: Literal["local", "shared"] = Field(
+        "local",
+        description="shared: runs use the engine `incremental-assets engine start` keeps warm "
+        "under DAGSTER_HOME when it is up, else a session of their own.",
+    )
 
     @field_validator("remote")
     @classmethod

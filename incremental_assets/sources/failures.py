@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from incremental_assets.config import JdbcSourceSpec, TableSpec
-from incremental_assets.errors import IncrementalAssetsError, SourceError
+from incremental_assets.errors import EngineError, IncrementalAssetsError, SourceError, TableProblem
 
 _SPARK_NOISE = re.compile(r"^(An error occurred while calling [^\n]*\n: )?")
 
@@ -124,6 +124,34 @@ def _fix(table: TableSpec, text: str) -> str:
     return "Fix the cause above and run again; the cursor did not move."
 
 
+# How a Spark Connect client says its server is gone (stopped) or forgot it (restarted).
+_SERVER_GONE = (
+    "StatusCode.UNAVAILABLE",
+    "failed to connect to all addresses",
+    "INVALID_HANDLE.SESSION_NOT_FOUND",
+    "INVALID_HANDLE.SESSION_CHANGED",
+    "INVALID_HANDLE.SESSION_CLOSED",
+    "Socket closed",
+)
+
+
+def engine_error(table: TableSpec, exc: BaseException, doing: str) -> EngineError | None:
+    """An EngineError if `exc` says the Spark Connect server stopped answering, else None."""
+    text = " ".join([type(exc).__name__, str(exc), *root_messages(exc)])
+    if not any(mark in text for mark in _SERVER_GONE):
+        return None
+    detail = " ".join(root_messages(exc)[-1].split())[:300]
+    return EngineError(
+        TableProblem(
+            table.name,
+            f"the Spark Connect server stopped answering while {doing} ({detail}). Nothing was "
+            "committed and the cursor did not move.",
+            fix="check it with `incremental-assets engine status` (or your spark.remote server), "
+            "start it again with `incremental-assets engine start`, and rerun.",
+        )
+    )
+
+
 @contextmanager
 def failures_of(table: TableSpec, doing: str) -> Iterator[None]:
     """Re-raise anything but our own errors as a SourceError that says what was being done."""
@@ -132,4 +160,4 @@ def failures_of(table: TableSpec, doing: str) -> Iterator[None]:
     except IncrementalAssetsError:
         raise
     except Exception as exc:
-        raise source_error(table, exc, doing) from None
+        raise engine_error(table, exc, doing) or source_error(table, exc, doing) from None

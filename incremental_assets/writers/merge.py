@@ -19,6 +19,9 @@ deletes works the same way for the keys the source no longer has.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
@@ -34,14 +37,29 @@ from incremental_assets.writers.base import (
     commit_replacing,
     conformed,
     counted,
+    null_safe_match,
     observed,
     write_parquet,
+)
+from incremental_assets.writers.buckets import (
+    bounded_keys,
+    bucket_of,
+    choose_scheme,
+    integer_key,
+    key_changed,
+    rewrites_every_bucket,
+    scheme_of,
 )
 from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 # Up to this many re-read rows are compared with the lake; more mark their buckets touched.
 REREAD_CHECK_ROWS = 100_000
+# Up to this many delta rows and touched buckets, each bucket is patched in a job of its own:
+# lake rows of keys the delta doesn't name are copied without a shuffle, several jobs at a time.
+PATCH_ROWS = 2_000_000
+PATCH_BUCKETS = 256
+PATCH_JOBS = 4
 _BUCKET = "__bucket"
 _SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH, _GONE = (
     "__src",
@@ -75,7 +93,7 @@ class MergeWriter:
             ]
         # Key ranges: of the whole delta on a first load (to size key ranges), else of the re-read
         # rows (to find their versions in the lake).
-        bounded = _bounded_keys(delta, plan)
+        bounded = bounded_keys(delta, plan)
         for i, column in enumerate(bounded):
             key = F.col(f"`{column}`") if scheme is None else F.when(reread, F.col(f"`{column}`"))
             measures += [F.min(key).alias(f"low{i}"), F.max(key).alias(f"high{i}")]
@@ -89,7 +107,7 @@ class MergeWriter:
             (column, seen.get(f"low{i}"), seen.get(f"high{i}")) for i, column in enumerate(bounded)
         )
         if scheme is None:
-            low, high = key_ranges[0][1:] if _integer_key(delta, plan) else (None, None)
+            low, high = key_ranges[0][1:] if integer_key(delta, plan) else (None, None)
             scheme = choose_scheme(plan, rows, low, high)
         return Staged(
             rows,
@@ -111,12 +129,13 @@ class MergeWriter:
         delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
         delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, scheme))
         gone = self._gone_keys(plan, existing, delta, scheme)
+        buckets = {f.bucket[1] for f in existing if f.bucket is not None}
+        touched = set(staged.buckets)
+        if plan.reconcile:
+            touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
         if rewrites_every_bucket(plan, existing):
-            replaced = existing
+            replaced, strategy = existing, "rewrite table"
         else:
-            touched = set(staged.buckets)
-            if plan.reconcile:
-                touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
             touched |= self._changed_by_rereads(plan, staged, delta, existing, touched)
             if not touched and not (plan.schema is not None and plan.schema.rewrites_lake):
                 plan.lake.discard(plan.txn)
@@ -124,26 +143,97 @@ class MergeWriter:
             # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
             delta = delta.where(F.col(_BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
-        lake_rows = self._read_bucketed(plan, replaced, scheme)
-        merged, counts = _merge(delta, lake_rows, gone, plan)
-        merged, rewritten = counted(merged, "rewritten")
-        # The merge already clustered the rows by bucket (one shuffle): one task writes each bucket.
-        write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=_BUCKET)
+            strategy = f"{len(touched & buckets)} of {len(buckets)} buckets"
+        patched = (
+            strategy != "rewrite table"
+            and staged.rows_extracted <= PATCH_ROWS
+            and len(touched) <= PATCH_BUCKETS
+        )
+        if patched:
+            written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)
+            strategy = f"patch {strategy}: each rewritten alone, unchanged keys copied"
+        else:
+            written = self._merge_buckets(plan, replaced, scheme, delta, gone)
+            strategy = f"merge {strategy}: every version ranked"
         adds = _named_adds(plan, scheme)
         commit_replacing(
             self.spark, plan, adds, replaced, {KEY: {"columns": list(plan.primary_key)}}
         )
-        merge = MergeCounts(
-            observed(counts, "inserted"), observed(counts, "updated"), observed(counts, "deleted")
-        )
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
-            rows_written=merge.inserted + merge.updated,
+            rows_written=written.merge.inserted + written.merge.updated,
             files_written=len(adds),
-            rows_rewritten=observed(rewritten),
-            merge=merge,
-            columns=column_types(merged.drop(_BUCKET).schema),
+            rows_rewritten=written.rows,
+            merge=written.merge,
+            columns=written.columns,
             files=tuple(final for _, final in adds),
+            strategy=strategy,
+        )
+
+    def _merge_buckets(
+        self,
+        plan: WritePlan,
+        replaced: list[DataFile],
+        scheme: BucketScheme,
+        delta: DataFrame,
+        gone: DataFrame,
+    ) -> _Written:
+        """Rank every version of every key in the replaced buckets; one shuffle clusters them."""
+        lake_rows = self._read_bucketed(plan, replaced, scheme)
+        merged, counts = _merge(delta, lake_rows, gone, plan)
+        merged, rewritten = counted(merged, "rewritten")
+        # The merge already clustered the rows by bucket: one task writes each bucket.
+        write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=_BUCKET)
+        return _Written(
+            _counts(counts), observed(rewritten), column_types(merged.drop(_BUCKET).schema)
+        )
+
+    def _patch_buckets(
+        self,
+        plan: WritePlan,
+        replaced: list[DataFile],
+        touched: list[int],
+        delta: DataFrame,
+        gone: DataFrame,
+    ) -> _Written:
+        """Rewrite each touched bucket in a job of its own, several at a time, without a shuffle.
+
+        A bucket's lake rows whose key the delta (or a reconciled delete) doesn't name are copied
+        as they are; only the named keys' versions are ranked. A bucket's file is read by one task
+        and its new file written by the same task: no row of it crosses the network.
+        """
+        files = {
+            b: [f for f in replaced if f.bucket is not None and f.bucket[1] == b] for b in touched
+        }
+
+        def one(bucket: int) -> _Written:
+            lake_rows = self._read_lake(plan, files[bucket]) if files[bucket] else None
+            in_bucket = F.col(_BUCKET) == bucket
+            rows = (
+                None
+                if lake_rows is None
+                else conformed(lake_rows, plan).withColumn(_BUCKET, F.lit(bucket).cast("bigint"))
+            )
+            merged, counts = _patch(delta.where(in_bucket), rows, gone.where(in_bucket), plan)
+            merged, rewritten = counted(merged.coalesce(1), "rewritten")
+            write_parquet(
+                merged.drop(_BUCKET), f"{self._staged(plan, _MERGED)}/{_BUCKET}={bucket}", plan
+            )
+            return _Written(
+                _counts(counts), observed(rewritten), column_types(merged.drop(_BUCKET).schema)
+            )
+
+        with ThreadPoolExecutor(max_workers=PATCH_JOBS) as pool:
+            results = list(pool.map(one, touched))
+        return _Written(
+            MergeCounts(
+                *(
+                    sum(getattr(r.merge, f) for r in results)
+                    for f in ("inserted", "updated", "deleted")
+                )
+            ),
+            sum(r.rows for r in results),
+            results[0].columns,
         )
 
     def _staged(self, plan: WritePlan, subdir: str) -> str:
@@ -222,64 +312,6 @@ class MergeWriter:
         )
 
 
-def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
-    """Whether this commit rewrites the whole table rather than the buckets the delta touches.
-
-    A full refresh does; so does a merge into a lake with no bucket yet (a table whose every key
-    was deleted: each delta row is new there), and one whose key changed: its columns (the lake
-    records them in `_key`), or a column's type, since a key's bucket is a hash of its typed value
-    (`decimal(12,0)` and `decimal(20,0)` hash apart). Every lake row is then bucketed again by the
-    new key in the same commit.
-    """
-    if plan.replace_all or scheme_of(existing) is None or key_changed(plan):
-        return True
-    widened = plan.schema.widened if plan.schema is not None else ()
-    return any(name in plan.primary_key for name, _, _ in widened)
-
-
-def key_changed(plan: WritePlan) -> bool:
-    """Whether the key's columns differ from the ones the lake's buckets hash (its `_key`)."""
-    recorded = plan.lake.record(KEY)
-    return recorded is not None and recorded["columns"] != list(plan.primary_key)
-
-
-def scheme_of(existing: list[DataFile]) -> BucketScheme | None:
-    """The lake's own bucketing wins over the config until the next full refresh."""
-    for f in existing:
-        if f.bucket is not None:
-            return f.bucket[0]
-    return None
-
-
-def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None) -> BucketScheme:
-    """Ranges of a single integer key keep recent keys together; any other key is hashed.
-
-    A range holds about `bucket_rows` rows if the keys are as dense as in this snapshot, and at
-    least `bucket_rows` key values, so a small first load doesn't leave a table of tiny buckets.
-    """
-    if low is None or high is None:
-        return BucketScheme("hash", plan.buckets)
-    span = high - low + 1
-    width = max(plan.bucket_rows, -(-span * plan.bucket_rows // max(rows, 1)))
-    return BucketScheme("range", width)
-
-
-_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-# Key types whose values come back from Spark as Python values that are exact Spark literals.
-_EXACT_LITERALS = (*_INTEGRAL, T.StringType, T.DateType, T.DecimalType)
-
-
-def _integer_key(frame: DataFrame, plan: WritePlan) -> bool:
-    return len(plan.primary_key) == 1 and isinstance(
-        frame.schema[plan.primary_key[0]].dataType, _INTEGRAL
-    )
-
-
-def _bounded_keys(frame: DataFrame, plan: WritePlan) -> list[str]:
-    """The key columns whose range in the delta can filter the lake."""
-    return [c for c in plan.primary_key if isinstance(frame.schema[c].dataType, _EXACT_LITERALS)]
-
-
 def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame) -> Column:
     condition = F.lit(True)
     for column, low, high in key_ranges:
@@ -300,26 +332,6 @@ def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
         merge=MergeCounts(0, 0, 0),
         columns=column_types(delta.drop(_BUCKET).schema, with_batch=True),
     )
-
-
-def bucket_of(frame: DataFrame, key: tuple[str, ...], scheme: BucketScheme) -> Column:
-    """The key's bucket, independent of int widths and of the session time zone."""
-    if scheme.kind == "range":
-        return F.floor(F.col(f"`{key[0]}`").cast("bigint") / F.lit(scheme.size)).cast("bigint")
-    parts = [_canonical(F.col(f"`{c}`"), frame.schema[c].dataType) for c in key]
-    return F.pmod(F.xxhash64(*parts), F.lit(scheme.size)).cast("bigint")
-
-
-def _canonical(column: Column, data_type: T.DataType) -> Column:
-    if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return column.cast("bigint")
-    if isinstance(data_type, T.TimestampType):
-        return F.unix_micros(column)
-    if isinstance(data_type, T.TimestampNTZType):
-        return column.cast("string")
-    if isinstance(data_type, T.DateType):
-        return F.unix_date(column)
-    return column
 
 
 def _merge(
@@ -363,6 +375,36 @@ def _merge(
         _BUCKET,
     ]
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
+
+
+@dataclass(frozen=True)
+class _Written:
+    merge: MergeCounts
+    rows: int  # rows written to the new files
+    columns: tuple[tuple[str, str], ...]
+
+
+def _counts(observation: Observation) -> MergeCounts:
+    return MergeCounts(*(observed(observation, f) for f in ("inserted", "updated", "deleted")))
+
+
+def _patch(
+    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
+) -> tuple[DataFrame, Observation]:
+    """`_merge`, with the lake rows of keys the delta doesn't name passed through as they are."""
+    if lake_rows is None:
+        return _merge(delta, None, gone, plan)
+    keys = list(plan.primary_key)
+    named = F.broadcast(
+        delta.select(*keys).unionByName(gone.select(*keys)).distinct().alias("named")
+    )
+    rows = lake_rows.alias("lake")
+    matching = null_safe_match("lake", "named", keys)
+    untouched = rows.join(named, matching, "left_anti")
+    contested = rows.join(named, matching, "left_semi")
+    winners, counts = _merge(delta, contested, gone, plan)
+    columns = [F.col(f"`{c}`") for c in winners.columns]
+    return untouched.select(*columns).unionByName(winners), counts
 
 
 def _reread(plan: WritePlan) -> Column:

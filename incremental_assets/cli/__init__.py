@@ -1,0 +1,91 @@
+"""`incremental-assets` (or `python -m incremental_assets`): operate the tables from a shell.
+
+    incremental-assets validate
+    incremental-assets status [--json] [TABLE ...]
+    incremental-assets cursor set TABLE VALUE --reason TEXT
+    incremental-assets cursor reset TABLE --reason TEXT
+    incremental-assets run TABLE ... [--full]
+    incremental-assets backfill TABLE --from VALUE --to VALUE
+    incremental-assets engine start|stop|status
+
+Every command reads the same configuration as Dagster (`--config`, $INCREMENTAL_ASSETS_CONFIG or
+./incremental_assets.yaml) and the instance in $DAGSTER_HOME. Errors print one message, no
+traceback, and exit with status 1. The commands are thin: the work is done by the same modules
+the assets use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from incremental_assets.cli import cursors, engine, runs, status
+from incremental_assets.errors import IncrementalAssetsError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except IncrementalAssetsError as exc:
+        print(f"incremental-assets: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="incremental-assets", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--config",
+        help="the configuration file (default: $INCREMENTAL_ASSETS_CONFIG or ./incremental_assets.yaml)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("validate", help="check the configuration").set_defaults(
+        handler=status.validate
+    )
+
+    shown = commands.add_parser("status", help="cursor, last run, row counts and mode per table")
+    shown.add_argument("tables", nargs="*", metavar="TABLE")
+    shown.add_argument("--json", action="store_true", help="machine-readable output")
+    shown.set_defaults(handler=status.show_status)
+
+    cursor = commands.add_parser("cursor", help="move a table's cursor by hand").add_subparsers(
+        dest="action", required=True
+    )
+    set_ = cursor.add_parser(
+        "set", help="the next run starts from VALUE (a backfill from that point)"
+    )
+    set_.add_argument("table")
+    set_.add_argument("value")
+    set_.add_argument("--reason", required=True, help="why, recorded with the new cursor")
+    set_.set_defaults(handler=cursors.set_cursor)
+    reset = cursor.add_parser("reset", help="the next run extracts everything")
+    reset.add_argument("table")
+    reset.add_argument("--reason", required=True, help="why, recorded with the reset")
+    reset.set_defaults(handler=cursors.reset_cursor)
+
+    run = commands.add_parser("run", help="materialize tables through the persistent instance")
+    run.add_argument("tables", nargs="+", metavar="TABLE")
+    run.add_argument("--full", action="store_true", help="full refresh: ignore the stored cursors")
+    run.set_defaults(handler=runs.run_tables)
+
+    backfill = commands.add_parser(
+        "backfill", help="re-extract [FROM, TO) without moving the cursor"
+    )
+    backfill.add_argument("table")
+    backfill.add_argument("--from", dest="start", required=True)
+    backfill.add_argument("--to", dest="end", required=True)
+    backfill.set_defaults(handler=runs.run_backfill)
+    machine = commands.add_parser(
+        "engine", help="the shared Spark engine (a Spark Connect server) under DAGSTER_HOME"
+    ).add_subparsers(dest="action", required=True)
+    for action, handler, text in (
+        ("start", engine.start, "start it with the project's spark: settings (or say it is up)"),
+        ("stop", engine.stop, "stop it"),
+        ("status", engine.status, "say whether it is up, where, and since when"),
+    ):
+        machine.add_parser(action, help=text).set_defaults(handler=handler)
+    return parser

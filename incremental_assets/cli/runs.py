@@ -1,0 +1,128 @@
+"""`run` and `backfill`: materialize tables through the instance, with the run's own log lines."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+import dagster as dg
+
+from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
+from incremental_assets.cli.status import table_status
+from incremental_assets.config import Project, TableSpec
+from incremental_assets.definitions import build_definitions
+from incremental_assets.plan import check_backfill_window
+from incremental_assets.state import read_stored_state
+from incremental_assets.translator import IncrementalAssetsTranslator, translator_for
+
+
+def run_tables(args: argparse.Namespace) -> int:
+    project = project_of(args)
+    tables = tables_of(project, args.tables)
+    return _materialize(project, tables, {"full_refresh": True} if args.full else {})
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    project = project_of(args)
+    (table,) = tables_of(project, [args.table])
+    with open_instance() as instance:
+        stored = read_stored_state(instance, asset_key(project, table))
+    check_backfill_window(table, stored.cursor_type, (args.start, args.end), ("--from", "--to"))
+    return _materialize(project, [table], {"backfill_from": args.start, "backfill_to": args.end})
+
+
+def _materialize(project: Project, tables: list[TableSpec], op_config: dict[str, Any]) -> int:
+    translator = translator_for(project)
+    defs = dg.Definitions.merge(
+        build_definitions(project, translator),
+        dg.Definitions(loggers={"progress": progress_logger}),
+    )
+    run_config: dict[str, Any] = {"loggers": {"progress": {}}}
+    if op_config:
+        run_config["ops"] = {translator.op_name(t): {"config": op_config} for t in tables}
+    with open_instance() as instance:
+        job = defs.resolve_implicit_global_asset_job_def()
+        result = job.execute_in_process(
+            instance=instance,
+            asset_selection=[translator.asset_key(t) for t in tables],
+            run_config=run_config,
+            raise_on_error=False,
+        )
+        failed_checks = _print_summary(instance, project, tables, translator, result)
+    return 0 if result.success and not failed_checks else 1
+
+
+def _print_summary(
+    instance: dg.DagsterInstance,
+    project: Project,
+    tables: list[TableSpec],
+    translator: IncrementalAssetsTranslator,
+    result: dg.ExecuteInProcessResult,
+) -> int:
+    """One line per table, then its checks; returns how many ERROR checks failed."""
+    failures = {
+        event.step_key: event.step_failure_data.error.message.strip()
+        if event.step_failure_data.error
+        else "failed"
+        for event in result.get_step_failure_events()
+    }
+    evaluations = result.get_asset_check_evaluations()
+    print(f"\nrun {result.run_id}: {'succeeded' if result.success else 'FAILED'}")
+    failed = 0
+    for table in tables:
+        failure = failures.get(translator.op_name(table))
+        if failure:
+            print(f"  {table.name}: {failure.removeprefix(_FAILURE_PREFIX)}")
+            continue
+        row = table_status(instance, project, table)
+        print(
+            f"  {table.name}: cursor {row['cursor']}, {row['rows_extracted']} read, "
+            f"{row['rows_written']} written, {row['rows_in_lake']} in the lake"
+        )
+        for check in (e for e in evaluations if e.asset_key == translator.asset_key(table)):
+            print(f"    check {check.check_name}: {_check_text(check)}")
+            failed += not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    return failed
+
+
+_FAILURE_PREFIX = "dagster._core.definitions.events.Failure: "
+
+
+def _check_text(check: dg.AssetCheckEvaluation) -> str:
+    if check.passed:
+        return "passed"
+    details = check.description or ", ".join(
+        f"{k} {getattr(v, 'value', v)}" for k, v in check.metadata.items()
+    )
+    return f"FAILED ({check.severity.value}): {details}"
+
+
+class _MessageOnly(logging.Formatter):
+    """A run's own log lines (window, rows, progress) without Dagster's events and stack traces;
+    the summary after the run reports failures once, as one message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        meta = getattr(record, "dagster_meta", None) or {}
+        time = self.formatTime(record, "%H:%M:%S")
+        return f"{time} {meta.get('orig_message', record.getMessage())}"
+
+
+class _UserMessages(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        meta = getattr(record, "dagster_meta", None) or {}
+        return meta.get("dagster_event") is None
+
+
+@dg.logger(
+    config_schema=None,
+    description="A run's own log lines, one per line, for the incremental-assets command.",
+)
+def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    logger = logging.Logger("incremental-assets", level=logging.INFO)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_MessageOnly())
+    handler.addFilter(_UserMessages())
+    logger.addHandler(handler)
+    return logger

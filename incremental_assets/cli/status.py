@@ -1,0 +1,92 @@
+"""`validate` and `status`: the configuration, and per table the cursor and the last run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
+from incremental_assets.config import Project, TableSpec
+from incremental_assets.state import read_state_records, record_of
+from incremental_assets.translator import translator_for
+
+
+def validate(args: argparse.Namespace) -> int:
+    project = project_of(args)
+    translator_for(project)  # a translator the configuration names must import
+    print(f"{project.path}: valid, {len(project.tables)} tables")
+    for table in project.tables:
+        cursor = table.cursor.column if table.cursor else "no cursor (full refresh every run)"
+        print(
+            f"  {table.name}: {table.mode.value} from source '{table.source.name}', cursor {cursor}"
+        )
+    return 0
+
+
+def table_status(
+    instance: dg.DagsterInstance, project: Project, table: TableSpec
+) -> dict[str, Any]:
+    """The cursor the next run starts from, the last materialization, and a pending override."""
+    records = read_state_records(instance, asset_key(project, table))
+    run, last = records.materialization, record_of(records.materialization)
+    return {
+        "table": table.name,
+        "asset_key": "/".join(asset_key(project, table).path),
+        "mode": table.mode.value,
+        "cursor_column": table.cursor.column if table.cursor else None,
+        "cursor": records.stored_state().cursor,
+        "last_run_id": run.run_id if run else None,
+        "last_run_at": _when(run),
+        "last_run_cursor": last.cursor,
+        "rows_in_lake": last.row_count,
+        "rows_extracted": last.rows_extracted,
+        "rows_written": last.rows_written,
+        "cursor_override": _override(records.override),
+        "lake_uri": project.lake.table_uri(table.name),
+    }
+
+
+def _when(record: dg.EventLogRecord | None) -> str | None:
+    return datetime.fromtimestamp(record.timestamp, UTC).isoformat() if record else None
+
+
+def _override(record: dg.EventLogRecord | None) -> dict[str, Any] | None:
+    """A `cursor set|reset` recorded after the last materialization: the next run honours it."""
+    if record is None:
+        return None
+    override = record_of(record)
+    return {
+        "action": override.cursor_action,
+        "cursor": override.cursor,
+        "previous_cursor": override.previous_cursor,
+        "note": override.note,
+        "at": _when(record),
+    }
+
+
+def show_status(args: argparse.Namespace) -> int:
+    project = project_of(args)
+    with open_instance() as instance:
+        rows = [table_status(instance, project, table) for table in tables_of(project, args.tables)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'table':<16}{'mode':<13}{'rows':>9}  {'last run':<21}cursor")
+    for row in rows:
+        rows_in_lake = "-" if row["rows_in_lake"] is None else row["rows_in_lake"]
+        when = (row["last_run_at"] or "never")[:19].replace("T", " ")
+        print(f"{row['table']:<16}{row['mode']:<13}{rows_in_lake:>9}  {when:<21}{row['cursor']}")
+        override = row["cursor_override"]
+        if override:
+            start = (
+                f"reads from {override['cursor']}" if override["cursor"] else "extracts everything"
+            )
+            print(
+                f"{'':<16}cursor {override['action']} at {override['at'][:19].replace('T', ' ')}: "
+                f"the next run {start} (was {override['previous_cursor']}); {override['note']}"
+            )
+    return 0

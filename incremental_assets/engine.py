@@ -1,0 +1,159 @@
+"""A warm Spark engine on this machine: a Spark Connect server that runs share.
+
+`incremental-assets engine start|stop|status` manage it from the pyspark distribution. It takes
+its master, configuration and JDBC drivers from the project's `spark:` section, and keeps its
+state (pid, port, log) under `$DAGSTER_HOME/incremental_assets/engine/`. Runs of a project with
+`spark: {engine: shared}` connect to it when it is up, and start a session of their own when it
+is not; every run says which in its log and its metadata (`spark`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyspark
+
+from incremental_assets.config import SparkSpec
+from incremental_assets.errors import EngineError
+
+SPARK_HOME = Path(pyspark.__file__).parent
+_STATE = "engine.json"
+_LOG = "engine.log"
+
+
+@dataclass(frozen=True)
+class EngineState:
+    pid: int  # the process group of the server
+    port: int
+    started_at: str
+    log: str
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def engine_folder(dagster_home: str | os.PathLike[str]) -> Path:
+    return Path(dagster_home) / "incremental_assets" / "engine"
+
+
+def running_engine(dagster_home: str | os.PathLike[str] | None) -> EngineState | None:
+    """The engine recorded under `dagster_home`, if its process is alive and its port answers."""
+    if not dagster_home:
+        return None
+    path = engine_folder(dagster_home) / _STATE
+    if not path.is_file():
+        return None
+    state = EngineState(**json.loads(path.read_text()))
+    return state if _alive(state.pid) and _answers(state.port) else None
+
+
+def start_engine(
+    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = 300
+) -> EngineState:
+    """Start the engine (or return the one already up), and wait until it takes sessions."""
+    running = running_engine(dagster_home)
+    if running is not None:
+        return running
+    folder = engine_folder(dagster_home)
+    folder.mkdir(parents=True, exist_ok=True)
+    port, log = _free_port(), folder / _LOG
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOG_DIR": str(folder),
+        "SPARK_PID_DIR": str(folder),
+    }
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            _command(spark, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    state = EngineState(
+        process.pid, port, datetime.now(UTC).isoformat(timespec="seconds"), str(log)
+    )
+    deadline = time.monotonic() + timeout
+    while not _answers(port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            _stop_group(process.pid)
+            tail = log.read_text(errors="replace")[-2000:]
+            raise EngineError(
+                f"The shared Spark engine did not start (log {log}): {tail.strip()[-800:]} Fix the "
+                "`spark:` settings the log names, then run `incremental-assets engine start` again."
+            )
+        time.sleep(0.5)
+    (folder / _STATE).write_text(json.dumps(asdict(state)))
+    return state
+
+
+def stop_engine(dagster_home: str | os.PathLike[str]) -> EngineState | None:
+    """Stop the engine recorded under `dagster_home`; returns it, or None if none was running."""
+    path = engine_folder(dagster_home) / _STATE
+    if not path.is_file():
+        return None
+    state = EngineState(**json.loads(path.read_text()))
+    _stop_group(state.pid)
+    path.unlink()
+    return state
+
+
+def _command(spark: SparkSpec, port: int) -> list[str]:
+    command = [
+        str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
+        "--wait",
+        "--master",
+        spark.master,
+    ]
+    conf = {
+        **spark.conf,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.app.name": f"{spark.app_name} (shared engine)",
+    }
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    return command
+
+
+def _stop_group(pid: int) -> None:
+    for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not _alive(pid):
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
