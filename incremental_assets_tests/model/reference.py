@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from incremental_assets_tests.model.lake import LakeState, arrow_type
 from incremental_assets_tests.model.source import Key, Row, Snapshot
 from incremental_assets_tests.model.table import (
@@ -74,6 +76,7 @@ class Reference:
     current: dict[Key, set[Frozen]] = field(default_factory=dict)
     prev_lake: dict[Key, Row] | None = None  # merge: the lake after the last checked run
     prev_columns: set[str] = field(default_factory=set)
+    types_seen: dict[str, set[pa.DataType]] = field(default_factory=lambda: defaultdict(set))
     # append: the rows each run read since the table was last replaced
     reads: list[list[Row]] = field(default_factory=list)
     runs: int = 0
@@ -83,6 +86,8 @@ class Reference:
     def observe(self, snapshot: Snapshot, written: Iterable[Key] = ()) -> None:
         """A committed state of the source; `written` are the keys the step wrote."""
         rewritten = set(written)
+        for name, pg_type in snapshot.columns.items():
+            self.types_seen[name].add(arrow_type(pg_type))
         for row in snapshot.rows:
             cursor = row[CURSOR]
             if self.frontier is None or cursor > self.frontier:
@@ -153,7 +158,8 @@ class Reference:
         out += self._check_cursor(facts, full, previous, recorded, lower)
         out += self._check_extracted(facts, full, lower, recorded)
         out += self._check_metadata(facts, lake, full)
-        out += self._check_columns(facts.snapshot, lake, full)
+        committed = full or bool(md.get("files_written"))
+        out += self._check_columns(facts.snapshot, lake, full, committed)
         if self.config.mode == "merge":
             out += self._check_merge(facts, lake, full, recorded)
         elif self.config.mode == "append":
@@ -273,18 +279,22 @@ class Reference:
             )
         return out
 
-    def _check_columns(self, snapshot: Snapshot, lake: LakeState, full: bool) -> list[str]:
-        """Source columns arrive with their types; dropped ones stay, until a full refresh."""
+    def _check_columns(
+        self, snapshot: Snapshot, lake: LakeState, full: bool, committed: bool
+    ) -> list[str]:
+        """Source columns arrive with their types at the next commit; dropped ones stay, until a
+        full refresh. (A run that commits nothing leaves the lake's schema as it was.)"""
         if not lake.files:
             return []
         out = []
         for name, pg_type in snapshot.columns.items():
-            if name not in lake.types:
+            held = lake.types.get(name)
+            if committed and held is None:
                 out.append(f"source column {name} ({pg_type}) is not in the lake")
-            elif lake.types[name] != arrow_type(pg_type):
-                out.append(
-                    f"column {name} is {lake.types[name]} in the lake, {pg_type} in the source"
-                )
+            elif committed and held != arrow_type(pg_type):
+                out.append(f"column {name} is {held} in the lake, {pg_type} in the source")
+            elif held is not None and held not in self.types_seen[name]:
+                out.append(f"column {name} is {held} in the lake, a type it never had")
         extra = set(lake.columns) - set(snapshot.columns)
         if full and extra:
             out.append(f"a full refresh kept columns the source no longer has: {sorted(extra)}")
