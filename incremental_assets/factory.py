@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import dagster as dg
 from pydantic import Field
+from pyspark.sql import SparkSession
 
 from incremental_assets import checks
 from incremental_assets.config import Project, TableSpec
@@ -24,6 +25,7 @@ from incremental_assets.plan import check_backfill_window
 from incremental_assets.progress import spark_progress
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.sources.failures import engine_error
 from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets.writers.lake import LakeTable
@@ -75,7 +77,8 @@ def build_table_asset(
                 )
                 result = load_without_spark(request, log=context.log.info)
                 if result is None:
-                    session = spark.spark_session
+                    session = _session(spark, table)
+                    pause_point("session")
                     context.log.info(f"{table.name}: Spark: {spark.description}")
                     with spark_progress(session, context.log.info):
                         result = run_incremental_load(session, request, log=context.log.info)
@@ -90,6 +93,17 @@ def build_table_asset(
                 )
 
     return load_table
+
+
+def _session(spark: IncrementalSparkResource, table: TableSpec) -> SparkSession:
+    """The resource's session; a Spark Connect server that doesn't answer is named as such."""
+    try:
+        return spark.spark_session
+    except Exception as exc:
+        gone = engine_error(table, exc, "connecting")
+        if gone is None:
+            raise
+        raise gone from None
 
 
 def _backfill(

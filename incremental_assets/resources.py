@@ -15,6 +15,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.client.retries import DefaultPolicy
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.engine import running_engine
@@ -95,6 +96,9 @@ class IncrementalSparkResource(LazyPySparkResource):
         # Only session settings travel to a Connect server; the rest was fixed when it started.
         self._owns_session = True
         session = SparkSession.builder.remote(url).getOrCreate()
+        # The client's default retries wait out a dead server for ten minutes or more; a run
+        # should fail within a minute and say so (see sources/failures.py).
+        session.client.set_retry_policies([DefaultPolicy(max_retries=6, max_backoff=15_000)])
         for key, value in self.spark_config.items():
             if key.startswith("spark.sql."):
                 session.conf.set(key, str(value))

@@ -215,7 +215,9 @@ class MergeWriter:
                 else conformed(lake_rows, plan).withColumn(_BUCKET, F.lit(bucket).cast("bigint"))
             )
             merged, counts = _patch(delta.where(in_bucket), rows, gone.where(in_bucket), plan)
-            merged, rewritten = counted(merged.coalesce(1), "rewritten")
+            # As many files as the bucket had (one, unless it outgrew max_rows_per_file): they
+            # don't multiply with every merge.
+            merged, rewritten = counted(merged.coalesce(max(1, len(files[bucket]))), "rewritten")
             write_parquet(
                 merged.drop(_BUCKET), f"{self._staged(plan, _MERGED)}/{_BUCKET}={bucket}", plan
             )

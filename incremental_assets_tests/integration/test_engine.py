@@ -1,0 +1,111 @@
+"""The shared engine's life, as users drive it: `incremental-assets engine ...` and fresh runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from incremental_assets.engine import engine_folder
+from incremental_assets.pause_points import ENV as PAUSE_AT
+from incremental_assets_tests.harness import (
+    Schema,
+    cli_env,
+    materializations,
+    read_lake,
+    rows_by,
+    run_cli,
+    start_cli,
+    write_cli_config,
+)
+from incremental_assets_tests.postgres import wait_for
+
+CLI = str(Path(sys.executable).with_name("incremental-assets"))
+
+
+def _engine(cwd: Path, env: dict[str, str], action: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, "engine", action], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def _orders(pg: Schema, name: str, first: int, last: int) -> None:
+    pg.execute(
+        f"INSERT INTO {name} SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
+        f"FROM generate_series({first}, {last}) i"
+    )
+
+
+@pytest.mark.xdist_group("engine")
+def test_the_shared_engine_starts_serves_runs_fails_them_cleanly_when_killed_and_stops(
+    tmp_path: Path, pg: Schema
+) -> None:
+    tables = []
+    for name in ("orders", "refunds"):
+        pg.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+        _orders(pg, name, 1, 100)
+        tables.append(
+            {
+                "name": name,
+                "source": "shop",
+                "table": f"{pg.name}.{name}",
+                "mode": "append",
+                "cursor": "updated_at",
+                "primary_key": ["id"],
+            }
+        )
+    config = write_cli_config(tmp_path, {"shop": pg.source()}, tables)
+    config.write_text(config.read_text().replace("spark:\n", "spark:\n  engine: shared\n", 1))
+    env = cli_env(config, tmp_path / "home")
+    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
+    dg.DagsterInstance.from_config(str(tmp_path / "home")).dispose()
+
+    down = _engine(tmp_path, env, "status")
+    started = _engine(tmp_path, env, "start")
+    up = _engine(tmp_path, env, "status")
+    assert (down.returncode, started.returncode, up.returncode) == (3, 0, 0), started.stderr[-2000:]
+    assert "engine down" in down.stdout
+    url = up.stdout.split("engine up at ", 1)[1].split()[0]
+    assert started.stdout.startswith(f"engine up at {url}")
+
+    # Two runs of different tables at once, both through the engine.
+    both = [start_cli(tmp_path, env, "--select", name) for name in ("orders", "refunds")]
+    assert [run.wait(timeout=600) for run in both] == [0, 0], [
+        r.communicate()[1][-2000:] for r in both
+    ]
+    for name in ("orders", "refunds"):
+        (first,) = materializations(tmp_path / "home", name)
+        assert first["spark"].startswith(f"the shared engine at {url}")
+        assert first["rows_written"] == 100
+
+    # The engine killed while a run uses it: the run fails, saying so, and the cursor stays.
+    _orders(pg, "orders", 101, 150)
+    state = json.loads((engine_folder(tmp_path / "home") / "engine.json").read_text())
+    marker = tmp_path / "paused"
+    run = start_cli(tmp_path, {**env, PAUSE_AT: f"session:{marker}"}, "--select", "orders")
+    wait_for(lambda: run.poll() is not None or marker.exists(), 180)
+    os.killpg(state["pid"], signal.SIGKILL)
+    marker.unlink()  # the run goes on, with a session whose server is gone
+    _, errors = run.communicate(timeout=300)
+    assert run.returncode != 0
+    assert "Table 'orders': the Spark Connect server stopped answering" in errors, errors[-3000:]
+    assert "incremental-assets engine start" in errors
+    assert len(materializations(tmp_path / "home", "orders")) == 1
+
+    # Started again, the next run loads what the failed one did not.
+    assert _engine(tmp_path, env, "start").returncode == 0
+    again = run_cli(tmp_path, env, "--select", "orders")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert materializations(tmp_path / "home", "orders")[-1]["rows_written"] == 50
+    ids = rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])
+    assert len(ids) == len(set(ids)) == 150
+
+    stopped = _engine(tmp_path, env, "stop")
+    after = _engine(tmp_path, env, "status")
+    assert stopped.stdout.strip() == "engine stopped" and after.returncode == 3
