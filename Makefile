@@ -34,9 +34,11 @@ demo: install java
 	@$(DAGSTER) asset materialize --select '*' > .demo/run-2.log 2>&1 || (tail -40 .demo/run-2.log; exit 1)
 	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo report
 
-# The Dagster UI on the same instance the demo used.
-ui: install $(HOME_DIR)/dagster.yaml
-	DAGSTER_HOME=$(HOME_DIR) $(BIN)/dagster dev
+# The Dagster UI on the same instance the demo used, beside a warm shared Spark engine that its
+# runs use (spark: {engine: shared}); the engine stops when the UI does.
+ui: install java $(HOME_DIR)/dagster.yaml
+	DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets engine start
+	DAGSTER_HOME=$(HOME_DIR) $(BIN)/dagster dev; DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets engine stop
 
 test: install system
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
