@@ -47,6 +47,7 @@ from incremental_assets_tests.model.source import (
     Key,
     LateWriter,
     Row,
+    Snapshot,
     SourceTable,
 )
 from incremental_assets_tests.model.table import (
@@ -202,11 +203,12 @@ class LakeMachine(RuleBasedStateMachine):
     def _check(
         self,
         outcome: Outcome,
-        snapshot: Any,
+        snapshot: Snapshot,
         full_refresh: bool,
         before: int | None,
         lag_elapsed: bool = False,
     ) -> None:
+        """Check a successful run (whatever ran it) and the lake it left against the model."""
         self.runs += 1
         md = outcome.metadata
         self._say(
