@@ -15,6 +15,7 @@ held back that a later clock would release) falls through to a run with Spark.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import psycopg
@@ -176,5 +177,15 @@ def _rows_fingerprint(table: TableSpec, window: Window) -> str | None:
 
 
 def _fetch_fingerprint(conn: psycopg.Connection, relation: str, window: Window) -> str:
+    """Rows and digest of the window, and a digest of the columns' names and types.
+
+    The types count because a run refuses a narrowed column and applies a widened one, though
+    the rows' text may not change.
+    """
     row = fetch_row(conn, fingerprint_sql(relation, render_window(window, POSTGRES)))
-    return f"{row['n']}:{row['digest']}"
+    described = conn.execute(f"SELECT * FROM {relation} LIMIT 0").description or []  # type: ignore[call-overload]
+    columns = ";".join(
+        f"{c.name} {c.type_code} {c.internal_size} {c.precision} {c.scale}" for c in described
+    )
+    types = hashlib.md5(columns.encode(), usedforsecurity=False).hexdigest()
+    return f"{row['n']}:{row['digest']}:{types}"

@@ -175,3 +175,24 @@ def test_a_reconcile_that_is_due_runs_spark_even_with_nothing_new(
     assert due.metadata["deletes_reconciled"] is True and after_due > before
     assert due.metadata["rows_deleted"] == 1
     assert idle.metadata["spark"] == "not started (nothing new)" and _jobs(spark) == after_due
+
+
+def test_a_column_narrowed_with_nothing_new_is_still_refused(
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Found by the model-based test: the rows' text didn't change, so the run was skipped."""
+    pg.execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, qty integer, updated_at timestamptz NOT NULL)",
+        "INSERT INTO orders VALUES (1, 5, TIMESTAMPTZ '2025-01-01 00:00:00+00')",
+    )
+    project = _project(tmp_path, pg)
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("ALTER TABLE orders ALTER COLUMN qty TYPE smallint")
+
+    narrowed = materialize(project, "orders", instance, spark_resource)
+
+    assert not narrowed.success
+    assert "column 'qty' is int in the lake but smallint in the source" in (narrowed.failure or "")
