@@ -155,14 +155,15 @@ def test_rows_held_back_by_the_safety_lag_ask_for_a_run_once_the_lag_has_passed(
         "INSERT INTO orders VALUES (1, TIMESTAMP '2025-01-01 00:00:00'), "
         "(2, now() AT TIME ZONE 'Asia/Tokyo')"
     )
-    project = _project(tmp_path, pg, cursor="at", safety_lag="3s", timezone="Asia/Tokyo")
+    # A lag long enough that a slow machine's first run still sees row 2 as too young.
+    project = _project(tmp_path, pg, cursor="at", safety_lag="10s", timezone="Asia/Tokyo")
     table, key = project.table("orders"), dg.AssetKey("orders")
 
     first = _first_key(evaluate(instance, table, key, None))
     assert first == "orders:2025-01-01T00:00:00.000000"  # row 2 is younger than the lag
     assert materialize(project, "orders", instance, spark_resource).success
     assert _requested(evaluate(instance, table, key, first)) is None  # row 2 is still held back
-    time.sleep(3.5)
+    time.sleep(10.5)
 
     second = _first_key(evaluate(instance, table, key, first))
     assert second.startswith("orders:2025-01-01T00:00:00.000000->20")
