@@ -29,20 +29,7 @@ from incremental_assets_tests.postgres import postgres_server
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, help="the first batch's seed (default: random)")
-    parser.add_argument("--steps", type=int, default=500, help="steps to run, over every example")
-    parser.add_argument("--steps-per-example", type=int, default=30)
-    parser.add_argument("--examples-per-batch", type=int, default=4)
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
-    parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
-    parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
-    parser.add_argument(
-        "--timezone",
-        default="Europe/Paris",
-        help="TZ for this process, PostgreSQL's default and the JVMs (the loads must not depend on it)",
-    )
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
     os.environ["TZ"] = args.timezone
     time.tzset()
@@ -85,9 +72,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, help="the first batch's seed (default: random)")
+    parser.add_argument("--steps", type=int, default=500, help="steps to run, over every example")
+    parser.add_argument("--steps-per-example", type=int, default=30)
+    parser.add_argument("--examples-per-batch", type=int, default=4)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
+    parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
+    parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
+    parser.add_argument(
+        "--timezone",
+        default="Europe/Paris",
+        help="TZ for this process, PostgreSQL's default and the JVMs (the loads must not depend on it)",
+    )
+    return parser
+
+
 def _replay(args: argparse.Namespace, seed_value: int) -> str:
-    """The command that runs this batch alone again."""
+    """The command that runs this batch alone again (batch i with seed S+i is batch 0 of S+i)."""
     steps = args.examples_per_batch * args.steps_per_example
+    defaults = _parser().parse_args([])
+    changed = [
+        name
+        for name in ("steps_per_example", "examples_per_batch", "modes", "no_kills", "timezone")
+        if getattr(args, name) != getattr(defaults, name)
+    ]
+    if not changed:
+        return f"make soak SEED={seed_value} STEPS={steps}"
     options = [
         f"--seed {seed_value}",
         f"--steps {steps}",
