@@ -49,7 +49,8 @@ test: install system
 soak: install java
 	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) --steps $(or $(STEPS),500)
 
-# What the tests need from the system: PostgreSQL's binaries (the suite starts its own server) and
+# What the tests need from the system: PostgreSQL's and MariaDB's binaries (the suite starts its own
+# servers), MariaDB Connector/J from Debian (Maven Central is not reachable here) and
 # Debian's chromium for the UI test (Playwright can't download its own browser here). Installed
 # with apt when running as root; otherwise the message says what to install.
 java:
@@ -60,6 +61,9 @@ system: java
 	@[ -n "$$INCREMENTAL_ASSETS_TEST_PG" ] || command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) postgresql; \
 	  else echo "make test needs PostgreSQL's binaries: sudo apt-get install postgresql (or set INCREMENTAL_ASSETS_TEST_PG)" >&2; exit 1; fi; }
+	@[ -f /usr/share/java/mariadb-java-client.jar ] && { [ -n "$$INCREMENTAL_ASSETS_TEST_MYSQL" ] || [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null; } || { \
+	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) mariadb-server libmariadb-java; \
+	  else echo "make test needs MariaDB and its JDBC driver: sudo apt-get install mariadb-server libmariadb-java (or set INCREMENTAL_ASSETS_TEST_MYSQL)" >&2; exit 1; fi; }
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) chromium; \
 	  else echo "make test needs Debian's chromium for the UI test: sudo apt-get install chromium" >&2; exit 1; fi; }

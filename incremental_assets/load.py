@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
+from incremental_assets.dialects import POSTGRES, SPARK_SQL, Dialect
 from incremental_assets.errors import (
     ConfigError,
     IncrementalAssetsError,
@@ -36,7 +37,7 @@ from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Source, check_columns
 from incremental_assets.sources.failures import engine_error, root_messages, source_error
 from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
-from incremental_assets.window import POSTGRES, SPARK_SQL, Dialect, render_window
+from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import WritePlan, column_types
 from incremental_assets.writers.lake import (

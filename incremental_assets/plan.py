@@ -26,6 +26,7 @@ from incremental_assets.cursor import (
     later_of,
     parse_cursor,
 )
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.errors import ConfigError, CursorError, TableProblem
 from incremental_assets.results import Report, StoredState
 from incremental_assets.sources.base import (
@@ -37,7 +38,7 @@ from incremental_assets.sources.base import (
     choose_partitioning,
     resolve_cursor,
 )
-from incremental_assets.window import SPARK_SQL, Window, lower_bound, repeated_hour_start
+from incremental_assets.window import Window, lower_bound, repeated_hour_start
 
 # Rows sharing the boundary value are read again by every run; past this many, say so.
 BOUNDARY_WARNING_ROWS = 10_000

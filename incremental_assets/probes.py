@@ -11,63 +11,46 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-import psycopg
-
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.config.rules import time_limits
 from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError
 from incremental_assets.results import StoredState
+from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor, FreezeRequest
+from incremental_assets.sources.database import Connection, Database, described, fetch_row
+from incremental_assets.sources.freeze_sql import newest_sql, relation_of
 from incremental_assets.sources.listing import source_files
-from incremental_assets.sources.pg_client import connect, fetch_row
-from incremental_assets.sources.postgres import (
-    OPEN_TRANSACTIONS,
-    OpenTransactions,
-    cap_limits,
-    newest_sql,
-    relation_of,
-)
-from incremental_assets.window import POSTGRES
-
-# PostgreSQL type OIDs of the columns that can be cursors; anything else compares as text.
-_CURSOR_TYPE_OIDS = {
-    20: CursorType.INTEGER,
-    21: CursorType.INTEGER,
-    23: CursorType.INTEGER,
-    1700: CursorType.DECIMAL,
-    1082: CursorType.DATE,
-    1114: CursorType.TIMESTAMP,
-    1184: CursorType.TIMESTAMPTZ,
-}
+from incremental_assets.sources.transactions import cap_limits
 
 
 def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | None) -> str | None:
     """What a run would load now, or None. `last_run`: when the last run that read files began."""
     if isinstance(table.source, FilesSourceSpec):
         return _probe_files(table, table.source, last_run)
-    return _probe_postgres(table, table.source, stored)
+    return _probe_database(table, table.source, stored)
 
 
-def _probe_postgres(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
-    relation = relation_of(table)
+def _probe_database(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
+    database = database_of(source)
     try:
-        conn = connect(source)
-    except psycopg.Error as exc:
+        conn = database.connect(source)
+    except database.driver_errors as exc:
         fix = "Fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
-    with conn:
-        try:
-            if table.cursor is None:
-                return _table_changes(conn, table, stored)
-            return _newest_cursor(conn, table, relation, stored)
-        except psycopg.Error as exc:
-            fix = f"Fix `table:`, `query:` or `cursor:` of table '{table.name}'"
-            raise _probe_error(table, source, exc, fix) from None
+    try:
+        if table.cursor is None:
+            return _table_changes(conn, database, table, stored)
+        return _newest_cursor(conn, database, table, stored)
+    except database.driver_errors as exc:
+        fix = f"Fix `table:`, `query:` or `cursor:` of table '{table.name}'"
+        raise _probe_error(table, source, exc, fix) from None
+    finally:
+        conn.close()
 
 
 def _probe_error(
-    table: TableSpec, source: JdbcSourceSpec, exc: psycopg.Error, fix: str
+    table: TableSpec, source: JdbcSourceSpec, exc: BaseException, fix: str
 ) -> SourceError:
     message = " ".join(str(exc).split())
     return SourceError(
@@ -77,48 +60,51 @@ def _probe_error(
 
 
 def _newest_cursor(
-    conn: psycopg.Connection, table: TableSpec, relation: str, stored: StoredState
+    conn: Connection, database: Database, table: TableSpec, stored: StoredState
 ) -> str | None:
     """The newest cursor value past the stored one that a run would load now.
 
-    The same two statements as a run's freeze (`sources/postgres.py`), so rows a run would hold
+    The same statements as a run's freeze (`sources/freeze_sql.py`), so rows a run would hold
     back don't ask for a run, and what a run would refuse fails the tick with the same message.
     """
     assert table.cursor is not None
-    kind = stored.cursor_type or table.cursor.declared_type or _column_type(conn, table, relation)
+    relation = relation_of(table)
+    kind = stored.cursor_type or table.cursor.declared_type
+    if kind is None:
+        kind = _column_type(conn, database, table, relation)
     previous = None
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
     limits = time_limits(table, kind)
-    capped = limits.transaction_cap
-    open_ = OpenTransactions.from_row(fetch_row(conn, OPEN_TRANSACTIONS)) if capped else None
-    if open_ is not None:
+    database.check_session(table, lambda sql: fetch_row(conn, sql))
+    open_ = None
+    if limits.transaction_cap:
+        open_ = database.read_open_transactions(lambda sql: fetch_row(conn, sql))
         cap_limits(table, open_)
     request = FreezeRequest(
         Cursor(table.cursor.column, kind), previous, table.timezone, None, limits
     )
-    wire = fetch_row(conn, newest_sql(relation, request, open_))["newest"]
-    newest = None if wire is None else decode_wire(kind, wire)
+    wire = fetch_row(conn, newest_sql(database.dialect, relation, request, open_))["newest"]
+    newest = None if wire is None else decode_wire(kind, str(wire))
     return None if newest is None or newest == previous else format_cursor(kind, newest)
 
 
-def _column_type(conn: psycopg.Connection, table: TableSpec, relation: str) -> CursorType:
-    """The cursor's type before any run has recorded it, from the column's PostgreSQL type."""
+def _column_type(
+    conn: Connection, database: Database, table: TableSpec, relation: str
+) -> CursorType:
+    """The cursor's type before any run has recorded it, from the column's database type."""
     assert table.cursor is not None
-    cursor = conn.execute(f"SELECT {POSTGRES.quote(table.cursor.column)} FROM {relation} LIMIT 0")  # type: ignore[call-overload]
-    oid = cursor.description[0].type_code if cursor.description else 0
-    return _CURSOR_TYPE_OIDS.get(oid, CursorType.STRING)
+    column = next(c for c in described(conn, relation) if c[0] == table.cursor.column)
+    return database.cursor_type(column[1])
 
 
-def _table_changes(conn: psycopg.Connection, table: TableSpec, stored: StoredState) -> str | None:
-    """A table without a cursor: PostgreSQL's count of inserted, updated and deleted rows."""
+def _table_changes(
+    conn: Connection, database: Database, table: TableSpec, stored: StoredState
+) -> str | None:
+    """A table without a cursor: the database's own record of changes to it."""
     if table.query is not None:
         return None if stored.run_id else "first"
-    row = conn.execute(
-        "SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relid = CAST(%s AS regclass)",
-        (table.table,),
-    ).fetchone()
-    return f"changes:{row[0] if row else 0}"
+    return f"changes:{fetch_row(conn, database.table_changes_sql(table))['changes']}"
 
 
 def _probe_files(

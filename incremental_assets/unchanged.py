@@ -2,8 +2,8 @@
 
 Every run records, beside its cursor, a fingerprint of what the next run would read again: the
 rows from the next lower bound (the cursor minus the lookback, ties included) up to the cursor,
-counted and digested by PostgreSQL; for files, the listing (paths, sizes, modification times) of
-what the table reads. The PostgreSQL fingerprint is taken after the bound is frozen and before
+counted and digested by the source database; for files, the listing (paths, sizes, modification times) of
+what the table reads. The database's fingerprint is taken after the bound is frozen and before
 the rows are read, so a change made after it always shows; the listing, before anything is read.
 
 A run then starts by checking, over a plain connection or a file listing, that nothing lies past
@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import psycopg
-
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.config.rules import check_cursor_rules, time_limits
 from incremental_assets.cursor import CursorValue, parse_cursor
@@ -32,18 +30,12 @@ from incremental_assets.plan import (
     with_new_cursor,
 )
 from incremental_assets.results import StoredState
+from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Bounds, Cursor, FreezeRequest
+from incremental_assets.sources.database import Connection, Database, described, fetch_row
+from incremental_assets.sources.freeze_sql import bounds_from_row, bounds_sql, relation_of
 from incremental_assets.sources.listing import listing_fingerprint
-from incremental_assets.sources.pg_client import connect, fetch_row
-from incremental_assets.sources.postgres import (
-    OPEN_TRANSACTIONS,
-    OpenTransactions,
-    bounds_from_row,
-    bounds_sql,
-    fingerprint_sql,
-    relation_of,
-)
-from incremental_assets.window import POSTGRES, Window, render_window
+from incremental_assets.window import Window, render_window
 from incremental_assets.writers.lake import LakeTable
 
 
@@ -124,15 +116,22 @@ def _prove_rows(
     lower, _ = lower_bound_of(table, cursor, previous, replace_all=False)
     request = FreezeRequest(cursor, lower, table.timezone, None, time_limits(table, cursor.type))
     relation = relation_of(table)
+    database = database_of(table.source)
     try:
-        with connect(table.source, pinned=True) as conn:
+        conn = database.connect(table.source)
+        try:
+            query = lambda sql: fetch_row(conn, sql)  # noqa: E731
+            database.check_session(table, query)
             open_ = None
             if request.limits.transaction_cap:
-                open_ = OpenTransactions.from_row(fetch_row(conn, OPEN_TRANSACTIONS))
-            row = fetch_row(conn, bounds_sql(relation, request, open_))
+                open_ = database.read_open_transactions(query)
+            row = query(bounds_sql(database.dialect, relation, request, open_))
             bounds = bounds_from_row(table, request, row, open_)
-            fingerprint = _fetch_fingerprint(conn, relation, _window(table, cursor, previous))
-    except psycopg.Error:
+            window = _window(table, cursor, previous)
+            fingerprint = _fetch_fingerprint(conn, database, relation, window)
+        finally:
+            conn.close()
+    except database.driver_errors:
         return None  # a source Spark may reach but this process can't: let the run try
     check_null_cursors(table, cursor, bounds)
     plan = _plan(table, cursor, previous, bounds)
@@ -169,23 +168,26 @@ def _window(table: TableSpec, cursor: Cursor, upper: CursorValue) -> Window:
 
 def _rows_fingerprint(table: TableSpec, window: Window) -> str | None:
     assert isinstance(table.source, JdbcSourceSpec)
+    database = database_of(table.source)
     try:
-        with connect(table.source, pinned=True) as conn:
-            return _fetch_fingerprint(conn, relation_of(table), window)
-    except psycopg.Error:
+        conn = database.connect(table.source)
+        try:
+            return _fetch_fingerprint(conn, database, relation_of(table), window)
+        finally:
+            conn.close()
+    except database.driver_errors:
         return None  # the next run can't prove anything, and runs Spark
 
 
-def _fetch_fingerprint(conn: psycopg.Connection, relation: str, window: Window) -> str:
+def _fetch_fingerprint(conn: Connection, database: Database, relation: str, window: Window) -> str:
     """Rows and digest of the window, and a digest of the columns' names and types.
 
     The types count because a run refuses a narrowed column and applies a widened one, though
     the rows' text may not change.
     """
-    row = fetch_row(conn, fingerprint_sql(relation, render_window(window, POSTGRES)))
-    described = conn.execute(f"SELECT * FROM {relation} LIMIT 0").description or []  # type: ignore[call-overload]
-    columns = ";".join(
-        f"{c.name} {c.type_code} {c.internal_size} {c.precision} {c.scale}" for c in described
-    )
-    types = hashlib.md5(columns.encode(), usedforsecurity=False).hexdigest()
+    columns = described(conn, relation)
+    where = render_window(window, database.dialect)
+    row = fetch_row(conn, database.fingerprint_sql(relation, where, [str(c[0]) for c in columns]))
+    text = ";".join(" ".join(map(str, column)) for column in columns)
+    types = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
     return f"{row['n']}:{row['digest']}:{types}"

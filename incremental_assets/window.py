@@ -14,7 +14,7 @@ Boundary semantics (the README states the same):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import (
     MAX_EMAX,
     MAX_PREC,
@@ -25,9 +25,9 @@ from decimal import (
     Rounded,
     localcontext,
 )
-from typing import Protocol
 
-from incremental_assets.cursor import CursorType, CursorValue, format_cursor
+from incremental_assets.cursor import CursorType, CursorValue
+from incremental_assets.dialects import Dialect
 
 Lookback = int | Decimal | timedelta
 
@@ -91,130 +91,6 @@ def subtract_lookback(
 
 # Unbounded precision, and a trap should anything still round: a rounded bound skips rows.
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, Rounded])
-
-
-class Dialect(Protocol):
-    """How one SQL engine spells identifiers, literals and the wire form of a value."""
-
-    name: str
-
-    def quote(self, identifier: str) -> str: ...
-
-    def literal(self, cursor_type: CursorType, value: CursorValue) -> str: ...
-
-    def wire(self, cursor_type: CursorType, expression: str) -> str: ...
-
-    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str: ...
-
-
-def sql_string(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _micros(lag: timedelta) -> int:
-    return lag // timedelta(microseconds=1)
-
-
-class PostgresDialect:
-    name = "postgres"
-
-    def quote(self, identifier: str) -> str:
-        return '"' + identifier.replace('"', '""') + '"'
-
-    def literal(self, cursor_type: CursorType, value: CursorValue) -> str:
-        text = format_cursor(cursor_type, value)
-        if cursor_type in (CursorType.INTEGER, CursorType.DECIMAL):
-            return text
-        if cursor_type is CursorType.DATE:
-            return f"DATE '{text}'"
-        if cursor_type is CursorType.TIMESTAMP:
-            return f"TIMESTAMP '{text.replace('T', ' ')}'"
-        if cursor_type is CursorType.TIMESTAMPTZ:
-            return f"TIMESTAMPTZ '{text.replace('T', ' ')}'"
-        return sql_string(text)
-
-    def wire(self, cursor_type: CursorType, expression: str) -> str:
-        if cursor_type.is_temporal:
-            return f"CAST({self.epoch(cursor_type, expression)} AS TEXT)"
-        return f"CAST({expression} AS TEXT)"
-
-    def epoch(self, cursor_type: CursorType, expression: str) -> str:
-        """A date as days since 1970-01-01, a timestamp as microseconds since then (a bigint).
-
-        Of a timestamp without time zone, EXTRACT(EPOCH) is nominal: no zone is consulted. Unlike
-        to_char, it keeps BC years apart and fails on 'infinity' instead of giving NULL.
-        """
-        if cursor_type is CursorType.DATE:
-            return f"{expression} - DATE '1970-01-01'"
-        return f"CAST(EXTRACT(EPOCH FROM {expression}) * 1000000 AS BIGINT)"
-
-    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str:
-        """The server's clock moved by `delta`, as a value comparable with the cursor."""
-        return self.cursor_time(
-            cursor_type, f"(now() + INTERVAL '{_micros(delta)} microseconds')", timezone
-        )
-
-    def cursor_time(self, cursor_type: CursorType, instant: str, timezone: str) -> str:
-        """A timestamptz expression as the cursor's type: wall clock in `timezone`, or its date."""
-        if cursor_type is CursorType.TIMESTAMP:
-            return f"({instant} AT TIME ZONE {sql_string(timezone)})"
-        if cursor_type is CursorType.DATE:
-            return f"CAST({instant} AT TIME ZONE {sql_string(timezone)} AS DATE)"
-        return instant
-
-
-class SparkSqlDialect:
-    """Spark SQL, used to push windows into file scans. `now` is this process's clock."""
-
-    name = "spark"
-
-    def quote(self, identifier: str) -> str:
-        return "`" + identifier.replace("`", "``") + "`"
-
-    def literal(self, cursor_type: CursorType, value: CursorValue) -> str:
-        text = format_cursor(cursor_type, value)
-        if cursor_type is CursorType.INTEGER:
-            return f"{text}L"
-        if cursor_type is CursorType.DECIMAL:
-            return f"{text}BD"
-        if cursor_type is CursorType.DATE:
-            return f"DATE '{text}'"
-        if cursor_type is CursorType.TIMESTAMP:
-            return f"TIMESTAMP_NTZ '{text.replace('T', ' ')}'"
-        if cursor_type is CursorType.TIMESTAMPTZ:
-            return f"TIMESTAMP_LTZ '{text.replace('T', ' ')}'"
-        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-    def wire(self, cursor_type: CursorType, expression: str) -> str:
-        if cursor_type is CursorType.TIMESTAMPTZ:
-            return f"CAST(unix_micros({expression}) AS STRING)"
-        if cursor_type is CursorType.DATE:
-            return f"CAST(unix_date({expression}) AS STRING)"
-        return f"CAST({expression} AS STRING)"
-
-    def now_plus(self, cursor_type: CursorType, delta: timedelta, timezone: str) -> str:
-        return self.literal(cursor_type, local_clock(cursor_type, delta, timezone))
-
-
-def local_clock(
-    cursor_type: CursorType, delta: timedelta, timezone: str, now: datetime | None = None
-) -> CursorValue:
-    """This process's clock (or `now`) moved by `delta`, as a value of a time cursor's type."""
-    from zoneinfo import ZoneInfo
-
-    # Move the instant, then read the wall clock: aware arithmetic in a zone is wall-clock
-    # arithmetic, which would stretch or shrink `delta` across a daylight saving change.
-    moved = ((now or datetime.now(UTC)) + delta).astimezone(ZoneInfo(timezone))
-    if cursor_type is CursorType.TIMESTAMPTZ:
-        return moved
-    if cursor_type is CursorType.DATE:
-        return moved.date()
-    return moved.replace(tzinfo=None)
-
-
-POSTGRES = PostgresDialect()
-SPARK_SQL = SparkSqlDialect()
 
 
 def render_window(window: Window, dialect: Dialect) -> str:

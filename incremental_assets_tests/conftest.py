@@ -1,4 +1,5 @@
-"""Session-wide PostgreSQL and Spark; a fresh schema, lake and Dagster instance per test."""
+"""Session-wide PostgreSQL, MariaDB and Spark; a fresh schema or database, lake and Dagster
+instance per test."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE, SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import KINDS, SourceDb
 from incremental_assets_tests.engines import connect_server
 from incremental_assets_tests.harness import Schema, fresh_schema
+from incremental_assets_tests.mariadb import (
+    MARIADB_JAR,
+    Database,
+    MariaDbServer,
+    fresh_database,
+    mariadb_server,
+)
 from incremental_assets_tests.postgres import PostgresServer, postgres_server
 
 TEST_SPARK_CONF = {
     "spark.jars.packages": POSTGRES_PACKAGE,
     "spark.jars.excludes": POSTGRES_EXCLUDES,
+    "spark.jars": MARIADB_JAR,
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -35,6 +45,28 @@ def postgres() -> Iterator[PostgresServer]:
 def pg(postgres: PostgresServer) -> Iterator[Schema]:
     with fresh_schema(postgres) as schema:
         yield schema
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDbServer]:
+    with mariadb_server() as server:
+        yield server
+
+
+@pytest.fixture
+def my(mariadb: MariaDbServer) -> Iterator[Database]:
+    """A fresh MariaDB database for one test."""
+    with fresh_database(mariadb) as database:
+        yield database
+
+
+@pytest.fixture(params=KINDS)
+def db(request: pytest.FixtureRequest) -> SourceDb:
+    """The test's source on PostgreSQL, then on MariaDB."""
+    if request.param == "postgres":
+        schema = request.getfixturevalue("pg")
+        return SourceDb("postgres", schema, request.getfixturevalue("postgres"))
+    return SourceDb("mariadb", request.getfixturevalue("my"), request.getfixturevalue("mariadb"))
 
 
 @pytest.fixture(scope="session")

@@ -186,9 +186,10 @@ def write_cli_config(
 ) -> Path:
     """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in `directory`."""
     from incremental_assets_tests.conftest import TEST_SPARK_CONF
+    from incremental_assets_tests.mariadb import MARIADB_JAR
 
     conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
-    spark: dict[str, Any] = {"master": "local[2]", "conf": conf}
+    spark: dict[str, Any] = {"master": "local[2]", "conf": conf, "jars": [MARIADB_JAR]}
     if remote:
         spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
     config = {

@@ -62,7 +62,7 @@ class PostgresServer:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -107,7 +107,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     if os.geteuid() == 0:
         shutil.chown(root, SUPERUSER)
         shutil.chown(pwfile, SUPERUSER)
-    port = _free_port()
+    port = free_port()
     try:
         subprocess.run(
             _as_postgres(
@@ -171,7 +171,7 @@ def standby_server(primary: PostgresServer) -> Iterator[PostgresServer]:
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, SUPERUSER)
-    port = _free_port()
+    port = free_port()
     primary_dsn = (
         f"host={primary.host} port={primary.port} user={primary.user} password={primary.password}"
     )

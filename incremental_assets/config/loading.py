@@ -104,7 +104,9 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
     sources = _validated_sources(raw.get("sources"), problems, context)
     context["sources"] = sources
     context["drivers"] = [
-        s.driver_package for s in sources.values() if isinstance(s, JdbcSourceSpec)
+        s.driver_package
+        for s in sources.values()
+        if isinstance(s, JdbcSourceSpec) and s.driver_package is not None
     ]
     spark = _validated(SparkSpec, raw.get("spark") or {}, "spark", problems, context)
     lake = _required(LakeSpec, raw.get("lake"), "lake", problems, context)

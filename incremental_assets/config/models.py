@@ -37,6 +37,12 @@ from incremental_assets.errors import CursorError
 POSTGRES_PACKAGE = "org.postgresql:postgresql:42.7.13"
 # pgjdbc's optional checker-qual dependency is not in every offline Maven cache.
 POSTGRES_EXCLUDES = "org.checkerframework:checker-qual"
+MARIADB_PACKAGE = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
+# Each source database: its URL prefixes, its default driver class and that driver's package.
+_DATABASES = {
+    "postgres": (("jdbc:postgresql:",), "org.postgresql.Driver", POSTGRES_PACKAGE),
+    "mysql": (("jdbc:mysql:", "jdbc:mariadb:"), "org.mariadb.jdbc.Driver", MARIADB_PACKAGE),
+}
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -91,8 +97,13 @@ class SparkSpec(_Model):
     )
     packages: tuple[str, ...] = Field(
         (),
-        description="Maven coordinates for spark.jars.packages (JDBC drivers). The PostgreSQL "
-        "driver is added when a jdbc:postgresql source exists.",
+        description="Maven coordinates for spark.jars.packages (JDBC drivers). The default "
+        "driver of each JDBC source's database is added unless `jars` holds it.",
+    )
+    jars: tuple[str, ...] = Field(
+        (),
+        description="Jar files for spark.jars, e.g. a JDBC driver where Maven Central can't be "
+        "reached (/usr/share/java/mariadb-java-client.jar).",
     )
     remote: str | None = Field(
         None,
@@ -115,22 +126,32 @@ class SparkSpec(_Model):
     @model_validator(mode="before")
     @classmethod
     def _with_drivers(cls, data: Any, info: ValidationInfo) -> Any:
-        """Add the sources' JDBC drivers to `packages`, and `packages` to `conf`."""
+        """Add the sources' JDBC drivers to `packages`, and `packages` and `jars` to `conf`."""
         if not isinstance(data, Mapping) or not isinstance(data.get("conf", {}), Mapping):
             return data
-        packages = list(data.get("packages") or [])
-        drivers = (info.context or {}).get("drivers", ())
-        packages += [
-            d for d in drivers if not any(p.split(":")[:2] == d.split(":")[:2] for p in packages)
-        ]
         conf = dict(data.get("conf") or {})
+        jars = [*(data.get("jars") or []), *_listed(conf.get("spark.jars"))]
+        packages = list(data.get("packages") or [])
+        for driver in (info.context or {}).get("drivers", ()):
+            group, artifact = driver.split(":")[:2]
+            in_jars = any(Path(str(j)).name.startswith(artifact) for j in jars)
+            in_packages = any(str(p).split(":")[:2] == [group, artifact] for p in packages)
+            if not in_jars and not in_packages:
+                packages.append(driver)
         if packages:
             conf["spark.jars.packages"] = ",".join(map(str, packages))
+        if jars:
+            conf["spark.jars"] = ",".join(dict.fromkeys(map(str, jars)))
         if any(str(p).startswith("org.postgresql:") for p in packages):
-            excludes = [e for e in str(conf.get("spark.jars.excludes", "")).split(",") if e]
+            excludes = _listed(conf.get("spark.jars.excludes"))
             conf["spark.jars.excludes"] = ",".join(dict.fromkeys([*excludes, POSTGRES_EXCLUDES]))
         conf.setdefault("spark.sql.session.timeZone", "UTC")
         return {**data, "packages": packages, "conf": conf}
+
+
+def _listed(value: object) -> list[str]:
+    """A comma-separated Spark setting as a list."""
+    return [item for item in str(value or "").split(",") if item]
 
 
 class LakeSpec(_Model):
@@ -162,10 +183,14 @@ class LakeSpec(_Model):
 class JdbcSourceSpec(_Model):
     type: Literal["jdbc"] = "jdbc"
     name: str
-    url: str = Field(description="jdbc:postgresql://host:port/database")
+    url: str = Field(
+        description="jdbc:postgresql://host:5432/db, jdbc:mysql://host:3306/db or jdbc:mariadb://..."
+    )
     user: str | None = None
     password: str | None = Field(None, repr=False)
-    driver: str = "org.postgresql.Driver"
+    driver: str = Field(
+        "", description="The JDBC driver class; by default pgjdbc's or MariaDB Connector/J's."
+    )
     properties: dict[str, str] = Field(default_factory=dict)
     fetchsize: int = Field(10_000, gt=0)
     max_partitions: int | None = Field(None, gt=0)
@@ -173,22 +198,34 @@ class JdbcSourceSpec(_Model):
 
     @field_validator("url")
     @classmethod
-    def _postgres_only(cls, url: str) -> str:
-        if not url.startswith("jdbc:postgresql:"):
+    def _known_database(cls, url: str) -> str:
+        prefixes = [p for prefixes, _, _ in _DATABASES.values() for p in prefixes]
+        if not url.startswith(tuple(prefixes)):
             raise ValueError(
-                f"'{url}' is not a PostgreSQL JDBC URL; this version reads jdbc:postgresql:// "
-                "sources (write jdbc:postgresql://host:5432/database)"
+                f"'{url}' is not a JDBC URL of a database this version reads: PostgreSQL "
+                "(jdbc:postgresql://host:5432/db), MySQL or MariaDB (jdbc:mysql://host:3306/db or "
+                "jdbc:mariadb://host:3306/db)"
             )
         return url
 
-    @property
-    def kind(self) -> str:
-        return "postgres"
+    @model_validator(mode="after")
+    def _default_driver(self) -> JdbcSourceSpec:
+        if not self.driver:
+            object.__setattr__(self, "driver", _DATABASES[self.kind][1])
+        return self
 
     @property
-    def driver_package(self) -> str:
-        """The Maven coordinates of the JDBC driver Spark needs for this source."""
-        return POSTGRES_PACKAGE
+    def kind(self) -> str:
+        """Which database: `postgres` or `mysql` (MySQL and MariaDB)."""
+        return next(
+            k for k, (prefixes, _, _) in _DATABASES.items() if self.url.startswith(prefixes)
+        )
+
+    @property
+    def driver_package(self) -> str | None:
+        """The Maven coordinates of the default driver, or None for a driver of the user's own."""
+        _, driver, package = _DATABASES[self.kind]
+        return package if self.driver == driver else None
 
     def redacted_url(self) -> str:
         return self.url.split("?", 1)[0]

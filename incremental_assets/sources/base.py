@@ -16,8 +16,9 @@ from pyspark.sql import types as T
 from incremental_assets.config import TableSpec
 from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
+from incremental_assets.dialects import Dialect
 from incremental_assets.errors import ConfigError, CursorError
-from incremental_assets.window import Dialect, Window
+from incremental_assets.window import Window
 
 _CURSOR_TYPES: dict[type[T.DataType], CursorType] = {
     T.LongType: CursorType.INTEGER,

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.config import FilesSourceSpec, TableSpec
+from incremental_assets.dialects import SPARK_SQL, Dialect, local_clock
 from incremental_assets.errors import ConfigError
 from incremental_assets.sources.base import (
     Bounds,
@@ -23,7 +24,7 @@ from incremental_assets.sources.base import (
     selected,
 )
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.window import SPARK_SQL, Dialect, Window, local_clock, render_window
+from incremental_assets.window import Window, render_window
 
 _FORMAT_DEFAULTS = {"csv": {"header": "true"}}
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlparse
 import psycopg
 
 from incremental_assets.config import JdbcSourceSpec
-from incremental_assets.sources.postgres import APPLICATION_NAME
+from incremental_assets.sources.database import APPLICATION_NAME
 
 # libpq accepts these JDBC parameters under the same names, or under the name given here.
 _LIBPQ_NAMES = {

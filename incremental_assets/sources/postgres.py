@@ -1,40 +1,39 @@
-"""PostgreSQL's statements for freezing a window, run by a load over JDBC and by a probe over psycopg.
+"""PostgreSQL as a source: its open transactions, its catalog, and how its values travel exactly.
 
-Both read the same two statements, so a sensor asks for a run exactly when a run would load
-something:
-
-* the other sessions' open transactions, in a statement of their own (`OPEN_TRANSACTIONS`);
-* the bounds query (`bounds_sql`): the window's max cursor, capped at now - safety_lag and below
-  the transaction cap, with what else a run needs (row count, partition range, NULL cursors,
-  ties at the bound, the clock for the future cap).
-
-The transaction cap must never fail open in silence. What it can't see makes the run hold back
-further (sessions with `track_activities = off`: below their connection time), or refuse unless
-a `lookback` covers late commits (a hot standby, where the primary's transactions are invisible;
-prepared transactions, whose start PostgreSQL doesn't keep), and the run says which.
+* Open transactions come from `pg_stat_activity`. What it can't show makes the run hold back
+  further (sessions with `track_activities = off`: below their connection time), or refuse
+  unless a `lookback` covers late commits (a hot standby, where the primary's transactions are
+  invisible; prepared transactions, whose start PostgreSQL doesn't keep).
+* `timestamp`, `timestamptz` and `date` travel as epoch numbers, because the driver turns
+  wall-clock values into instants in the JVM's zone (shifting the ones that don't exist there)
+  and misreads offsets with seconds (early years, local mean time); `numeric` without a declared
+  precision (or with more than 38 digits) travels as text, because Spark would round it to
+  decimal(38,18) (or (38,s)) silently. One-dimensional arrays of these travel element by
+  element in the same forms; arrays of more dimensions are refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
-from incremental_assets.config import TableSpec
-from incremental_assets.cursor import EPOCH_UTC, CursorType, format_cursor
-from incremental_assets.errors import SourceError
-from incremental_assets.sources.base import (
-    Bounds,
-    FreezeRequest,
-    TransactionCap,
-    decode_upper,
-    freeze_window,
-    join_conditions,
-)
-from incremental_assets.window import POSTGRES, render_window
+import psycopg
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-APPLICATION_NAME = "incremental_assets"
+from incremental_assets.config import JdbcSourceSpec, TableSpec
+from incremental_assets.cursor import CursorType, format_cursor
+from incremental_assets.dialects import POSTGRES, sql_string
+from incremental_assets.errors import ConfigError, TableProblem
+from incremental_assets.sources.database import APPLICATION_NAME, Query
+from incremental_assets.sources.pg_client import connect
+from incremental_assets.sources.transactions import OpenTransactions, instant
+from incremental_assets.sources.transport import (
+    decimal_fits,
+    from_epoch,
+    scalar_type,
+)
+
 _OTHER_SESSIONS = (
     "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
 )
@@ -70,221 +69,178 @@ OPEN_TRANSACTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class OpenTransactions:
-    """Other sessions' open transactions, read before the bounds query.
+# Type OIDs of the columns that can be cursors.
+_CURSOR_TYPE_OIDS = {
+    20: CursorType.INTEGER,
+    21: CursorType.INTEGER,
+    23: CursorType.INTEGER,
+    1700: CursorType.DECIMAL,
+    1082: CursorType.DATE,
+    1114: CursorType.TIMESTAMP,
+    1184: CursorType.TIMESTAMPTZ,
+}
 
-    Read in a statement of its own, before the bounds query takes its snapshot: a transaction
-    whose rows that snapshot can't see is then either listed here or started after `read_at`, so
-    a bound below both passes none of its rows. (Read in the same statement, it would come after
-    the snapshot, and miss a transaction that committed in between.)
-    """
 
-    read_at: datetime  # the server's clock when they were read
-    oldest_start: datetime | None  # None: no other transaction was open
-    holder: str | None  # which session, for the metadata
-    hidden_sessions: int  # sessions the role can't see: the cap may be incomplete
-    untracked_sessions: int = 0  # sessions with track_activities = off
-    untracked_since: datetime | None = None  # the earliest of their connection times
-    prepared: int = 0  # prepared (two-phase) transactions in this database
-    prepared_since: datetime | None = None
-    standby: bool = False  # the server is a hot standby
+class PostgresDatabase:
+    name = "postgres"
+    dialect = POSTGRES
+    driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
 
-    @staticmethod
-    def from_row(row: Mapping[str, Any]) -> OpenTransactions:
+    def spark_url(self, source: JdbcSourceSpec) -> str:
+        return source.url
+
+    def spark_options(self, source: JdbcSourceSpec) -> dict[str, str]:
+        return {"ApplicationName": APPLICATION_NAME, "preferTimestampNTZ": "true"}
+
+    def connect(self, source: JdbcSourceSpec) -> psycopg.Connection:
+        return connect(source, pinned=True)
+
+    def check_session(self, table: TableSpec, run: Query) -> None:
+        return None
+
+    def read_open_transactions(self, run: Query) -> OpenTransactions:
+        row = run(OPEN_TRANSACTIONS)
+        read_at = instant(row["read_at"])
+        assert read_at is not None
+        held, blind = [], []
+        untracked_since = instant(row["untracked_since"])
+        if row["untracked"]:
+            since = format_cursor(CursorType.TIMESTAMPTZ, untracked_since)  # type: ignore[arg-type]
+            held.append(
+                f"{row['untracked']} sessions report no transactions (track_activities = off), "
+                f"so the cursor was held below the earliest of their connections ({since}). Fix: "
+                "turn track_activities on for the writers' sessions, or end the idle ones."
+            )
+        if row["standby"]:
+            blind.append(
+                "the source is a hot standby (pg_is_in_recovery()), where the primary's open "
+                "transactions can't be seen"
+            )
+        if row["prepared"]:
+            since = format_cursor(CursorType.TIMESTAMPTZ, instant(row["prepared_since"]))  # type: ignore[arg-type]
+            blind.append(
+                f"{row['prepared']} prepared transactions are open (pg_prepared_xacts, the oldest "
+                f"prepared at {since}), and PostgreSQL doesn't keep when they began"
+            )
         return OpenTransactions(
-            read_at=EPOCH_UTC + timedelta(microseconds=int(row["read_at"])),
-            oldest_start=_instant(row["oldest"]),
+            read_at=read_at,
+            oldest_start=instant(row["oldest"]),
             holder=row["holder"],
             hidden_sessions=int(row["hidden"]),
-            untracked_sessions=int(row["untracked"]),
-            untracked_since=_instant(row["untracked_since"]),
-            prepared=int(row["prepared"]),
-            prepared_since=_instant(row["prepared_since"]),
-            standby=bool(row["standby"]),
+            hold_below=untracked_since,
+            held_because=tuple(held),
+            blind_because=tuple(blind),
         )
 
-    @property
-    def cap(self) -> datetime:
-        """The instant the upper bound stays strictly below.
-
-        An untracked session may have begun a transaction at any time since it connected.
-        """
-        starts = [self.read_at, self.oldest_start, self.untracked_since]
-        return min(s for s in starts if s is not None)
-
-
-def cap_limits(table: TableSpec, open_: OpenTransactions) -> tuple[str, ...]:
-    """What the cap can't see, each said as a warning; raises where only a lookback is safe."""
-    limits = []
-    if open_.untracked_sessions:
-        since = format_cursor(CursorType.TIMESTAMPTZ, open_.untracked_since)  # type: ignore[arg-type]
-        limits.append(
-            f"{open_.untracked_sessions} sessions report no transactions (track_activities = off), "
-            f"so the cursor was held below the earliest of their connections ({since}). Fix: turn "
-            "track_activities on for the writers' sessions, or end the idle ones."
+    def primary_key_sql(self, table: TableSpec) -> str:
+        return (
+            "SELECT a.attname AS name FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            f"WHERE i.indrelid = CAST({sql_string(str(table.table))} AS regclass) AND i.indisprimary "
+            "ORDER BY array_position(CAST(i.indkey AS int2[]), a.attnum)"
         )
-    blind = []
-    if open_.standby:
-        blind.append(
-            "the source is a hot standby (pg_is_in_recovery()), where the primary's open "
-            "transactions can't be seen"
+
+    def table_changes_sql(self, table: TableSpec) -> str:
+        return (
+            "SELECT n_tup_ins + n_tup_upd + n_tup_del AS changes FROM pg_stat_user_tables "
+            f"WHERE relid = CAST({sql_string(str(table.table))} AS regclass)"
         )
-    if open_.prepared:
-        since = format_cursor(CursorType.TIMESTAMPTZ, open_.prepared_since)  # type: ignore[arg-type]
-        blind.append(
-            f"{open_.prepared} prepared transactions are open (pg_prepared_xacts, the oldest "
-            f"prepared at {since}), and PostgreSQL doesn't keep when they began"
+
+    def cursor_type(self, type_code: Any) -> CursorType:
+        return _CURSOR_TYPE_OIDS.get(type_code, CursorType.STRING)
+
+    def fingerprint_sql(self, relation: str, where: str, columns: list[str]) -> str:
+        rows = (
+            f"SELECT md5(CAST(r AS text)) AS h FROM (SELECT * FROM {relation} WHERE {where}) AS r"
         )
-    for reason in blind:
-        if table.lookback is None:
-            raise SourceError(
-                f"Table '{table.name}', field 'transaction_cap': {reason}, so the cap can't keep "
-                "the cursor below rows that commit late. Nothing was read and the cursor did not "
-                "move. Fix: set `lookback:` to longer than your writers' transactions stay open "
-                "(plus replication delay on a standby), or read from the primary and finish the "
-                "prepared transactions, or set transaction_cap: false to accept that such rows "
-                "may be skipped."
-            )
-        limits.append(
-            f"{reason}; rows that commit late are caught only by the lookback ({table.lookback})"
+        return (
+            "SELECT count(*) AS n, md5(coalesce(string_agg(h, '' ORDER BY h), '')) AS digest "
+            f"FROM ({rows}) AS hashed"
         )
-    return tuple(limits)
+
+    def arriving(self, field: T.StructField) -> T.StructField:
+        return field
+
+    def transport(self, table: TableSpec, field: T.StructField) -> str | None:
+        column = POSTGRES.quote(field.name)
+        scalar, dimensions = scalar_type(field.dataType)
+        if not _travels_neutral(field, scalar):
+            return None
+        if dimensions == 0:
+            return _neutral_sql(field.name, scalar, column)
+        element = _neutral_sql(field.name, scalar, "_e.v")
+        ndims = f"array_ndims({column})"
+        refuse = _refusal(
+            f"{sql_string(f'column {field.name} holds a ')} || {ndims} || '-dimensional array'"
+        )
+        if isinstance(scalar, T.DecimalType):
+            refuse = f"CAST({refuse} AS TEXT)"
+        # Element by element, in order; a NULL array stays NULL rather than becoming empty.
+        return (
+            f"CASE WHEN {ndims} > 1 THEN ARRAY[{refuse}] WHEN {column} IS NOT NULL THEN ARRAY("
+            f"SELECT {element} FROM unnest({column}) WITH ORDINALITY AS _e(v, i) ORDER BY _e.i) "
+            "END"
+        )
+
+    def rebuild(self, table: TableSpec, field: T.StructField, value: Column) -> Column:
+        scalar, dimensions = scalar_type(field.dataType)
+
+        def one(element: Column) -> Column:
+            if isinstance(scalar, T.DecimalType):
+                return decimal_fits(table, field.name, scalar, element)
+            return from_epoch(scalar, element)
+
+        return one(value) if dimensions == 0 else F.transform(value, one)
+
+    def check_schema(self, table: TableSpec, schema: T.StructType) -> None:
+        """Arrays of more than one dimension of the types that travel in a neutral form."""
+        for field in schema.fields:
+            scalar, dimensions = scalar_type(field.dataType)
+            if dimensions > 1 and _travels_neutral(field, scalar):
+                raise ConfigError(
+                    TableProblem(
+                        table.name,
+                        f"column '{field.name}' is a {dimensions}-dimensional array of "
+                        f"{scalar.simpleString()}, which can't be read exactly.",
+                        fix=f"cast it in `query:` (CAST({field.name} AS text)), or select the "
+                        "elements you need.",
+                    )
+                )
 
 
-@dataclass(frozen=True)
-class _Limits:
-    """A freeze's limits as SQL, shared by the bounds query and the sensor's probe."""
-
-    cursor: str  # the quoted cursor column
-    in_window: str  # the lower bound, and a backfill's upper limit
-    lagged: str  # not younger than safety_lag
-    below_cap: str  # below the transaction cap, unless some row is dated after the clock
-    ahead: str  # whether some row is dated after the clock: `ahead.dated` in `below_cap`
-    future: str | None  # the highest value the cursor may take: the clock plus future_tolerance
-
-    @property
-    def loadable(self) -> str:
-        return join_conditions([self.lagged, self.below_cap])
-
-    def capped(self, select: str) -> str:
-        """`select` over the rows in the window, with `ahead.dated` computed once beside them."""
-        return f"FROM (SELECT {self.ahead} AS dated) AS ahead CROSS JOIN LATERAL ({select}) AS w"
-
-
-def _limits(relation: str, request: FreezeRequest, open_: OpenTransactions | None) -> _Limits:
-    d = POSTGRES
-    kind, timezone = request.cursor.type, request.timezone
-    cursor = d.quote(request.cursor.column)
-    in_window = render_window(freeze_window(request), d)
-    lagged = request.lagged(d)
-    cap = None
-    if open_ is not None:
-        cap = d.cursor_time(kind, d.literal(CursorType.TIMESTAMPTZ, open_.cap), timezone)
-    below_cap = "TRUE" if cap is None else f"({cursor} < {cap} OR ahead.dated)"
-    # A row dated after the clock can't be a late commit's: its run reads everything and the
-    # cursor stops at the cap instead (through `future`), so such rows don't wait for years.
-    ahead = "FALSE"
-    if cap is not None:
-        clock = d.cursor_time(kind, "now()", timezone)
-        where = join_conditions([in_window, lagged])
-        ahead = f"EXISTS (SELECT 1 FROM {relation} WHERE {where} AND {cursor} > {clock})"
-    future = None
-    if request.limits.future_tolerance is not None:
-        future = d.now_plus(kind, request.limits.future_tolerance, timezone)
-    if cap is not None:
-        future = cap if future is None else f"least({future}, {cap})"
-    return _Limits(cursor, in_window, lagged, below_cap, ahead, future)
-
-
-def bounds_sql(relation: str, request: FreezeRequest, open_: OpenTransactions | None) -> str:
-    """The bounds query, kept below `open_` (read before it) when the transaction cap applies."""
-    d, kind = POSTGRES, request.cursor.type
-    limits = _limits(relation, request, open_)
-    cursor, loadable = limits.cursor, limits.loadable
-    part = request.partitioning
-    part_column = d.quote(part.column) if part else "NULL"
-    part_type = part.type if part else CursorType.INTEGER
-    window = (
-        f"SELECT max({cursor}) FILTER (WHERE {loadable}) AS m, count(*) FILTER (WHERE {loadable}) AS n, "
-        f"count(*) FILTER (WHERE {limits.lagged} AND NOT {limits.below_cap}) AS held, "
-        f"max({cursor}) AS newest, "
-        f"min({part_column}) FILTER (WHERE {loadable}) AS pl, max({part_column}) FILTER (WHERE {loadable}) AS ph "
-        f"FROM {relation} WHERE {limits.in_window}"
+def _travels_neutral(field: T.StructField, scalar: T.DataType) -> bool:
+    """Whether the column (or its elements) travels as epoch numbers or as text."""
+    return isinstance(scalar, T.TimestampNTZType | T.TimestampType | T.DateType) or (
+        _is_wide_numeric(field, scalar)
     )
-    future = "NULL" if limits.future is None else d.wire(kind, limits.future)
+
+
+def _is_wide_numeric(field: T.StructField, scalar: T.DataType) -> bool:
+    """A `numeric` Spark may round: without (p,s) it reports decimal(38,18), above 38 digits (38,s)."""
     return (
-        f"SELECT {d.wire(kind, 'w.m')} AS upper, {d.wire(kind, 'w.newest')} AS newest, w.n AS n, w.held AS held, "
-        f"{d.wire(part_type, 'w.pl')} AS part_low, {d.wire(part_type, 'w.ph')} AS part_high, "
-        f"(SELECT count(*) FROM {relation} WHERE {cursor} IS NULL) AS null_rows, "
-        f"(SELECT count(*) FROM {relation} WHERE {cursor} = w.m) AS boundary_rows, "
-        f"{future} AS future_cap {limits.capped(window)}"
+        isinstance(scalar, T.DecimalType)
+        and scalar.precision == 38
+        and (field.metadata or {}).get("jdbcClientType") in ("numeric", "_numeric")
     )
 
 
-def newest_sql(relation: str, request: FreezeRequest, open_: OpenTransactions | None) -> str:
-    """The highest cursor value a run would load now and could record as its cursor.
+def _neutral_sql(name: str, scalar: T.DataType, value: str) -> str:
+    """A value as epoch micros (timestamps), epoch days (dates) or text (numerics)."""
+    if isinstance(scalar, T.DecimalType):
+        return f"CAST({value} AS TEXT)"
+    kind = CursorType.DATE if isinstance(scalar, T.DateType) else CursorType.TIMESTAMPTZ
+    epoch = POSTGRES.epoch(kind, value)
+    # 'infinity' has no epoch number.
+    refuse = _refusal(f"{sql_string(f'column {name} holds ')} || CAST({value} AS TEXT)")
+    return f"CASE WHEN isfinite({value}) OR {value} IS NULL THEN {epoch} ELSE {refuse} END"
 
-    A sensor asks for a run when this is past the stored cursor: rows a run would hold back
-    (safety_lag, the transaction cap) or read without moving the cursor to them (dated past the
-    future cap) don't ask for a run that can't take the cursor there.
+
+def _refusal(message: str) -> str:
+    """Fails when evaluated: casting the message to a number is how plain SQL raises it.
+
+    The message must depend on a column, or the planner evaluates it ahead of time.
     """
-    limits = _limits(relation, request, open_)
-    conditions = [limits.in_window, limits.loadable]
-    if limits.future is not None:
-        conditions.append(f"{limits.cursor} <= {limits.future}")
-    select = f"SELECT max({limits.cursor}) AS m FROM {relation} WHERE {join_conditions(conditions)}"
-    return f"SELECT {POSTGRES.wire(request.cursor.type, 'w.m')} AS newest {limits.capped(select)}"
+    return f"CAST({message} AS BIGINT)"
 
 
-def bounds_from_row(
-    table: TableSpec,
-    request: FreezeRequest,
-    row: Mapping[str, Any],
-    open_: OpenTransactions | None,
-) -> Bounds:
-    partitioned = request.partitioning is not None
-    transaction = None
-    if open_ is not None:
-        transaction = TransactionCap(
-            open_.oldest_start,
-            open_.holder,
-            open_.hidden_sessions,
-            int(row["held"]),
-            cap_limits(table, open_),
-        )
-    return Bounds(
-        upper=decode_upper(table, request.cursor, row["upper"]),
-        rows=int(row["n"]),
-        newest=decode_upper(table, request.cursor, row["newest"]),
-        partition_low=_integer(row["part_low"]) if partitioned else None,
-        partition_high=_integer(row["part_high"]) if partitioned else None,
-        null_rows=int(row["null_rows"]),
-        boundary_rows=int(row["boundary_rows"] or 0),
-        future_cap=decode_upper(table, request.cursor, row["future_cap"]),
-        transaction=transaction,
-    )
-
-
-def fingerprint_sql(relation: str, where: str) -> str:
-    """How many rows match `where`, and a digest of them that doesn't depend on their order."""
-    rows = f"SELECT md5(CAST(r AS text)) AS h FROM (SELECT * FROM {relation} WHERE {where}) AS r"
-    return (
-        "SELECT count(*) AS n, md5(coalesce(string_agg(h, '' ORDER BY h), '')) AS digest "
-        f"FROM ({rows}) AS hashed"
-    )
-
-
-def relation_of(table: TableSpec) -> str:
-    """What the table reads, as a FROM item: the table, or its query as a subquery."""
-    return f"({table.query}) AS q" if table.query is not None else str(table.table)
-
-
-def _integer(text: str | None) -> int | None:
-    return None if text is None else int(text)
-
-
-def _instant(epoch_micros: str | None) -> datetime | None:
-    if epoch_micros is None:
-        return None
-    return EPOCH_UTC + timedelta(microseconds=int(epoch_micros))
+POSTGRES_DATABASE = PostgresDatabase()

@@ -17,8 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.results import WriteOutcome
-from incremental_assets.window import SPARK_SQL, render_window
+from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
     Staged,

@@ -27,8 +27,9 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.results import MergeCounts, WriteOutcome
-from incremental_assets.window import SPARK_SQL, render_window
+from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
     Staged,
@@ -430,12 +431,18 @@ def _precedence(plan: WritePlan) -> list[Column]:
 
 
 def soft_deleted(frame: DataFrame, delete_column: str | None) -> Column:
-    """Rows the merge removes by their delete column: a true flag, or any value of another type."""
+    """Rows the merge removes by their delete column: a true flag, or any value of another type.
+
+    An integer column is a flag too (MySQL's BOOLEAN is a TINYINT(1)): any value but 0 deletes.
+    """
     if not delete_column:
         return F.lit(False)
     column = F.col(f"`{delete_column}`")
-    if isinstance(frame.schema[delete_column].dataType, T.BooleanType):
+    kind = frame.schema[delete_column].dataType
+    if isinstance(kind, T.BooleanType):
         return F.coalesce(column, F.lit(False))
+    if isinstance(kind, T.IntegralType):
+        return F.coalesce(column != 0, F.lit(False))
     return column.isNotNull()
 
 

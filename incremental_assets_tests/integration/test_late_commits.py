@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
@@ -230,7 +231,8 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
         TABLE,
         "INSERT INTO events (id, note, updated_at) VALUES (1, 'old', now() - INTERVAL '1 hour')",
     )
-    source = JdbcSource(spark, _project(tmp_path, pg).table("events"))
+    source = open_source(spark, _project(tmp_path, pg).table("events"))
+    assert isinstance(source, JdbcSource)
     request = FreezeRequest(
         Cursor("updated_at", CursorType.TIMESTAMPTZ),
         None,

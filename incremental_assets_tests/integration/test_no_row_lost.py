@@ -1,7 +1,8 @@
 """Unusual but ordinary situations that once lost or duplicated rows; each test failed before its fix.
 
 An emptied merge table, a snapshot taken while a transaction is open, a key column widened, and
-identical rows in a table without a key. Each compares the lake with the source row for row.
+identical rows in a table without a key. Each compares the lake with the source row for row,
+on PostgreSQL and on MariaDB.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.databases import SourceDb
+from incremental_assets_tests.harness import materialize, read_lake, rows_by, write_project
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
-    entry = {"name": "items", "source": "shop", "table": f"{pg.name}.items", **table}
+def _project(tmp_path: Path, db: SourceDb, **table: Any) -> Any:
+    entry = {"name": "items", "source": "shop", "table": db.qualified("items"), **table}
     return write_project(
         tmp_path,
         {
             "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
+            "sources": {"shop": db.source()},
             "tables": [entry],
         },
     )
@@ -34,30 +35,30 @@ def _lake(tmp_path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
     return rows_by(read_lake(tmp_path / "lake", "items"), columns)
 
 
-def _source(pg: Schema, columns: list[str], where: str = "TRUE") -> list[tuple[Any, ...]]:
-    return sorted(pg.query(f"SELECT {', '.join(columns)} FROM items WHERE {where}"))
+def _source(db: SourceDb, columns: list[str], where: str = "TRUE") -> list[tuple[Any, ...]]:
+    return sorted(db.query(f"SELECT {', '.join(columns)} FROM items WHERE {where}"))
 
 
 @pytest.mark.parametrize("emptied_by", ["first_load_of_deleted_rows", "deleting_every_key"])
 def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     emptied_by: str,
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, v text, at int NOT NULL, gone boolean)")
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, v {text}, at int NOT NULL, gone {bool})")
     project = _project(
-        tmp_path, pg, mode="merge", cursor="at", primary_key=["id"], delete_column="gone"
+        tmp_path, db, mode="merge", cursor="at", primary_key=["id"], delete_column="gone"
     )
     if emptied_by == "first_load_of_deleted_rows":
-        pg.execute("INSERT INTO items VALUES (1, 'a', 1, true), (2, 'b', 2, true)")
+        db.execute("INSERT INTO items VALUES (1, 'a', 1, true), (2, 'b', 2, true)")
     else:
-        pg.execute("INSERT INTO items VALUES (1, 'a', 1, false), (2, 'b', 2, false)")
+        db.execute("INSERT INTO items VALUES (1, 'a', 1, false), (2, 'b', 2, false)")
         assert materialize(project, "items", instance, spark_resource).success
-        pg.execute("UPDATE items SET gone = true, at = at + 10")
+        db.execute("UPDATE items SET gone = true, at = at + 10")
     emptied = materialize(project, "items", instance, spark_resource)
-    pg.execute("INSERT INTO items VALUES (3, 'c', 30, false), (4, 'd', 31, false)")
+    db.execute("INSERT INTO items VALUES (3, 'c', 30, false), (4, 'd', 31, false)")
 
     later = materialize(project, "items", instance, spark_resource)
 
@@ -72,17 +73,15 @@ def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
 @pytest.mark.parametrize("snapshot", ["full_refresh_mode", "full_refresh_of_a_merge_table"])
 def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
     tmp_path: Path,
-    pg: Schema,
-    postgres: PostgresServer,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     held_by: str,
     snapshot: str,
 ) -> None:
-    pg.execute(
-        "CREATE TABLE items (id int PRIMARY KEY, v text, at timestamptz NOT NULL)",
-        "INSERT INTO items SELECT i, 'old', now() - INTERVAL '1 day' FROM generate_series(1, 100) i",
-    )
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, v {text}, at {tstz})")
+    db.insert("items", [(i, "old", None) for i in range(1, 101)])
+    db.execute("UPDATE items SET at = {day_ago}")
     options: dict[str, Any] = {"cursor": "at"}
     if snapshot == "full_refresh_mode":
         options["mode"] = "full_refresh"
@@ -90,25 +89,19 @@ def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
         options |= {"mode": "merge", "primary_key": ["id"]}
     if held_by == "safety_lag":
         options["safety_lag"] = "1h"
-    project = _project(tmp_path, pg, **options)
+    project = _project(tmp_path, db, **options)
     assert materialize(project, "items", instance, spark_resource).success
-    other = postgres.connect(autocommit=False)
-    other.execute("SELECT txid_current()")  # a transaction is open from here on
-    pg.execute("UPDATE items SET v = 'new', at = clock_timestamp() WHERE id <= 10")
-
-    try:
+    with db.open_transaction("items"):
+        db.execute("UPDATE items SET v = 'new', at = {now} WHERE id <= 10")
         run = materialize(project, "items", instance, spark_resource, full_refresh=True)
-    finally:
-        other.rollback()
-        other.close()
 
     assert run.success, run.failure
     assert run.metadata["dagster/row_count"] == 100
-    assert _lake(tmp_path, ["id", "v"]) == _source(pg, ["id", "v"])
+    assert _lake(tmp_path, ["id", "v"]) == _source(db, ["id", "v"])
     # The cursor still stops below what the cap held back.
     assert (
         run.metadata["cursor"]
-        < min(r[0] for r in pg.query("SELECT at FROM items WHERE id <= 10")).isoformat()
+        < min(r[0] for r in db.query("SELECT at FROM items WHERE id <= 10")).isoformat()
     )
 
 
@@ -124,28 +117,28 @@ WIDENINGS = [
 @pytest.mark.parametrize(("narrow", "wide"), WIDENINGS, ids=lambda t: t.replace(" ", "_"))
 def test_widening_a_merge_key_keeps_one_row_per_key(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     narrow: str,
     wide: str,
 ) -> None:
-    pg.execute(
-        f"CREATE TABLE items (k {narrow}, part int, v text, at int NOT NULL, PRIMARY KEY (k, part))",
-        "INSERT INTO items SELECT i, i % 3, 'v1', i FROM generate_series(1, 300) i",
+    db.execute(
+        f"CREATE TABLE items (k {narrow}, part int, v {{text}}, at int NOT NULL, PRIMARY KEY (k, part))"
     )
+    db.insert("items", [(i, i % 3, "v1", i) for i in range(1, 301)])
     # Many buckets, few changes: most buckets are untouched by the delta.
     project = _project(
-        tmp_path, pg, mode="merge", cursor="at", primary_key=["k", "part"], buckets=64
+        tmp_path, db, mode="merge", cursor="at", primary_key=["k", "part"], buckets=64
     )
     assert materialize(project, "items", instance, spark_resource).success
-    pg.execute(
-        f"ALTER TABLE items ALTER COLUMN k TYPE {wide}",
+    db.execute(
+        db.alter_type("items", "k", wide),
         "UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0",
-        "INSERT INTO items SELECT i, i % 3, 'v1', i + 1000 FROM generate_series(301, 320) i",
     )
+    db.insert("items", [(i, i % 3, "v1", i + 1000) for i in range(301, 321)])
     assert materialize(project, "items", instance, spark_resource).success
-    pg.execute("UPDATE items SET v = 'v3', at = at + 2000 WHERE at % 70 = 3")
+    db.execute("UPDATE items SET v = 'v3', at = at + 2000 WHERE at % 70 = 3")
 
     run = materialize(project, "items", instance, spark_resource)
 
@@ -153,25 +146,25 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
     lake = _lake(tmp_path, ["k", "part", "v"])
     assert len({(k, part) for k, part, _ in lake}) == len(lake)  # no key twice
     assert [(Decimal(k), p, v) for k, p, v in lake] == [
-        (Decimal(k), p, v) for k, p, v in _source(pg, ["k", "part", "v"])
+        (Decimal(k), p, v) for k, p, v in _source(db, ["k", "part", "v"])
     ]
     assert run.metadata["dagster/row_count"] == 320
 
 
 def test_identical_rows_without_a_key_are_each_kept(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     """A third identical row arrives tied with the cursor after two were loaded."""
-    pg.execute(
-        "CREATE TABLE items (sku text, qty int, at int NOT NULL)",
+    db.execute(
+        "CREATE TABLE items (sku {text}, qty int, at int NOT NULL)",
         "INSERT INTO items VALUES ('a', 1, 1), ('a', 1, 1)",
     )
-    project = _project(tmp_path, pg, mode="append", cursor="at", lookback=5)
+    project = _project(tmp_path, db, mode="append", cursor="at", lookback=5)
     assert materialize(project, "items", instance, spark_resource).success
-    pg.execute("INSERT INTO items VALUES ('a', 1, 1), ('b', 2, 2)")
+    db.execute("INSERT INTO items VALUES ('a', 1, 1), ('b', 2, 2)")
 
     second = materialize(project, "items", instance, spark_resource)
     third = materialize(project, "items", instance, spark_resource)
@@ -179,57 +172,54 @@ def test_identical_rows_without_a_key_are_each_kept(
     assert second.success and third.success, (second.failure, third.failure)
     assert second.metadata["rows_written"] == 2
     assert third.metadata["rows_written"] == 0
-    assert _lake(tmp_path, ["sku", "qty", "at"]) == _source(pg, ["sku", "qty", "at"])
+    assert _lake(tmp_path, ["sku", "qty", "at"]) == _source(db, ["sku", "qty", "at"])
 
 
 @pytest.mark.parametrize("change", ["dropped", "added_with_a_default"])
 def test_rows_read_again_after_a_column_change_land_once_without_a_key(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     change: str,
 ) -> None:
     """Inside the lookback, the lake's NULLs must not make re-read rows look new."""
-    pg.execute(
-        "CREATE TABLE items (sku text, qty int, note text, at int NOT NULL)",
-        "INSERT INTO items SELECT 's' || i, i, 'n', i FROM generate_series(1, 10) i",
-    )
-    project = _project(tmp_path, pg, mode="append", cursor="at", lookback=100)
+    db.execute("CREATE TABLE items (sku {text}, qty int, note {text}, at int NOT NULL)")
+    db.insert("items", [(f"s{i}", i, "n", i) for i in range(1, 11)])
+    project = _project(tmp_path, db, mode="append", cursor="at", lookback=100)
     assert materialize(project, "items", instance, spark_resource).success
     if change == "dropped":
-        pg.execute("ALTER TABLE items DROP COLUMN note")
+        db.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES ('s11', 11, 11)")
     else:
-        pg.execute("ALTER TABLE items ADD COLUMN color text NOT NULL DEFAULT 'red'")
-    pg.execute("INSERT INTO items VALUES ('s11', 11, 11)" if change == "dropped" else "SELECT 1")
+        db.execute("ALTER TABLE items ADD COLUMN color varchar(10) NOT NULL DEFAULT 'red'")
     runs = [materialize(project, "items", instance, spark_resource) for _ in range(3)]
 
     assert all(run.success for run in runs), [run.failure for run in runs]
-    expected = _source(pg, ["sku", "qty", "at"])
+    expected = _source(db, ["sku", "qty", "at"])
     assert _lake(tmp_path, ["sku", "qty", "at"]) == expected
     assert runs[-1].metadata["dagster/row_count"] == len(expected)
 
 
 def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     """Buckets hash the key: after `primary_key: [id]` becomes `[id, part]` they must follow."""
     # A text key: its buckets are hashes (an integer key's are ranges of its first column).
-    pg.execute(
-        "CREATE TABLE items (id text, part int, v text, at int NOT NULL, PRIMARY KEY (id, part))",
-        "INSERT INTO items SELECT i::text, 0, 'v1', i FROM generate_series(1, 300) i",
+    db.execute(
+        "CREATE TABLE items (id {key_text}, part int, v {text}, at int NOT NULL, PRIMARY KEY (id, part))"
     )
+    db.insert("items", [(str(i), 0, "v1", i) for i in range(1, 301)])
     options = {"mode": "merge", "cursor": "at", "buckets": 64}
     assert materialize(
-        _project(tmp_path, pg, primary_key=["id"], **options), "items", instance, spark_resource
+        _project(tmp_path, db, primary_key=["id"], **options), "items", instance, spark_resource
     ).success
-    project = _project(tmp_path, pg, primary_key=["id", "part"], **options)
-    pg.execute("UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0")
+    project = _project(tmp_path, db, primary_key=["id", "part"], **options)
+    db.execute("UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0")
     assert materialize(project, "items", instance, spark_resource).success
-    pg.execute(
+    db.execute(
         "INSERT INTO items SELECT id, 1, 'other part', at + 2000 FROM items WHERE at % 60 = 0",
         "UPDATE items SET v = 'v3', at = at + 3000 WHERE at % 70 = 3",
     )
@@ -237,29 +227,29 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
     run = materialize(project, "items", instance, spark_resource)
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "part", "v"]) == _source(pg, ["id", "part", "v"])
+    assert _lake(tmp_path, ["id", "part", "v"]) == _source(db, ["id", "part", "v"])
     assert run.metadata["dagster/row_count"] == 305
 
 
 def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     """Ranges of an integer key can't hold a text key: the table is bucketed again."""
-    pg.execute(
-        "CREATE TABLE items (id int, code text, v text, at int NOT NULL, PRIMARY KEY (id, code))",
-        "INSERT INTO items SELECT i, 'c' || i, 'v1', i FROM generate_series(1, 50) i",
+    db.execute(
+        "CREATE TABLE items (id int, code {key_text}, v {text}, at int NOT NULL, PRIMARY KEY (id, code))"
     )
+    db.insert("items", [(i, f"c{i}", "v1", i) for i in range(1, 51)])
     options = {"mode": "merge", "cursor": "at"}
     assert materialize(
-        _project(tmp_path, pg, primary_key=["id"], **options), "items", instance, spark_resource
+        _project(tmp_path, db, primary_key=["id"], **options), "items", instance, spark_resource
     ).success
-    project = _project(tmp_path, pg, primary_key=["code", "id"], **options)
-    pg.execute("UPDATE items SET v = 'v2', at = at + 100 WHERE at % 10 = 0")
+    project = _project(tmp_path, db, primary_key=["code", "id"], **options)
+    db.execute("UPDATE items SET v = 'v2', at = at + 100 WHERE at % 10 = 0")
 
     run = materialize(project, "items", instance, spark_resource)
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "code", "v"]) == _source(pg, ["id", "code", "v"])
+    assert _lake(tmp_path, ["id", "code", "v"]) == _source(db, ["id", "code", "v"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from incremental_assets.demo import change, seed
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.harness import materialize, write_project
+from incremental_assets_tests.postgres import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -38,12 +38,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -79,7 +73,7 @@ def loaded_home(tmp_path: Path, spark_resource: IncrementalSparkResource) -> tup
 @pytest.fixture
 def dagster_dev(loaded_home: tuple[Path, Path], tmp_path: Path) -> Iterator[str]:
     home, config = loaded_home
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DAGSTER_HOME": str(home), "INCREMENTAL_ASSETS_CONFIG": str(config)}
     command = [
         str(Path(sys.executable).with_name("dagster")),

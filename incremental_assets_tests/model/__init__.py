@@ -1,2 +1,12 @@
 """Model-based test: random, reproducible sequences against a real PostgreSQL source and the real
-assets, the lake checked against a reference model after every run (`machine.py`)."""
+assets, the lake checked against a reference model after every run.
+
+    table.py      the drawn table configuration and cursor values
+    source.py     the PostgreSQL table, written as applications write it
+    lake.py       the lake as a pyarrow reader sees it
+    reference.py  the reference model: what the lake and the metadata must be
+    runner.py     runs in process, killed subprocess runs, `incremental-assets cursor`
+    machine.py    the Hypothesis state machine that ties them together
+    test_model.py the bounded run inside `make test`
+    soak.py       `make soak SEED=... STEPS=...`: as long as asked
+"""

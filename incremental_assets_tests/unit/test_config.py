@@ -167,8 +167,9 @@ BAD_INPUTS = [
     ({**VALID, "lake": {"compression": "zstd"}}, "lake, field 'path': is required"),
     ({**VALID, "lake": {"path": "x", "compression": "brotli"}}, "lake, field 'compression'"),
     (
-        {**VALID, "sources": {"shop": {"type": "jdbc", "url": "jdbc:mysql://h/db"}}},
-        "source 'shop', field 'url': 'jdbc:mysql://h/db' is not a PostgreSQL JDBC URL",
+        {**VALID, "sources": {"shop": {"type": "jdbc", "url": "jdbc:sqlserver://h;db=x"}}},
+        "source 'shop', field 'url': 'jdbc:sqlserver://h;db=x' is not a JDBC URL of a database "
+        "this version reads",
     ),
     (
         {**VALID, "sources": {"shop": {"url": "jdbc:postgresql://h/db"}}},

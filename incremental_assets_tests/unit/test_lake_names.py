@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.writers.base import WritePlan
+from incremental_assets.writers.buckets import choose_scheme
 from incremental_assets.writers.lake import BucketScheme, DataFile, LakeTable, parse_bucket
-from incremental_assets.writers.merge import choose_scheme
 
 
 @pytest.mark.parametrize(

@@ -6,15 +6,8 @@ from decimal import Decimal
 import pytest
 
 from incremental_assets.cursor import CursorType
-from incremental_assets.window import (
-    POSTGRES,
-    SPARK_SQL,
-    Window,
-    local_clock,
-    lower_bound,
-    render_window,
-    repeated_hour_start,
-)
+from incremental_assets.dialects import POSTGRES, SPARK_SQL, local_clock
+from incremental_assets.window import Window, lower_bound, render_window, repeated_hour_start
 
 TS = datetime(2025, 1, 2, 3, 4, 5, 6)
 TSZ = datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC)

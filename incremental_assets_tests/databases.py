@@ -1,0 +1,115 @@
+"""One source database for tests that run on PostgreSQL and on MariaDB alike.
+
+A test writes its SQL with placeholders for what the two spell differently (`{text}`, `{tstz}`,
+`{now}`, ...), and inserts rows through `insert`, so the same test body runs on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from incremental_assets_tests.harness import Schema
+from incremental_assets_tests.mariadb import Database, MariaDbServer
+from incremental_assets_tests.postgres import PostgresServer
+
+Kind = Literal["postgres", "mariadb"]
+KINDS: tuple[Kind, ...] = ("postgres", "mariadb")
+
+_SPELLINGS: dict[Kind, dict[str, str]] = {
+    "postgres": {
+        "text": "text",
+        "key_text": "text",
+        "ts": "timestamp",  # a wall clock
+        "tstz": "timestamptz",  # an instant
+        "bool": "boolean",
+        "now": "clock_timestamp()",
+        "day_ago": "now() - INTERVAL '1 day'",
+    },
+    "mariadb": {
+        "text": "text",
+        "key_text": "varchar(100)",
+        "ts": "datetime(6)",
+        "tstz": "timestamp(6) NULL",
+        "bool": "boolean",
+        "now": "NOW(6)",  # the session is pinned to UTC
+        "day_ago": "NOW(6) - INTERVAL 1 DAY",
+    },
+}
+
+
+@dataclass
+class SourceDb:
+    kind: Kind
+    handle: Schema | Database
+    server: PostgresServer | MariaDbServer
+
+    @property
+    def name(self) -> str:
+        return self.handle.name
+
+    def sql(self, text: str) -> str:
+        return text.format(**_SPELLINGS[self.kind])
+
+    def execute(self, *statements: str) -> None:
+        self.handle.execute(*[self.sql(s) for s in statements])
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.handle.query(self.sql(sql))
+
+    def insert(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        values = ", ".join(
+            "(" + ", ".join(_literal(self.kind, v) for v in row) + ")" for row in rows
+        )
+        self.handle.execute(f"INSERT INTO {table} VALUES {values}")
+
+    def alter_type(self, table: str, column: str, type_: str) -> str:
+        """The statement that changes a column's type."""
+        if self.kind == "postgres":
+            return f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {type_}"
+        return f"ALTER TABLE {table} MODIFY COLUMN {column} {type_}"
+
+    def source(self, **extra: Any) -> dict[str, Any]:
+        return self.handle.source(**extra)
+
+    def qualified(self, table: str) -> str:
+        return f"{self.name}.{table}"
+
+    @contextmanager
+    def open_transaction(self, table: str) -> Iterator[None]:
+        """Another session's transaction, open (it has read `table`) until the block ends."""
+        if isinstance(self.server, PostgresServer):
+            conn = self.server.connect(autocommit=False)
+            conn.execute(f"SELECT count(*) FROM {self.qualified(table)}")  # type: ignore[arg-type]
+            try:
+                yield
+            finally:
+                conn.rollback()
+                conn.close()
+            return
+        other = self.server.connect(self.name, autocommit=False)
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(f"SELECT count(*) FROM {table}")
+        try:
+            yield
+        finally:
+            other.rollback()
+            other.close()
+
+
+def _literal(kind: Kind, value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value).replace("'", "''")
+    if kind == "mariadb":
+        text = text.replace("\\", "\\\\")
+    return f"'{text}'"
