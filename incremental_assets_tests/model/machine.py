@@ -1,7 +1,7 @@
 """The state machine: random sequences of source changes, cursor commands and runs of the asset.
 
-Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema, lake
-and on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
+Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema or
+MariaDB database (the server's kind decides), lake and on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
 tie with the cursor, soft and hard deletes, restores, identical rows, transactions left open
 across runs, schema changes), operate the cursor, and run the asset: in this process, as a
 subprocess killed at a pause point, or twice after letting everything settle. After every run
@@ -20,7 +20,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,21 +39,25 @@ from hypothesis.stateful import (
 )
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import fresh_schema
+from incremental_assets_tests.mariadb import MariaDbServer
 from incremental_assets_tests.model.lake import LakeState, read_lake_state
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
 from incremental_assets_tests.model.source import (
-    NARROWER,
     Key,
     LateWriter,
     Row,
+    RowRef,
     Snapshot,
     SourceTable,
 )
+from incremental_assets_tests.model.source_mariadb import open_mariadb_table
+from incremental_assets_tests.model.source_postgres import open_postgres_table
 from incremental_assets_tests.model.table import (
     CURSOR,
+    CURSOR_TYPES,
     DELETED,
+    KEY_TYPES,
     TABLE,
     TableConfig,
     cursor_text,
@@ -66,18 +71,20 @@ MODES = ("append", "merge", "full_refresh")
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
 BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
 _INT_WIDTH = {pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
-_NARROW_WIDTH = {"smallint": 16, "integer": 32}
 
 
 @dataclass
 class Env:
     """What every example shares: the server, the Spark session, where to put files, limits."""
 
-    server: PostgresServer
+    server: PostgresServer | MariaDbServer
     spark_resource: IncrementalSparkResource
     workdir: Path
-    connect: str | None = None  # a Spark Connect server for killed runs; None: no killed runs
+    # A Spark Connect server for killed runs (with the server's JDBC driver); None: none.
+    connect: str | None = None
     modes: tuple[str, ...] = MODES
+    cursor_types: tuple[str, ...] = tuple(CURSOR_TYPES)  # drawn from (names of table.py)
+    key_types: tuple[str, ...] = KEY_TYPES
     kills: int = 1  # killed runs per example, at most
     refusals: int = 1  # runs refused by design per example, at most
     schema_changes: int = 3  # per example, at most
@@ -85,6 +92,23 @@ class Env:
     verbose: bool = False  # print a summary of each example that passed
     steps: int = 0  # steps run so far, over every example (the soak's budget)
     examples: int = 0
+
+    @property
+    def database(self) -> str:
+        return "postgres" if isinstance(self.server, PostgresServer) else "mariadb"
+
+
+@contextmanager
+def open_source(
+    server: PostgresServer | MariaDbServer, config: TableConfig
+) -> Iterator[SourceTable]:
+    """The example's table, created in a fresh schema (PostgreSQL) or database (MariaDB)."""
+    if isinstance(server, PostgresServer):
+        with open_postgres_table(server, config) as table:
+            yield table
+    else:
+        with open_mariadb_table(server, config) as table:
+            yield table
 
 
 class LakeMachine(RuleBasedStateMachine):
@@ -107,15 +131,12 @@ class LakeMachine(RuleBasedStateMachine):
         env = self.env
         env.examples += 1
         self.config = config
-        schema = self.stack.enter_context(fresh_schema(env.server))
         self.directory = env.workdir / f"example-{uuid.uuid4().hex[:8]}"
-        self.source = SourceTable(env.server, schema.name, config)
-        self.stack.callback(self.source.close)
-        self.source.create()
+        self.source: SourceTable = self.stack.enter_context(open_source(env.server, config))
         self.runner = Runner(
             self.directory,
-            schema.source(),
-            config.table_entry(schema.name),
+            self.source.source,
+            config.table_entry(self.source.schema),
             env.spark_resource,
             env.connect,
         )
@@ -154,24 +175,24 @@ class LakeMachine(RuleBasedStateMachine):
     def _locked(self) -> set[Key]:
         return {key for writer in self.writers for key in writer.keys}
 
-    def _free_rows(self) -> list[tuple[str, Row]]:
+    def _free_rows(self) -> list[tuple[RowRef, Row]]:
         """Committed rows no open transaction holds a lock on."""
         locked = self._locked()
         rows = self.source.live_rows()
         if not self.config.keyed:
             return rows
-        return [(ctid, row) for ctid, row in rows if self.source.key_of(row) not in locked]
+        return [(ref, row) for ref, row in rows if self.source.key_of(row) not in locked]
 
     @staticmethod
-    def _pick(rows: list[tuple[str, Row]], picks: list[int]) -> list[tuple[str, Row]]:
+    def _pick(rows: list[tuple[RowRef, Row]], picks: list[int]) -> list[tuple[RowRef, Row]]:
         """The rows the picks name (modulo their number), each once, in order."""
         return list({p % len(rows): rows[p % len(rows)] for p in picks}.values())
 
     def _cursor(self, bump: int, in_transaction: bool = False) -> Any:
-        return self.source.cursor_sql(self.reference.frontier, bump, in_transaction)
+        return self.source.cursor_for(self.reference.frontier, bump, in_transaction)
 
-    def _where(self, ctid: str, row: Row) -> Key | str:
-        return self.source.key_of(row) if self.config.keyed else ctid
+    def _where(self, ref: RowRef, row: Row) -> Key | RowRef:
+        return self.source.key_of(row) if self.config.keyed else ref
 
     def _label(self, row: Row) -> str:
         """`key@cursor` (the note instead of a key without one), for the recipe's comments."""
@@ -274,8 +295,8 @@ class LakeMachine(RuleBasedStateMachine):
         if not rows:
             return
         chosen = rows if everything else self._pick(rows, picks)
-        for ctid, row in chosen:
-            self.source.delete(self._where(ctid, row))
+        for ref, row in chosen:
+            self.source.delete(self._where(ref, row))
         self._say("deleted", f"# deleted {[self._label(r) for _, r in chosen]}")
         self._observe()
 
@@ -300,9 +321,10 @@ class LakeMachine(RuleBasedStateMachine):
         frontier = self.reference.frontier
         if not rows or frontier is None:
             return
-        tied = [(c, r) for c, r in rows if r[CURSOR] == frontier] or rows
-        ctid, row = tied[pick % len(tied)]
-        copied = [self.source.duplicate(ctid, frontier) for _ in range(copies)]
+        order = self.reference.order
+        tied = [(c, r) for c, r in rows if order(r[CURSOR]) == order(frontier)] or rows
+        ref, row = tied[pick % len(tied)]
+        copied = [self.source.duplicate(ref, self._cursor(0)) for _ in range(copies)]
         self._say("copied", f"# copied {self._label(row)} {copies}x as {self._label(copied[0])}")
         self._observe()
 
@@ -325,8 +347,8 @@ class LakeMachine(RuleBasedStateMachine):
             rows = self._free_rows()
             for pick in picks:
                 if rows:
-                    ctid, row = rows.pop(pick % len(rows))
-                    done.append(self.source.update(self._where(ctid, row), cursor, writer.conn))
+                    ref, row = rows.pop(pick % len(rows))
+                    done.append(self.source.update(self._where(ref, row), cursor, writer.conn))
         for row in done:
             if self.config.keyed:
                 writer.keys.add(self.source.key_of(row))
@@ -410,20 +432,21 @@ class LakeMachine(RuleBasedStateMachine):
     def _can_refuse(self) -> bool:
         return not self.writers and not self.after_kill and self.refusals < self.env.refusals
 
-    @precondition(lambda self: self._can_refuse() and self.source.columns().get("qty") in NARROWER)
+    @precondition(lambda self: self._can_refuse() and self.source.narrower("qty") is not None)
     @rule()
     def narrow_column(self) -> None:
         """Narrow qty: an incremental run is refused while the lake holds it wider; a full
         refresh then rebuilds the table."""
         self.refusals += 1
-        narrower = NARROWER[self.source.columns()["qty"]]
+        narrower = self.source.narrower("qty")
+        assert narrower is not None
         lake = self._lake()
         held = lake.types.get("qty")
         refused = (
             not self.reference.expects_full(requested=False)
             and bool(lake.files)
             and held in _INT_WIDTH
-            and _INT_WIDTH[held] > _NARROW_WIDTH[narrower]
+            and _INT_WIDTH[held] > _INT_WIDTH[self.source.lake_type(narrower)]
         )
         self.source.retype("qty", narrower)
         self._say(
@@ -489,8 +512,11 @@ class LakeMachine(RuleBasedStateMachine):
         """A cursor to replay from: the stored one, or a committed value below it."""
         stored = self.reference.stored
         assert stored is not None
+        order = self.reference.order
+        committed = {r[CURSOR] for r in self.source.snapshot().rows}
         values = sorted(
-            {r[CURSOR] for r in self.source.snapshot().rows if r[CURSOR] <= stored} | {stored}
+            {v for v in committed if order(v) <= order(stored)} | {stored},
+            key=lambda v: (order(v), v),
         )
         value = values[pick % len(values)]
         return value, cursor_text(self.config.cursor_type, value)
@@ -522,7 +548,7 @@ class LakeMachine(RuleBasedStateMachine):
     def cursor_set_during_run(self, pick: int, full_refresh: bool) -> None:
         """`cursor set` while a run holds the table lock: it must act as if the run came first.
 
-        The run (a subprocess) is held on a table lock in PostgreSQL after taking the lake's
+        The run (a subprocess) is held on a table lock in the source after taking the lake's
         lock; the command starts meanwhile, then the source is released.
         """
         self.kills += 1
@@ -535,7 +561,7 @@ class LakeMachine(RuleBasedStateMachine):
         command = threading.Thread(
             target=lambda: results.append(self.runner.cursor_command("set", TABLE, text))
         )
-        locker = self.source.lock()
+        release = self.source.lock()
         process = self.runner.start(full_refresh)
         try:
             deadline = time.monotonic() + 180
@@ -549,8 +575,7 @@ class LakeMachine(RuleBasedStateMachine):
             self.runner.stop(process)
             raise
         finally:
-            locker.rollback()
-            locker.close()
+            release()
         outcome = self.runner.finish(process, recorded)
         command.join(timeout=120)
         if not outcome.success:
@@ -649,7 +674,8 @@ def machine_class(env: Env) -> type[LakeMachine]:
         pass
 
     Machine.env = env
-    Machine.setup = initialize(config=table_configs(env.modes))(LakeMachine.setup)  # type: ignore[method-assign]
+    configs = table_configs(env.modes, env.database, env.cursor_types, env.key_types)
+    Machine.setup = initialize(config=configs)(LakeMachine.setup)  # type: ignore[method-assign]
     Machine.__name__ = Machine.__qualname__ = "LakeMachine"
     return Machine
 

@@ -15,6 +15,10 @@ product how anything is computed; it states the README's guarantees over the sou
 * full_refresh mode: the lake is the committed snapshot;
 * the metadata agrees with the lake (row count, inserted/updated/deleted, rows written).
 
+Cursor values and keys are compared as the source database compares them (`collated`: on
+MariaDB, text that differs only in case or trailing spaces is equal); the values the lake holds
+are compared exactly. A version of a keyless or append row is its exact values.
+
 Violations are collected, not raised one by one, so a failure shows everything that went wrong.
 """
 
@@ -28,13 +32,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from incremental_assets_tests.model.lake import LakeState, arrow_type
+from incremental_assets_tests.model.lake import LakeState
 from incremental_assets_tests.model.source import Key, Row, Snapshot
 from incremental_assets_tests.model.table import (
     CURSOR,
     DELETED,
     CursorValue,
     TableConfig,
+    collated,
     minus_lookback,
     parse_recorded,
 )
@@ -86,11 +91,11 @@ class Reference:
     def observe(self, snapshot: Snapshot, written: Iterable[Key] = ()) -> None:
         """A committed state of the source; `written` are the keys the step wrote."""
         rewritten = set(written)
-        for name, pg_type in snapshot.columns.items():
-            self.types_seen[name].add(arrow_type(pg_type))
+        for name, lake_type in snapshot.lake_types.items():
+            self.types_seen[name].add(lake_type)
         for row in snapshot.rows:
             cursor = row[CURSOR]
-            if self.frontier is None or cursor > self.frontier:
+            if self.frontier is None or self.order(cursor) > self.order(self.frontier):
                 self.frontier = cursor
         if not self.config.keyed:
             return
@@ -108,7 +113,23 @@ class Reference:
                 del self.current[key]
 
     def key(self, row: Mapping[str, Any]) -> Key:
-        return tuple(row[c] for c in self.config.key)
+        """The row's key as the source compares keys (`SourceTable.key_of`)."""
+        return tuple(collated(self.config, row[c]) for c in self.config.key)
+
+    def order(self, value: CursorValue) -> Any:
+        """A cursor value as the source orders and equates it."""
+        return collated(self.config, value)
+
+    def within(
+        self, value: CursorValue, lower: CursorValue | None, upper: CursorValue | None
+    ) -> bool:
+        """lower <= value <= upper in the source's order (no upper: nothing is)."""
+        order = self.order
+        return (
+            upper is not None
+            and order(value) <= order(upper)
+            and (lower is None or order(value) >= order(lower))
+        )
 
     # -- cursor operations -------------------------------------------------------------------
 
@@ -186,33 +207,44 @@ class Reference:
     ) -> list[str]:
         """R is exactly the largest committed value in the window below the transaction cap."""
         out = []
-        backwards = previous is not None and (recorded is None or recorded < previous)  # type: ignore[operator]
+        order = self.order
+        backwards = previous is not None and (recorded is None or order(recorded) < order(previous))
         if not full and backwards:
             out.append(f"incremental run moved the cursor backwards: {previous!r} -> {recorded!r}")
         cap = self._cap(facts.open_starts)
         values = [
             row[CURSOR]
             for row in facts.snapshot.rows
-            if (lower is None or row[CURSOR] >= lower) and (cap is None or row[CURSOR] < cap)
+            if (lower is None or order(row[CURSOR]) >= order(lower))
+            and (cap is None or row[CURSOR] < cap)
         ]
-        upper = max(values) if values else None
-        expected = upper if full else _later(previous, upper)
+        upper = max(values, key=order) if values else None
+        expected = upper if full else self._later(previous, upper)
         if cap is not None and recorded is not None and recorded >= cap:
             out.append(
                 f"the cursor {recorded!r} passed the start of an open transaction {cap!r}: its rows "
                 "commit below the cursor"
             )
         if self.config.safety_lag is None or facts.lag_elapsed:
-            if recorded != expected:
+            if (None if recorded is None else order(recorded)) != (
+                None if expected is None else order(expected)
+            ):
                 out.append(
                     f"cursor {recorded!r}, expected {expected!r} (the largest committed value in the "
                     f"window from {lower!r}{'' if cap is None else f' below the cap {cap!r}'})"
                 )
-        elif recorded is not None and (expected is None or recorded > expected):
+        elif recorded is not None and (expected is None or order(recorded) > order(expected)):
             out.append(
                 f"cursor {recorded!r} is above every committed value it may pass ({expected!r})"
             )
         return out
+
+    def _later(self, previous: CursorValue | None, upper: CursorValue | None) -> CursorValue | None:
+        if previous is None:
+            return upper
+        if upper is None:
+            return previous
+        return max(previous, upper, key=self.order)
 
     def _check_extracted(
         self,
@@ -224,7 +256,7 @@ class Reference:
         """The run read exactly the window's rows (a snapshot: those, or the whole table), or
         none when it proved, without Spark, that they are unchanged (metadata `spark`)."""
         rows = facts.snapshot.rows
-        expected = {sum(1 for r in rows if _within(r[CURSOR], lower, recorded))}
+        expected = {sum(1 for r in rows if self.within(r[CURSOR], lower, recorded))}
         if full:
             expected.add(len(rows))
         if str(facts.metadata.get("spark", "")).startswith("not started"):
@@ -287,12 +319,12 @@ class Reference:
         if not lake.files:
             return []
         out = []
-        for name, pg_type in snapshot.columns.items():
+        for name, source_type in snapshot.columns.items():
             held = lake.types.get(name)
             if committed and held is None:
-                out.append(f"source column {name} ({pg_type}) is not in the lake")
-            elif committed and held != arrow_type(pg_type):
-                out.append(f"column {name} is {held} in the lake, {pg_type} in the source")
+                out.append(f"source column {name} ({source_type}) is not in the lake")
+            elif committed and held != snapshot.lake_types[name]:
+                out.append(f"column {name} is {held} in the lake, {source_type} in the source")
             elif held is not None and held not in self.types_seen[name]:
                 out.append(f"column {name} is {held} in the lake, a type it never had")
         extra = set(lake.columns) - set(snapshot.columns)
@@ -321,7 +353,7 @@ class Reference:
         recorded: CursorValue | None,
     ) -> list[str]:
         rows = facts.snapshot.rows
-        read = [r for r in rows if _within(r[CURSOR], lower, recorded)]
+        read = [r for r in rows if self.within(r[CURSOR], lower, recorded)]
         out = []
         if full:
             self.reads = []
@@ -340,7 +372,7 @@ class Reference:
         recorded: CursorValue | None,
     ) -> tuple[list[Row], list[str]]:
         """A full refresh loads up to its cursor, or (rows held back above it) everything."""
-        ahead = [r for r in rows if not _within(r[CURSOR], None, recorded)]
+        ahead = [r for r in rows if not self.within(r[CURSOR], None, recorded)]
         if not ahead:
             return read, []
         in_lake = {freeze({c: r.get(c) for c in lake.columns}) for r in lake.rows}
@@ -354,21 +386,26 @@ class Reference:
         ]
 
     def _check_versions(self, lake: LakeState) -> list[str]:
-        """append with a key: each (key, cursor) read once, with the values first read."""
+        """append with a key: each (key, cursor) read once, with the values first read.
+
+        A version is the exact values (as the lake compares them): on MariaDB, a row written
+        again with its key or cursor respelled is a new version, and is appended.
+        """
         expected: dict[tuple[Key, Any], Row] = {}
         for read in self.reads:
             for row in read:
-                expected.setdefault((self.key(row), row[CURSOR]), row)
+                expected.setdefault(self._version(row), row)
         got: dict[tuple[Key, Any], list[Row]] = defaultdict(list)
         for row in lake.rows:
-            got[(self.key(row), row[CURSOR])].append(row)
+            got[self._version(row)].append(row)
         out = []
         columns = lake.columns
         for version, copies in sorted(got.items(), key=_order):
             if len(copies) > 1:
                 out.append(f"version {version} is in the lake {len(copies)} times")
             if version not in expected:
-                origin = "never existed" if version[0] not in self.ever else "was never read"
+                known = self.key(copies[0]) in self.ever
+                origin = "was never read" if known else "never existed"
                 out.append(f"version {version} is in the lake but {origin}: {copies[0]}")
             elif project(copies[0], columns) != project(expected[version], columns):
                 out.append(
@@ -380,6 +417,9 @@ class Reference:
                 f"version {version} was read (cursor <= the recorded cursor) but is not in the lake"
             )
         return out
+
+    def _version(self, row: Mapping[str, Any]) -> tuple[Key, Any]:
+        return tuple(row[c] for c in self.config.key), row[CURSOR]
 
     def _check_multiset(self, facts: RunFacts, lake: LakeState) -> list[str]:
         """append without a key: each distinct row as many times as the source ever held it.
@@ -410,14 +450,14 @@ class Reference:
         lake_rows = {key: copies[0] for key, copies in in_lake.items()}
         source = {self.key(row): row for row in facts.snapshot.rows}
         reconciled = full or facts.metadata.get("deletes_reconciled") is True
-        ahead = [k for k, r in source.items() if not _within(r[CURSOR], None, recorded)]
+        ahead = [k for k, r in source.items() if not self.within(r[CURSOR], None, recorded)]
         loaded_ahead = full and any(k in lake_rows for k in ahead if not _deleted(source[k]))
         for key in sorted(source.keys() | lake_rows.keys()):
             got: Row | None = lake_rows.get(key)
             live = source.get(key)
             if live is None:
                 out += self._merge_gone(key, got, reconciled, columns)
-            elif _within(live[CURSOR], None, recorded):
+            elif self.within(live[CURSOR], None, recorded):
                 if _deleted(live):
                     if got is not None:
                         out.append(
@@ -490,18 +530,6 @@ class Reference:
                 f"deletes: reconcile, but after settling the lake still holds deleted keys {stale}"
             ]
         return []
-
-
-def _later(previous: CursorValue | None, upper: CursorValue | None) -> CursorValue | None:
-    if previous is None:
-        return upper
-    if upper is None:
-        return previous
-    return max(previous, upper)  # type: ignore[type-var]
-
-
-def _within(value: Any, lower: Any, upper: Any) -> bool:
-    return upper is not None and value <= upper and (lower is None or value >= lower)
 
 
 def _deleted(row: Mapping[str, Any]) -> bool:

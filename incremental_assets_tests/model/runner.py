@@ -64,7 +64,7 @@ class Runner:
         config = {
             "spark": spark,
             "lake": {"path": str(self.lake)},
-            "sources": {"pg": source},
+            "sources": {"db": source},
             "tables": [table],
         }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))

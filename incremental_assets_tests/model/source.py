@@ -1,150 +1,188 @@
-"""The PostgreSQL side: one real source table, written the ways applications write tables.
+"""The source side: one real table, written the ways applications write tables.
+
+`SourceTable` is what the machine drives; `source_postgres.py` (psycopg) and `source_mariadb.py`
+(PyMySQL; MariaDB or MySQL) implement it for their database. What the two share lives here: the values written, the columns a schema change may touch.
 
 Every write goes through its own autocommit statement, except a `LateWriter`, whose transaction
 stays open across runs and commits later. Nothing here predicts the lake: the machine reads back
 what the database committed (`snapshot`) and the reference model works from that.
 
-Cursor values: explicit types (bigint, numeric, text, date) take values from the model's frontier;
-time cursors are stamped by the database clock (`statement_timestamp()`, or `now()`, the
-transaction's start, inside a late writer), and a tie copies the frontier's value exactly.
+Cursor values: explicit types (bigint, numeric, text, date) take values from the model's frontier
+(on MariaDB, text is respelled in case and trailing spaces, which its collation ignores); time
+cursors are stamped by the database clock (`CLOCK`), and a tie copies the frontier's value exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
-import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
+import pyarrow as pa
 
+from incremental_assets_tests.mariadb import MariaDbServer
 from incremental_assets_tests.model.table import (
     CURSOR,
     DELETED,
-    TABLE,
     CursorValue,
     TableConfig,
+    collated,
     next_cursor,
 )
 from incremental_assets_tests.postgres import PostgresServer
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]
+# Where a row is: its key; without one, a handle of the database's (PostgreSQL's ctid, or the
+# row's values on MariaDB).
+RowRef = Any
+Server = PostgresServer | MariaDbServer
 
-# What a column widens to, and what it narrows to (format_type spellings).
-WIDER = {
-    "smallint": "integer",
-    "integer": "bigint",
-    "numeric(12,0)": "numeric(20,0)",
-    "real": "double precision",
-    "character varying(10)": "character varying(50)",
-}
-NARROWER = {"bigint": "integer", "integer": "smallint"}
 KEY_EPOCH = datetime(2025, 3, 30, 1, 0)  # Europe/Paris skips 02:00-03:00 that night
-# Value columns every table starts with; `note` is never dropped and changes on every write, so
-# two versions of a row always differ in it (a keyless row's identity rests on that).
-VALUE_COLUMNS = {
-    "note": "varchar(10) NOT NULL",
-    "qty": "integer",
-    "amount": "numeric(12,0)",
-    "ratio": "real",
-}
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The database clock as a cursor value: the statement's time (or, where the database has
+    one, the transaction's start inside a late writer)."""
+
+    in_transaction: bool
+    with_zone: bool  # an instant (timestamptz); else UTC's wall clock (timestamp)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The committed rows, as a fresh session sees them, and the columns with their types."""
+    """The committed rows, as a fresh session sees them; the columns with their types (the
+    database's spelling) and the type each must have in the lake (the README's type table)."""
 
     columns: dict[str, str]
     rows: tuple[Row, ...]
+    lake_types: dict[str, pa.DataType]
 
 
 @dataclass
 class LateWriter:
     """A transaction held open across runs (see the README's *Late commits*)."""
 
-    conn: psycopg.Connection
-    started: datetime  # its now(): what the transaction cap keeps the cursor below
+    conn: Any  # the database's connection, with commit(), rollback() and close()
+    # What the transaction cap keeps the cursor below: the transaction's start as the source
+    # reads it (PostgreSQL: now(); MariaDB: innodb_trx.trx_started, to the second, less 1 s).
+    started: datetime
     keys: set[Key] = field(default_factory=set)  # rows it inserted or locked by updating
     explicit: list[CursorValue] = field(default_factory=list)  # values not stamped by the clock
 
 
-class SourceTable:
-    def __init__(self, server: PostgresServer, schema: str, config: TableConfig) -> None:
-        self.server = server
+class SourceTable(ABC):
+    """One source table of one example, in its own schema (PostgreSQL) or database (MariaDB)."""
+
+    # Type spellings, as `columns` returns them: what a column widens and narrows to, the value
+    # columns every table starts with, and the types of the drawn config's names.
+    WIDER: ClassVar[dict[str, str]]
+    NARROWER: ClassVar[dict[str, str]]
+    VALUE_COLUMNS: ClassVar[dict[str, str]]  # `note` is never dropped and changes on every write,
+    # so two versions of a row always differ in it (a keyless row's identity rests on that)
+    TYPES: ClassVar[dict[str, str]]  # the config's type names (PostgreSQL's) -> this database's
+    BOOLEAN: ClassVar[str]
+    ADDED: ClassVar[tuple[str, str]]  # the types of added columns: text, integer
+
+    def __init__(self, schema: str, config: TableConfig, source: dict[str, Any]) -> None:
         self.schema = schema
         self.config = config
-        self.conn = self._connect(autocommit=True)
+        self.source = source  # the project's `sources:` entry
         self.serial = 0  # makes every written value unique
         self.next_key = 1
         self.added = 0
         self.defaulted: set[str] = set()  # columns added with a DEFAULT
 
-    def _connect(self, autocommit: bool) -> psycopg.Connection:
-        conn = self.server.connect(autocommit=autocommit)
-        conn.execute(f"SET search_path TO {self.schema}")
-        conn.execute("SET TIME ZONE 'UTC'")
-        # A statement of the machine's that waits this long for a lock is a bug in the machine:
-        # fail, don't hang.
-        conn.execute("SET lock_timeout = '120s'")
-        if not autocommit:
-            conn.commit()
-        return conn
+    # -- what each database does -------------------------------------------------------------
 
-    def close(self) -> None:
-        self.conn.close()
+    @abstractmethod
+    def close(self) -> None: ...
 
-    # -- reading -----------------------------------------------------------------------------
-
+    @abstractmethod
     def columns(self) -> dict[str, str]:
-        rows = self.conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (f"{self.schema}.{TABLE}",),
-        ).fetchall()
-        return {name: kind for name, kind in rows}
+        """Name -> type, in the table's order, spelled as the database spells it."""
+
+    @abstractmethod
+    def lake_type(self, kind: str) -> pa.DataType:
+        """The type a column of this type has in the lake (the README's type table)."""
+
+    @abstractmethod
+    def rows(self) -> list[tuple[RowRef, Row]]:
+        """(handle, row) of every committed row, the row as the model sees it."""
+
+    @abstractmethod
+    def create(self) -> None: ...
+
+    @abstractmethod
+    def insert(self, cursor: Any, key: dict[str, Any] | None = None, conn: Any = None) -> Row:
+        """One new row (a new key unless `key` is given), as written."""
+
+    @abstractmethod
+    def update(
+        self, where: Key | RowRef, cursor: Any, conn: Any = None, deleted: bool = False
+    ) -> Row:
+        """New values and cursor for one row (by key, or by handle without one); sets the delete
+        flag as told (an update of a soft-deleted row brings it back). Returns the row written."""
+
+    @abstractmethod
+    def delete(self, where: Key | RowRef) -> None: ...
+
+    @abstractmethod
+    def duplicate(self, ref: RowRef, cursor: CursorValue) -> Row:
+        """An exact copy of a row (keyless tables), with the cursor set to `cursor`."""
+
+    @abstractmethod
+    def open_writer(self) -> LateWriter:
+        """A transaction that has started (the source's cap sees it) and holds no lock yet."""
+
+    @abstractmethod
+    def lock(self) -> Callable[[], None]:
+        """A session holding the table exclusively, readers waiting; returns its release."""
+
+    @abstractmethod
+    def reader_waiting(self) -> bool:
+        """Whether a session (a run's read) is waiting for a lock on the table."""
+
+    @abstractmethod
+    def _add_column(self, name: str, kind: str, default: str) -> None: ...
+
+    @abstractmethod
+    def drop_column(self, name: str) -> None: ...
+
+    @abstractmethod
+    def retype(self, name: str, kind: str) -> None: ...
+
+    @abstractmethod
+    def rename(self, old: str, new: str) -> None: ...
+
+    def respell(self, value: Any) -> Any:
+        """The value written for `value`: the same, or one the database holds equal to it."""
+        return value
+
+    # -- shared ------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(f"SELECT * FROM {TABLE}").fetchall()
-        return Snapshot(self.columns(), tuple(rows))
-
-    def db_now(self) -> datetime:
-        return self.conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        columns = self.columns()
+        rows = tuple(row for _, row in self.rows())
+        return Snapshot(columns, rows, {name: self.lake_type(k) for name, k in columns.items()})
 
     def key_of(self, row: Row) -> Key:
-        return tuple(row[c] for c in self.config.key)
+        """The row's key as the database compares keys (two spellings of one key are one)."""
+        return tuple(collated(self.config, row[c]) for c in self.config.key)
 
-    def live_rows(self) -> list[tuple[str, Row]]:
-        """(ctid, row) of every committed row, in a stable order (by key, else by cursor and note)."""
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(f"SELECT ctid::text AS __ctid, * FROM {TABLE}").fetchall()
-        pairs = [(r.pop("__ctid"), r) for r in rows]
+    def live_rows(self) -> list[tuple[RowRef, Row]]:
+        """Every committed row in a stable order (by key, else by cursor and note)."""
+        pairs = self.rows()
         if self.config.keyed:
             return sorted(pairs, key=lambda p: self.key_of(p[1]))
-        return sorted(pairs, key=lambda p: (p[1][CURSOR], p[1]["note"]))
-
-    # -- creating ----------------------------------------------------------------------------
-
-    def create(self) -> None:
-        cursor_type = self.config.cursor_type
-        columns = []
-        if self.config.keyed:
-            columns.append(f"id {self.config.key_type} NOT NULL")
-            if "k2" in self.config.key:
-                columns.append("k2 integer NOT NULL")
-        columns.append(f"{CURSOR} {cursor_type} NOT NULL")
-        columns += [f"{name} {kind}" for name, kind in VALUE_COLUMNS.items()]
-        if self.config.soft_deletes:
-            columns.append(f"{DELETED} boolean NOT NULL DEFAULT false")
-        if self.config.keyed:
-            columns.append(f"PRIMARY KEY ({', '.join(self.config.key)})")
-        self.conn.execute(f"CREATE TABLE {TABLE} ({', '.join(columns)})")
-
-    # -- values ------------------------------------------------------------------------------
+        return sorted(
+            pairs,
+            key=lambda p: (collated(self.config, p[1][CURSOR]), p[1][CURSOR], p[1]["note"]),
+        )
 
     def _key_values(self, n: int) -> dict[str, Any]:
         if "k2" in self.config.key:
@@ -178,141 +216,32 @@ class SourceTable:
         if "amount" in columns:
             values["amount"] = Decimal(n * 7 % 100_000)
         if "ratio" in columns:
-            values["ratio"] = (n % 64) * 0.25  # exact in real and double precision
+            values["ratio"] = (n % 64) * 0.25  # exact in single and double precision
         if DELETED in columns:
             values[DELETED] = False
         for name, kind in columns.items():
             if name.startswith("x"):
-                values[name] = f"x{n}" if kind == "text" else n
+                values[name] = f"x{n}" if kind == self.ADDED[0] else n
         return values
 
-    def cursor_sql(self, frontier: CursorValue | None, bump: int, in_transaction: bool) -> Any:
-        """The cursor value to write: a literal, or (time cursors) an SQL expression of the clock."""
+    def cursor_for(self, frontier: CursorValue | None, bump: int, in_transaction: bool) -> Any:
+        """The cursor value to write: a value, or (time cursors) the database clock."""
         if not self.config.time_cursor:
-            return next_cursor(self.config.cursor_type, frontier, bump)
+            return self.respell(next_cursor(self.config.cursor_type, frontier, bump))
         if bump == 0 and frontier is not None:
             return frontier
-        clock = "now()" if in_transaction else "statement_timestamp()"
-        if self.config.cursor_type == "timestamp":
-            clock = f"({clock} AT TIME ZONE 'UTC')"
-        return sql.SQL(clock)
-
-    # -- writes ------------------------------------------------------------------------------
-
-    def _insert(self, conn: psycopg.Connection, values: dict[str, Any], cursor: Any) -> Row:
-        names = [CURSOR, *values]
-        placeholders: list[sql.Composable] = [_value(cursor)]
-        placeholders += [sql.Placeholder()] * len(values)
-        statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING *").format(
-            sql.Identifier(TABLE),
-            sql.SQL(", ").join(map(sql.Identifier, names)),
-            sql.SQL(", ").join(placeholders),
-        )
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(statement, [*_params(cursor), *values.values()]).fetchone()
-        assert row is not None
-        return row
-
-    def insert(
-        self, cursor: Any, key: dict[str, Any] | None = None, conn: psycopg.Connection | None = None
-    ) -> Row:
-        """One new row (a new key unless `key` is given)."""
-        values = self._fresh_values(self.columns())
-        if self.config.keyed:
-            values = {**(key or self.new_key()), **values}
-        return self._insert(conn or self.conn, values, cursor)
-
-    def update(
-        self,
-        where: Key | str,
-        cursor: Any,
-        conn: psycopg.Connection | None = None,
-        deleted: bool = False,
-    ) -> Row:
-        """New values and cursor for one row (by key, or by ctid without one); sets the delete
-        flag as told (an update of a soft-deleted row brings it back)."""
-        values = self._fresh_values(self.columns())
-        if DELETED in values:
-            values[DELETED] = deleted
-        assignments = [sql.SQL("{} = ").format(sql.Identifier(CURSOR)) + _value(cursor)]
-        assignments += [
-            sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder()) for name in values
-        ]
-        condition, condition_params = self._where(where)
-        statement = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING *").format(
-            sql.Identifier(TABLE), sql.SQL(", ").join(assignments), condition
-        )
-        with (conn or self.conn).cursor(row_factory=dict_row) as cur:
-            row = cur.execute(
-                statement, [*_params(cursor), *values.values(), *condition_params]
-            ).fetchone()
-        assert row is not None, f"no row {where!r} to update"
-        return row
-
-    def delete(self, where: Key | str) -> None:
-        condition, params = self._where(where)
-        statement = sql.SQL("DELETE FROM {} WHERE {}").format(sql.Identifier(TABLE), condition)
-        self.conn.execute(statement, params)
-
-    def duplicate(self, ctid: str, cursor: CursorValue) -> Row:
-        """An exact copy of a row (keyless tables), with the cursor set to `cursor`."""
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(f"SELECT * FROM {TABLE} WHERE ctid = %s::tid", (ctid,)).fetchone()
-        assert row is not None
-        values = {name: value for name, value in row.items() if name != CURSOR}
-        return self._insert(self.conn, values, cursor)
-
-    def _where(self, where: Key | str) -> tuple[sql.Composable, list[Any]]:
-        if isinstance(where, str):
-            return sql.SQL("ctid = %s::tid"), [where]
-        parts = [
-            sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder()) for c in self.config.key
-        ]
-        return sql.SQL(" AND ").join(parts), list(where)
-
-    # -- late writers ------------------------------------------------------------------------
-
-    def open_writer(self) -> LateWriter:
-        conn = self._connect(autocommit=False)
-        started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        return LateWriter(conn, started)
-
-    def lock(self) -> psycopg.Connection:
-        """A session holding the table exclusively: readers wait until it rolls back."""
-        conn = self._connect(autocommit=False)
-        conn.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
-        return conn
-
-    def reader_waiting(self) -> bool:
-        """Whether a session (a run's read: its first, Spark's schema query, is not named after
-        the loader) is waiting for a lock in this database."""
-        row = self.conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone()
-        return bool(row and row[0])
-
-    # -- schema changes ----------------------------------------------------------------------
+        return Clock(in_transaction, self.config.cursor_type == "timestamptz")
 
     def add_column(self, default: bool) -> str:
         self.added += 1
         name = f"x{self.added}"
-        kind = "text" if self.added % 2 else "integer"
+        kind = self.ADDED[0] if self.added % 2 else self.ADDED[1]
         clause = ""
         if default:
-            clause = " DEFAULT 'd'" if kind == "text" else " DEFAULT 7"
+            clause = " DEFAULT 'd'" if kind == self.ADDED[0] else " DEFAULT 7"
             self.defaulted.add(name)
-        self.conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {kind}{clause}")
+        self._add_column(name, kind, clause)
         return f"{name} {kind}{clause}"
-
-    def drop_column(self, name: str) -> None:
-        self.conn.execute(f"ALTER TABLE {TABLE} DROP COLUMN {name}")
-
-    def retype(self, name: str, kind: str) -> None:
-        self.conn.execute(f"ALTER TABLE {TABLE} ALTER COLUMN {name} TYPE {kind}")
-
-    def rename(self, old: str, new: str) -> None:
-        self.conn.execute(f"ALTER TABLE {TABLE} RENAME COLUMN {old} TO {new}")
 
     def droppable(self) -> list[str]:
         """Value columns a schema change may drop: never the key, the cursor, note or the flag."""
@@ -322,19 +251,26 @@ class SourceTable:
     def widenable(self, keys: bool) -> list[tuple[str, str]]:
         key_columns = set(self.config.key)
         return [
-            (name, WIDER[kind])
+            (name, self.WIDER[kind])
             for name, kind in self.columns().items()
-            if kind in WIDER and (name in key_columns) == keys and name != CURSOR
+            if kind in self.WIDER and (name in key_columns) == keys and name != CURSOR
         ]
 
+    def narrower(self, name: str) -> str | None:
+        """The type a narrowing of the column would give it, if the machine narrows its type."""
+        return self.NARROWER.get(self.columns().get(name, ""))
 
-def _value(cursor: Any) -> sql.Composable:
-    return cursor if isinstance(cursor, sql.Composable) else sql.Placeholder()
-
-
-def _params(cursor: Any) -> Sequence[Any]:
-    return [] if isinstance(cursor, sql.Composable) else [cursor]
-
-
-def keys_in(rows: Iterable[Row], key: Sequence[str]) -> set[Key]:
-    return {tuple(row[c] for c in key) for row in rows}
+    def column_types(self, config: TableConfig) -> list[str]:
+        """The CREATE TABLE column definitions for the drawn configuration."""
+        columns = []
+        if config.keyed:
+            columns.append(f"id {self.TYPES[config.key_type]} NOT NULL")
+            if "k2" in config.key:
+                columns.append(f"k2 {self.TYPES['integer']} NOT NULL")
+        columns.append(f"{CURSOR} {self.TYPES[config.cursor_type]} NOT NULL")
+        columns += [f"{name} {kind}" for name, kind in self.VALUE_COLUMNS.items()]
+        if config.soft_deletes:
+            columns.append(f"{DELETED} {self.BOOLEAN} NOT NULL DEFAULT false")
+        if config.keyed:
+            columns.append(f"PRIMARY KEY ({', '.join(config.key)})")
+        return columns

@@ -2,8 +2,10 @@
 
 A `TableConfig` is drawn once per example and printed in the failing recipe, so it says everything
 that shapes the run: the mode, the key, the cursor's type and the options that move the window.
-Cursor values are plain Python values (int, Decimal, str, date, datetime), ordered as PostgreSQL
-orders them (text cursors are zero-padded ASCII, so every collation agrees).
+Cursor values are plain Python values (int, Decimal, str, date, datetime). Text cursors are
+zero-padded ASCII, ordered alike by every PostgreSQL collation; on MariaDB they are also spelled in
+upper and lower case and with trailing spaces, which its default collations ignore (`collated`).
+Types are named by their PostgreSQL spelling; each source spells them in its own database.
 """
 
 from __future__ import annotations
@@ -47,10 +49,14 @@ SAFETY_LAGS = ("1s", "2s")
 KEY_TYPES = ("integer", "numeric(12,0)", "text", "timestamp")
 
 
+DATABASES = ("postgres", "mariadb")
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """One source table and how it is loaded."""
 
+    database: str  # postgres | mariadb
     mode: str  # append | merge | full_refresh
     key: tuple[str, ...]  # () is keyless (append only); ("id",) or ("id", "k2")
     key_type: str  # PostgreSQL type of `id`: one of KEY_TYPES
@@ -77,7 +83,7 @@ class TableConfig:
     def table_entry(self, schema: str) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": TABLE,
-            "source": "pg",
+            "source": "db",
             "table": f"{schema}.{TABLE}",
             "mode": self.mode,
             "cursor": {"column": CURSOR, "type": CURSOR_TYPES[self.cursor_type]},
@@ -99,13 +105,19 @@ class TableConfig:
 
 
 @st.composite
-def table_configs(draw: st.DrawFn, modes: tuple[str, ...]) -> TableConfig:
+def table_configs(
+    draw: st.DrawFn,
+    modes: tuple[str, ...],
+    database: str = "postgres",
+    cursor_types: tuple[str, ...] = tuple(CURSOR_TYPES),
+    key_types: tuple[str, ...] = KEY_TYPES,
+) -> TableConfig:
     mode = draw(st.sampled_from(modes))
     keyed = mode != "append" or draw(st.booleans())
     key: tuple[str, ...] = ()
     if keyed:
         key = draw(st.sampled_from([("id",), ("id",), ("id", "k2")]))
-    cursor_type = draw(st.sampled_from(list(CURSOR_TYPES)))
+    cursor_type = draw(st.sampled_from(cursor_types))
     lookback = None
     if cursor_type in LOOKBACKS and draw(st.booleans()):
         lookback = draw(st.sampled_from(LOOKBACKS[cursor_type]))
@@ -114,9 +126,10 @@ def table_configs(draw: st.DrawFn, modes: tuple[str, ...]) -> TableConfig:
         safety_lag = draw(st.sampled_from(SAFETY_LAGS))
     merge = mode == "merge"
     return TableConfig(
+        database=database,
         mode=mode,
         key=key,
-        key_type=draw(st.sampled_from(KEY_TYPES)) if keyed else "",
+        key_type=draw(st.sampled_from(key_types)) if keyed else "",
         cursor_type=cursor_type,
         lookback=lookback,
         safety_lag=safety_lag,
@@ -146,12 +159,25 @@ def next_cursor(cursor_type: str, frontier: CursorValue | None, bump: int) -> Cu
         assert isinstance(frontier, Decimal)
         return frontier + Decimal("0.25") * bump
     if cursor_type == "text":
-        assert isinstance(frontier, str)
-        return f"c{int(frontier[1:]) + bump:09d}"
+        assert isinstance(frontier, str)  # possibly respelled: C000000101 and c000000101 alike
+        return f"c{int(frontier.rstrip(' ')[1:]) + bump:09d}"
     if cursor_type == "date":
         assert isinstance(frontier, date)
         return frontier + timedelta(days=bump)
     raise ValueError(f"{cursor_type} cursors are assigned by the database clock")
+
+
+def collated(config: TableConfig, value: Any) -> Any:
+    """A value as the source database compares it: equal values compare equal, in its order.
+
+    MariaDB's default collation (latin1_swedish_ci; utf8mb4_general_ci alike) ignores case and
+    trailing spaces: 'c1' = 'C1' = 'c1 '. For the ASCII letters and digits the machine writes, its
+    order is that of the upper-cased, right-trimmed text (`test_model.py` checks this against the
+    server). Everything else compares as Python compares it, as PostgreSQL does.
+    """
+    if config.database == "mariadb" and isinstance(value, str):
+        return value.rstrip(" ").upper()
+    return value
 
 
 def parse_recorded(cursor_type: str, text: str | None) -> CursorValue | None:

@@ -1,4 +1,5 @@
-"""The model-based test within `make test`'s budget: a few short examples per mode family.
+"""The model-based test within `make test`'s budget: a few short examples per mode family, on
+PostgreSQL and on MariaDB.
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
@@ -7,34 +8,82 @@ not shrunk here to stay within the budget (the soak shrinks).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.model.machine import Env, run_machine
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.mariadb import MariaDbServer, fresh_database
+from incremental_assets_tests.model.machine import MODES, Env, run_machine
+from incremental_assets_tests.model.table import CURSOR_TYPES, KEY_TYPES, TableConfig, collated
 
-# family: (modes, seed, examples, steps per example, killed runs per example). About a minute
-# each on two busy cores; only the merge family starts the Spark Connect server killed runs need.
-BUDGETS = {
-    "merge": (("merge",), 20251101, 3, 14, 1),
-    "append": (("append",), 20251102, 3, 14, 0),
-    "full_refresh": (("full_refresh",), 20251103, 2, 10, 0),
+
+@dataclass(frozen=True)
+class Family:
+    database: str  # the server fixture: postgres | mariadb
+    modes: tuple[str, ...]
+    seed: int
+    examples: int
+    steps: int  # per example
+    kills: int = 0  # killed runs per example (they need the Spark Connect server)
+    cursor_types: tuple[str, ...] = tuple(CURSOR_TYPES)
+    key_types: tuple[str, ...] = KEY_TYPES
+
+
+# About a minute each on two busy cores; only the PostgreSQL merge family starts the Spark
+# Connect server killed runs need. On MariaDB, one family draws every mode and type, the other
+# text cursors and keys only: the values that differ only in case or trailing spaces.
+FAMILIES = {
+    "merge": Family("postgres", ("merge",), 20251101, 3, 14, kills=1),
+    "append": Family("postgres", ("append",), 20251102, 3, 14),
+    "full_refresh": Family("postgres", ("full_refresh",), 20251103, 2, 10),
+    "mariadb": Family("mariadb", MODES, 20251115, 2, 12),
+    "mariadb_text": Family(
+        "mariadb", ("merge", "append"), 20251116, 2, 12, cursor_types=("text",), key_types=("text",)
+    ),
 }
 
 
-@pytest.mark.parametrize("family", list(BUDGETS))
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_random_sequences_keep_the_lake_true_to_the_source(
     family: str,
     tmp_path: Path,
-    postgres: PostgresServer,
     spark_resource: IncrementalSparkResource,
     request: pytest.FixtureRequest,
 ) -> None:
-    modes, seed, examples, steps, kills = BUDGETS[family]
-    connect = request.getfixturevalue("connect") if kills else None
+    f = FAMILIES[family]
+    server = request.getfixturevalue(f.database)
+    connect = request.getfixturevalue("connect") if f.kills else None
     env = Env(
-        postgres, spark_resource, tmp_path, connect=connect, modes=modes, kills=kills, verbose=True
+        server,
+        spark_resource,
+        tmp_path,
+        connect=connect,
+        modes=f.modes,
+        cursor_types=f.cursor_types,
+        key_types=f.key_types,
+        kills=f.kills,
+        verbose=True,
     )
-    run_machine(env, seed_value=seed, examples=examples, steps=steps, shrink=False)
+    run_machine(env, seed_value=f.seed, examples=f.examples, steps=f.steps, shrink=False)
+
+
+def test_the_model_orders_text_as_mariadb_does(mariadb: MariaDbServer) -> None:
+    """`collated`, which the reference model compares MariaDB's text with, agrees with the server
+    on the spellings the machine writes: equal where it says equal, in the order it sorts."""
+    config = TableConfig("mariadb", "merge", ("id",), "text", "text")
+    spellings = [
+        f"{c}{n:09d}{' ' * pad}" for n in (9, 10, 100) for c in "cC" for pad in (0, 1, 2)
+    ] + [f"{k}{n:05d}{' ' * pad}" for n in (1, 2) for k in "kK" for pad in (0, 2)]
+    with fresh_database(mariadb) as db:
+        db.execute("CREATE TABLE s (v varchar(100) NOT NULL)")
+        db.execute("INSERT INTO s VALUES " + ", ".join(["(%s)"] * len(spellings)), params=spellings)
+        pairs = db.query("SELECT a.v, b.v, a.v = b.v, a.v < b.v FROM s a, s b")
+    wrong = [
+        (a, b, equal, less)
+        for a, b, equal, less in pairs
+        if (collated(config, a) == collated(config, b)) != bool(equal)
+        or (collated(config, a) < collated(config, b)) != bool(less)
+    ]
+    assert not wrong, wrong[:10]

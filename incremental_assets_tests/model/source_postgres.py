@@ -1,0 +1,217 @@
+"""The example's table in PostgreSQL, written through psycopg.
+
+Rows without a key are found by ctid. Time cursors are stamped with `statement_timestamp()`, or
+`now()` (the transaction's start) inside a late writer, whose start is what the cap keeps the
+cursor below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from incremental_assets_tests.harness import fresh_schema
+from incremental_assets_tests.model.lake import arrow_type
+from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, SourceTable
+from incremental_assets_tests.model.table import CURSOR, DELETED, TABLE, CursorValue, TableConfig
+from incremental_assets_tests.postgres import PostgresServer
+
+
+class PostgresTable(SourceTable):
+    # format_type spellings
+    WIDER: ClassVar[dict[str, str]] = {
+        "smallint": "integer",
+        "integer": "bigint",
+        "numeric(12,0)": "numeric(20,0)",
+        "real": "double precision",
+        "character varying(10)": "character varying(50)",
+    }
+    NARROWER: ClassVar[dict[str, str]] = {"bigint": "integer", "integer": "smallint"}
+    VALUE_COLUMNS: ClassVar[dict[str, str]] = {
+        "note": "varchar(10) NOT NULL",
+        "qty": "integer",
+        "amount": "numeric(12,0)",
+        "ratio": "real",
+    }
+    TYPES: ClassVar[dict[str, str]] = {  # the config's names are PostgreSQL's
+        name: name
+        for name in (
+            *("integer", "bigint", "numeric(12,0)", "numeric(12,2)", "text", "date"),
+            *("timestamp", "timestamptz"),
+        )
+    }
+    BOOLEAN = "boolean"
+    ADDED = ("text", "integer")
+
+    def __init__(self, server: PostgresServer, schema: str, config: TableConfig) -> None:
+        super().__init__(schema, config, {})
+        self.server = server
+        self.conn = self._connect(autocommit=True)
+
+    def _connect(self, autocommit: bool) -> psycopg.Connection:
+        conn = self.server.connect(autocommit=autocommit)
+        conn.execute(f"SET search_path TO {self.schema}")
+        conn.execute("SET TIME ZONE 'UTC'")
+        # A statement of the machine's that waits this long for a lock is a bug in the machine:
+        # fail, don't hang.
+        conn.execute("SET lock_timeout = '120s'")
+        if not autocommit:
+            conn.commit()
+        return conn
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def columns(self) -> dict[str, str]:
+        rows = self.conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (f"{self.schema}.{TABLE}",),
+        ).fetchall()
+        return {name: kind for name, kind in rows}
+
+    def lake_type(self, kind: str) -> pa.DataType:
+        return arrow_type(kind)
+
+    def rows(self) -> list[tuple[Any, Row]]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(f"SELECT ctid::text AS __ctid, * FROM {TABLE}").fetchall()
+        return [(r.pop("__ctid"), r) for r in rows]
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create(self) -> None:
+        self.conn.execute(f"CREATE TABLE {TABLE} ({', '.join(self.column_types(self.config))})")
+
+    def _insert(self, conn: psycopg.Connection, values: dict[str, Any], cursor: Any) -> Row:
+        names = [CURSOR, *values]
+        placeholders: list[sql.Composable] = [_value(cursor)]
+        placeholders += [sql.Placeholder()] * len(values)
+        statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING *").format(
+            sql.Identifier(TABLE),
+            sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join(placeholders),
+        )
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(statement, [*_params(cursor), *values.values()]).fetchone()
+        assert row is not None
+        return row
+
+    def insert(self, cursor: Any, key: dict[str, Any] | None = None, conn: Any = None) -> Row:
+        values = self._fresh_values(self.columns())
+        if self.config.keyed:
+            values = {**(key or self.new_key()), **values}
+        return self._insert(conn or self.conn, values, cursor)
+
+    def update(self, where: Key | str, cursor: Any, conn: Any = None, deleted: bool = False) -> Row:
+        values = self._fresh_values(self.columns())
+        if DELETED in values:
+            values[DELETED] = deleted
+        assignments = [sql.SQL("{} = ").format(sql.Identifier(CURSOR)) + _value(cursor)]
+        assignments += [
+            sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder()) for name in values
+        ]
+        condition, condition_params = self._where(where)
+        statement = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING *").format(
+            sql.Identifier(TABLE), sql.SQL(", ").join(assignments), condition
+        )
+        with (conn or self.conn).cursor(row_factory=dict_row) as cur:
+            row = cur.execute(
+                statement, [*_params(cursor), *values.values(), *condition_params]
+            ).fetchone()
+        assert row is not None, f"no row {where!r} to update"
+        return row
+
+    def delete(self, where: Key | str) -> None:
+        condition, params = self._where(where)
+        statement = sql.SQL("DELETE FROM {} WHERE {}").format(sql.Identifier(TABLE), condition)
+        self.conn.execute(statement, params)
+
+    def duplicate(self, ref: str, cursor: CursorValue) -> Row:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(f"SELECT * FROM {TABLE} WHERE ctid = %s::tid", (ref,)).fetchone()
+        assert row is not None
+        values = {name: value for name, value in row.items() if name != CURSOR}
+        return self._insert(self.conn, values, cursor)
+
+    def _where(self, where: Key | str) -> tuple[sql.Composable, list[Any]]:
+        if isinstance(where, str):
+            return sql.SQL("ctid = %s::tid"), [where]
+        parts = [
+            sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder()) for c in self.config.key
+        ]
+        return sql.SQL(" AND ").join(parts), list(where)
+
+    # -- other sessions ----------------------------------------------------------------------
+
+    def open_writer(self) -> LateWriter:
+        conn = self._connect(autocommit=False)
+        started = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        return LateWriter(conn, started)
+
+    def lock(self) -> Callable[[], None]:
+        conn = self._connect(autocommit=False)
+        conn.execute(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+
+        def release() -> None:
+            conn.rollback()
+            conn.close()
+
+        return release
+
+    def reader_waiting(self) -> bool:
+        # A run's first read (Spark's schema query) is not named after the loader.
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+        return bool(row and row[0])
+
+    # -- schema changes ----------------------------------------------------------------------
+
+    def _add_column(self, name: str, kind: str, default: str) -> None:
+        self.conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {kind}{default}")
+
+    def drop_column(self, name: str) -> None:
+        self.conn.execute(f"ALTER TABLE {TABLE} DROP COLUMN {name}")
+
+    def retype(self, name: str, kind: str) -> None:
+        self.conn.execute(f"ALTER TABLE {TABLE} ALTER COLUMN {name} TYPE {kind}")
+
+    def rename(self, old: str, new: str) -> None:
+        self.conn.execute(f"ALTER TABLE {TABLE} RENAME COLUMN {old} TO {new}")
+
+
+def _value(cursor: Any) -> sql.Composable:
+    """The cursor in a statement: a placeholder, or the clock (`timestamp` cursors: UTC's wall
+    clock)."""
+    if not isinstance(cursor, Clock):
+        return sql.Placeholder()
+    clock = "now()" if cursor.in_transaction else "statement_timestamp()"
+    if not cursor.with_zone:
+        clock = f"({clock} AT TIME ZONE 'UTC')"
+    return sql.SQL(clock)
+
+
+def _params(cursor: Any) -> Sequence[Any]:
+    return [] if isinstance(cursor, Clock) else [cursor]
+
+
+@contextmanager
+def open_postgres_table(server: PostgresServer, config: TableConfig) -> Iterator[PostgresTable]:
+    with fresh_schema(server) as schema:
+        table = PostgresTable(server, schema.name, config)
+        table.source = schema.source()
+        try:
+            table.create()
+            yield table
+        finally:
+            table.close()
