@@ -6,7 +6,9 @@
 * `adbc`: the best single-process path: ADBC to Arrow record batches, streamed into a zstd
   Parquet file with pyarrow.
 * `dlt`: `sql_table` with the pyarrow backend, incremental on `updated_at`, writing Parquet to a
-  filesystem destination.
+  filesystem destination (over psycopg2, or PyMySQL for a `mysql://` URL).
+* `connectorx`: MySQL only (bench/mysql.py): ConnectorX reads the table into Arrow, two
+  partitions on the id for a full load, and pyarrow writes one zstd Parquet file.
 
 Peers read `updated_at > <newest before the changes>`; ours and dlt keep their own cursors.
 """
@@ -98,6 +100,7 @@ class Ours:
             "files": metadata["files_written"],
             "engine_seconds": metadata["extract_seconds"] + metadata["write_seconds"],
             "rows_rewritten": metadata.get("rows_rewritten"),
+            "merge_strategy": metadata.get("merge_strategy"),
             "rows_changed": changed if "rows_inserted" in metadata else None,
             "bytes": sum(f.stat().st_size for f in (self.lake / table).glob("part-*.parquet")),
         }
@@ -153,7 +156,8 @@ class Adbc:
     def __init__(self, workdir: Path, pg_url: str, jdbc: dict[str, str]) -> None:
         self.pg_url = pg_url
         self.out = workdir / "adbc"
-        self.runs = 0
+        # A fresh process per run (the end-to-end benchmark) numbers its file after those there.
+        self.runs = len(list(self.out.glob("run-*.parquet")))
 
     def _load(self, since: str | None) -> dict[str, Any]:
         import adbc_driver_postgresql.dbapi as adbc
@@ -184,7 +188,11 @@ class Dlt:
 
     def __init__(self, workdir: Path, pg_url: str, jdbc: dict[str, str]) -> None:
         self.workdir = workdir
-        self.url = pg_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+        self.mysql = pg_url.startswith("mysql://")
+        if self.mysql:  # the database is the URL's; `bench` is both the database and the schema
+            self.url = pg_url.replace("mysql://", "mysql+pymysql://", 1)
+        else:
+            self.url = pg_url.replace("postgresql://", "postgresql+psycopg2://", 1)
         self.fulls = 0
 
     def _pipeline(self, name: str) -> Any:
@@ -203,7 +211,7 @@ class Dlt:
 
         table = sql_table(
             credentials=self.url,
-            schema=SCHEMA,
+            schema=None if self.mysql else SCHEMA,
             table="orders",
             backend="pyarrow",
             incremental=dlt.sources.incremental("updated_at") if incremental else None,
@@ -225,4 +233,38 @@ class Dlt:
         return self._run(self._pipeline("incremental"), incremental=True)
 
 
-ENGINES = {engine.name: engine for engine in (Ours, Copy, Adbc, Dlt)}
+class ConnectorX:
+    name = "connectorx"
+
+    def __init__(self, workdir: Path, url: str, jdbc: dict[str, str]) -> None:
+        self.url = url
+        self.out = workdir / "connectorx"
+        self.runs = len(list(self.out.glob("run-*.parquet")))
+
+    def _load(self, since: str | None) -> dict[str, Any]:
+        import connectorx as cx
+        import pyarrow.parquet as pq
+
+        self.runs += 1
+        self.out.mkdir(exist_ok=True)
+        query = f"SELECT * FROM {SCHEMA}.orders"
+        if since:
+            table = cx.read_sql(
+                self.url, f"{query} WHERE updated_at > '{since}'", return_type="arrow"
+            )
+        else:
+            table = cx.read_sql(
+                self.url, query, return_type="arrow", partition_on="id", partition_num=2
+            )
+        pq.write_table(table, self.out / f"run-{self.runs:04d}.parquet", compression="zstd")
+        return {"rows": table.num_rows, "files": 1}
+
+    def full(self, since: str) -> dict[str, Any]:
+        shutil.rmtree(self.out, ignore_errors=True)
+        return self._load(None)
+
+    def incremental(self, since: str) -> dict[str, Any]:
+        return self._load(since)
+
+
+ENGINES = {engine.name: engine for engine in (Ours, Copy, Adbc, Dlt, ConnectorX)}

@@ -1,4 +1,7 @@
-"""Write BENCHMARKS.md from one run's results: medians, ratios against every peer, the targets."""
+"""Write BENCHMARKS.md from one run's results: medians, ratios against every peer, the targets.
+
+The end-to-end section (bench/end_to_end_report.py) comes first, then the in-process figures.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from bench.end_to_end_report import end_to_end_section
+
+SCHEMA_MYSQL = "bench.orders"
 ORDER = ["S1 first", "S1", "S0", "S2", "S3", "S4 clustered", "S4 uniform"]
 TITLES = {
     "S1 first": "S1 first: the first full load in a fresh process (cold JIT and caches; one run, not in the S1 medians)",
@@ -43,6 +49,9 @@ def _medians(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, f
             "peak_mb": median(r["peak_rss"] for r in runs) / 2**20,
             "files": median(r["files"] for r in runs),
         }
+        strategies = sorted({str(r["merge_strategy"]) for r in runs if r.get("merge_strategy")})
+        if strategies:
+            entry["merge_strategy"] = "; ".join(strategies)  # type: ignore[assignment]
         if runs[0].get("engine_seconds") is not None:
             entry["engine_seconds"] = median(r["engine_seconds"] for r in runs)
         if runs[0].get("rows_rewritten") is not None and runs[0].get("rows_changed"):
@@ -54,13 +63,17 @@ def _medians(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, f
 
 
 def _scenario_table(
-    scenario: str, medians: dict[tuple[str, str], dict[str, float]], engines: list[str]
+    scenario: str,
+    medians: dict[tuple[str, str], dict[str, float]],
+    engines: list[str],
+    server: str = "PostgreSQL",
+    title: str | None = None,
 ) -> list[str]:
     ours = medians.get((scenario, "ours"))
     lines = [
-        f"### {TITLES[scenario]}",
+        f"### {title or TITLES[scenario]}",
         "",
-        "| engine | rows | median wall s | rows/s | CPU s per M rows (engine + PostgreSQL) | peak MB | files | wall vs ours |",
+        f"| engine | rows | median wall s | rows/s | CPU s per M rows (engine + {server}) | peak MB | files | wall vs ours |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for engine in engines:
@@ -83,6 +96,11 @@ def _scenario_table(
             "",
             f"Rows rewritten per changed row: median {ours['rewritten_per_changed']:.1f}.",
         ]
+    if ours and ours.get("merge_strategy"):
+        lines += [
+            "",
+            f"Merge path, as the runs record it (`merge_strategy`): {ours['merge_strategy']}.",
+        ]
     return [*lines, ""]
 
 
@@ -91,7 +109,7 @@ def _targets(m: dict[tuple[str, str], dict[str, float]]) -> list[str]:
         entry = m.get((scenario, engine))
         return entry[key] if entry and key in entry else None
 
-    lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    lines = ["## In-process targets", "", "| target | measured | met |", "|---|---|---|"]
     dlt_s1, adbc_s1 = get("S1", "dlt", "rows_per_s"), get("S1", "adbc", "wall")
     rate, wall = get("S1", "ours", "rows_per_s"), get("S1", "ours", "wall")
     if rate and dlt_s1:
@@ -112,16 +130,63 @@ def _targets(m: dict[tuple[str, str], dict[str, float]]) -> list[str]:
         lines.append(
             f"| S0 at most 3 s of engine time, session reused | {s0_engine:.2f} s | {'yes' if s0_engine <= 3 else 'no'} |"
         )
-    for variant in ("S4 clustered", "S4 uniform"):
-        rewritten = get(variant, "ours", "rewritten_per_changed")
-        if rewritten is not None:
-            lines.append(
-                f"| {variant}: rewrite only what the delta touches | {rewritten:.1f} rows rewritten per changed row | see below |"
-            )
+    s1, s4 = get("S1", "ours", "wall"), get("S4 uniform", "ours", "wall")
+    if s1 and s4:
+        lines.append(
+            f"| S4 uniform merge ≤ 0.8x S1 full load | {s4:.2f} s vs {s1:.2f} s ({s4 / s1:.2f}x) | {'yes' if s4 <= 0.8 * s1 else 'no'} |"
+        )
+    clustered = get("S4 clustered", "ours", "rewritten_per_changed")
+    if clustered is not None:
+        lines.append(
+            f"| S4 clustered: at most 5.3 rows rewritten per changed row | {clustered:.1f} | {'yes' if clustered <= 5.3 else 'no'} |"
+        )
+    uniform = get("S4 uniform", "ours", "rewritten_per_changed")
+    if uniform is not None:
+        lines.append(
+            f"| S4 uniform: rows rewritten per changed row (no target; the path is in the notes) | {uniform:.1f} | - |"
+        )
     return [*lines, ""]
 
 
-def write_report(meta: dict[str, Any], results: list[dict[str, Any]], path: Path) -> None:
+def _mysql_section(meta: dict[str, Any], mysql: list[dict[str, Any]]) -> list[str]:
+    """S1 and S0 on MariaDB: ours beside ConnectorX and dlt, from the same run."""
+    facts = meta.get("mysql") or {}
+    medians = _medians(mysql)
+    engines = [e for e in ("ours", "connectorx", "dlt") if any(k[1] == e for k in medians)]
+    rows = facts.get("rows", 0)
+    lines = [
+        "## MySQL: S1 and S0 on MariaDB",
+        "",
+        f"`{SCHEMA_MYSQL}` with {rows:,} rows, the same columns and values as PostgreSQL's "
+        "(DATETIME(6) for the two times, `updated_at` indexed), on "
+        f"{facts.get('server', 'MariaDB')} started by the harness on this machine "
+        "(incremental_assets_tests/mariadb.py, 2 GB buffer pool). "
+        f"{rows:,} rows, not {meta['rows']:,}: loading MariaDB and dlt's PyMySQL read are slow "
+        "enough here that the larger size would not fit the run's time. "
+        "Ours reads over JDBC (MariaDB Connector/J from Debian, `spark.jars`, a `jdbc:mysql://` URL); "
+        "ConnectorX reads into Arrow (two partitions on the id for the full load) and writes one "
+        "zstd Parquet file; dlt is `sql_table` over PyMySQL (pyarrow backend, Parquet). "
+        f"Medians of {meta['repeats']} runs; the same method as the in-process tables below, with "
+        "the MariaDB server's CPU in place of PostgreSQL's.",
+        "",
+    ]
+    if facts.get("connectorx"):
+        lines += [f"ConnectorX did not run: {facts['connectorx']}.", ""]
+    for scenario in ("S1 first", "S1", "S0"):
+        if (scenario, "ours") in medians:
+            lines += _scenario_table(
+                scenario, medians, engines, "MariaDB", f"MySQL {TITLES[scenario]}"
+            )
+    return lines
+
+
+def write_report(
+    meta: dict[str, Any],
+    results: list[dict[str, Any]],
+    path: Path,
+    end_to_end: list[dict[str, Any]] | None = None,
+    mysql: list[dict[str, Any]] | None = None,
+) -> None:
     medians = _medians(results)
     engines = [e for e in ("ours", "copy", "adbc", "dlt") if any(k[1] == e for k in medians)]
     summary = ["| scenario | " + " | ".join(engines) + " |", "|---|" + "---:|" * len(engines)]
@@ -138,29 +203,49 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], path: Path
         "# Benchmarks",
         "",
         f"- **Machine:** {meta['machine']}",
-        f"- **Command:** `{meta['command']}` (run on {meta['started'][:19]}Z)",
+        f"- **Command:** `{meta['command']}` (run on {meta['started'][:19]}Z"
+        + (f", finished {meta['finished'][11:19]}Z)" if meta.get("finished") else ")"),
+        *(
+            [
+                "- **Other work on the machine:** the 1-minute load average at the start and at "
+                "the end of each phase: "
+                + ", ".join(f"{k} {v}" for k, v in meta["load"].items())
+                + " (2 cores; other test suites ran beside the benchmark, so figures are noisy: "
+                "compare ratios within this run)."
+            ]
+            if meta.get("load")
+            else []
+        ),
         f"- **Data:** `bench.orders` with {meta['rows']:,} rows (id bigint pk, customer_id, amount numeric(12,2), "
         "status, note, created_at, updated_at indexed), PostgreSQL 15 on the same machine.",
-        f"- **Method:** every figure is the median of {meta['repeats']} runs. Engines run in their own processes; "
+        f"- **Method, in process:** every figure is the median of {meta['repeats']} runs. Engines run in their own processes; "
         "each run is timed from the engine's side. CPU is user + system time of the engine's process tree "
         "(the JVM included) plus the PostgreSQL server's processes, per million rows read. Peak memory is the "
         "engine's process tree, sampled every 50 ms. Each engine sees the same source changes.",
-        "- **Engines:** ours (the Dagster asset, materialized in-process with a persistent instance; one warm "
+        "- **Engines, in process:** ours (the Dagster asset, materialized in-process with a persistent instance; one warm "
         "Spark session, local[*]; JDBC reader), copy (`COPY ... TO STDOUT (FORMAT binary)` to /dev/null: the floor), adbc "
         "(ADBC to Arrow, streamed into a zstd Parquet file), dlt (`sql_table`, pyarrow backend, Parquet on a "
         "filesystem destination, incremental on updated_at).",
         "",
-        "Wall time, and its ratio to ours (below 1.00x: faster than ours):",
-        "",
-        *summary,
-        "",
-        *_targets(medians),
-        "## Scenarios",
-        "",
+        *(end_to_end_section(meta, end_to_end, medians) if end_to_end else []),
     ]
+    if results:
+        lines += [
+            "## In process: the engine's side",
+            "",
+            "Wall time, and its ratio to ours (below 1.00x: faster than ours):",
+            "",
+            *summary,
+            "",
+            *_targets(medians),
+            "## Scenarios",
+            "",
+        ]
     for scenario in ORDER:
         if (scenario, "ours") in medians:
             lines += _scenario_table(scenario, medians, engines)
+    if mysql:
+        lines += _mysql_section(meta, mysql)
     for part in ("LEVERS.md", "NOTES.md"):
         extra = Path(__file__).with_name(part)
         if extra.exists():
@@ -175,7 +260,13 @@ def main() -> None:
     parser.add_argument("--report", type=Path, default=Path(__file__).parents[1] / "BENCHMARKS.md")
     args = parser.parse_args()
     loaded = json.loads(args.results.read_text())
-    write_report(loaded["meta"], loaded["results"], args.report)
+    write_report(
+        loaded["meta"],
+        loaded["results"],
+        args.report,
+        loaded.get("end_to_end"),
+        loaded.get("mysql"),
+    )
 
 
 if __name__ == "__main__":

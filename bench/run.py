@@ -3,6 +3,8 @@
     python -m bench.run                 # 10M rows, 5 repetitions, writes BENCHMARKS.md
     python -m bench.run --rows 1000000  # the quick size
     python -m bench.run --smoke         # 10k rows, one repetition (CI keeps the harness working)
+    python -m bench.run --no-end-to-end # the in-process scenarios only
+    python -m bench.run --no-mysql      # without the MySQL phase
 
 Scenarios (each engine sees exactly the same source changes):
   S1  full load (after one first load per engine, reported apart as "S1 first")
@@ -12,6 +14,13 @@ Scenarios (each engine sees exactly the same source changes):
   S4  a merge of 1% updates, clustered on the most recent ids, then spread uniformly. Plain
       Parquet gives the peers no merge: they read the same delta and append it, so their figure is
       what extracting the delta costs, and ours adds what applying it costs
+
+Then, unless --no-end-to-end, the end-to-end phase (bench/end_to_end.py): what a user pays, each
+run a fresh `dagster asset materialize` process timed from outside (E1-E5, beside Dagster's floor
+and the peers run the same way).
+
+Then, unless --no-mysql, the MySQL phase (bench/mysql.py): S1 and S0 on a MariaDB server of
+--mysql-rows rows, ours beside ConnectorX and dlt.
 
 PostgreSQL is started from the local binaries (or INCREMENTAL_ASSETS_BENCH_PG names a server on
 this machine). Results go to bench/results/<time>.json and, unless --smoke, to BENCHMARKS.md.
@@ -33,7 +42,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import psycopg
+
 from bench import data
+from bench.end_to_end import run_end_to_end
+from bench.mysql import run_mysql
 from bench.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,8 +120,8 @@ def postgres() -> Iterator[tuple[str, dict[str, str]]]:
     from incremental_assets_tests.postgres import postgres_server
 
     with postgres_server() as server:
-        url = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{server.dbname}"
-        yield url, {"url": server.jdbc_url, "user": server.user, "password": server.password}
+        local = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{server.dbname}"
+        yield local, {"url": server.jdbc_url, "user": server.user, "password": server.password}
 
 
 def postmaster_pid(conn: Any) -> int:
@@ -121,101 +134,169 @@ def postmaster_pid(conn: Any) -> int:
 
 
 def main() -> None:
-    import psycopg
-
     parser = argparse.ArgumentParser(
         prog="python -m bench.run", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="runs per in-process median")
+    parser.add_argument(
+        "--e2e-repeats", type=int, default=0, help="runs per end-to-end median (default: --repeats)"
+    )
     parser.add_argument("--engines", default="ours,copy,adbc,dlt")
     parser.add_argument(
         "--smoke", action="store_true", help="10k rows, one repetition, no report by default"
     )
+    parser.add_argument(
+        "--no-end-to-end",
+        action="store_true",
+        help="skip the end-to-end phase (fresh `dagster asset materialize` processes)",
+    )
+    parser.add_argument(
+        "--only-end-to-end",
+        action="store_true",
+        help="skip the in-process scenarios (to work on the end-to-end phase)",
+    )
+    parser.add_argument(
+        "--mysql-rows",
+        type=int,
+        default=1_000_000,
+        help="the MySQL phase's table size (loading MariaDB is slower than PostgreSQL)",
+    )
+    parser.add_argument("--no-mysql", action="store_true", help="skip the MySQL phase")
     parser.add_argument("--out", type=Path, default=None, help="the results file (JSON)")
     parser.add_argument(
         "--report", type=Path, default=None, help="the report (default: BENCHMARKS.md)"
     )
     args = parser.parse_args()
     if args.smoke:
-        args.rows, args.repeats = 10_000, 1
+        args.rows, args.repeats, args.mysql_rows = 10_000, 1, 10_000
+    args.e2e_repeats = args.e2e_repeats or args.repeats
     engines = args.engines.split(",")
     started = datetime.now(UTC)
-    results: list[dict[str, Any]] = []
-    with (
-        postgres() as (pg_url, jdbc),
-        psycopg.connect(pg_url, autocommit=True) as conn,
-        ExitStack() as stack,
-    ):
-        print(f"generating {args.rows:,} rows ...", flush=True)
-        data.create_orders(conn, args.rows)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-bench-")))
-        server = postmaster_pid(conn)
-        workers = {name: Worker(name, workdir, pg_url, server, jdbc) for name in engines}
-        for worker in workers.values():
-            stack.callback(worker.close)
-
-        def step(scenario: str, op: str, since: str, only: list[str] | None = None) -> None:
-            for name in only or engines:
-                outcome = workers[name].run(op, since)
-                outcome.update(scenario=scenario, engine=name)
-                results.append(outcome)
-                print(
-                    f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows",
-                    flush=True,
-                )
-
-        # The first load of each process pays for JIT compilation and cold caches: it is reported
-        # apart, and the medians are of the runs after it.
-        step("S1 first", "full", "")
-        for _ in range(args.repeats):
-            step("S1", "full", "")
-        for name in ("dlt",):  # dlt's incremental pipeline needs its own first load
-            if name in workers:
-                workers[name].run("incremental", "")
-        changes = {"S0": 0.0, "S2": 0.001, "S3": 0.10}
-        for scenario, fraction in changes.items():
-            for _ in range(args.repeats):
-                since = data.newest(conn)
-                changed = round(args.rows * fraction)
-                if changed:
-                    data.apply_changes(
-                        conn,
-                        args.rows,
-                        inserted=changed // 2,
-                        updated=changed - changed // 2,
-                        recent=False,
-                    )
-                step(scenario, "incremental", since)
-        if "ours" in workers:
-            workers["ours"].run("merge_setup", "")
-        peers = [name for name in engines if name != "ours"]
-        for scenario, recent in (("S4 clustered", True), ("S4 uniform", False)):
-            for _ in range(args.repeats):
-                since = data.newest(conn)
-                data.apply_changes(
-                    conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent
-                )
-                if "ours" in workers:
-                    step(scenario, "merge", since, only=["ours"])
-                if peers:
-                    step(scenario, "incremental", since, only=peers)
-    _fill_uncounted(results)
     out = args.out or ROOT / "bench" / "results" / f"{started:%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "rows": args.rows,
         "repeats": args.repeats,
+        "e2e_repeats": args.e2e_repeats,
         "started": started.isoformat(),
         "machine": _machine(),
         "command": " ".join(["python -m bench.run", *sys.argv[1:]]),
+        "mysql": {},
+        "load": {"start": round(os.getloadavg()[0], 1)},
     }
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    print(f"results: {out}")
+    everything: dict[str, Any] = {"meta": meta, "results": [], "end_to_end": [], "mysql": []}
+
+    def save(phase: str) -> None:
+        """Write the results so far: a run stopped later still leaves its finished phases."""
+        _fill_uncounted(everything["results"])
+        meta["finished"] = datetime.now(UTC).isoformat()
+        meta["load"][phase] = round(os.getloadavg()[0], 1)  # other work on the machine
+        out.write_text(json.dumps(everything, indent=1))
+        print(f"{phase} done; results so far: {out}", flush=True)
+
+    with (
+        postgres() as (pg_url, jdbc),
+        psycopg.connect(pg_url, autocommit=True) as conn,
+        tempfile.TemporaryDirectory(prefix="ia-bench-") as tmp,
+    ):
+        print(f"generating {args.rows:,} rows ...", flush=True)
+        data.create_orders(conn, args.rows)
+        workdir = Path(tmp)
+        if not args.only_end_to_end:
+            # Its workers (and ours' Spark session) are closed before the end-to-end phase.
+            everything["results"] = in_process(conn, args, engines, workdir, pg_url, jdbc)
+            save("in process")
+        if not args.no_end_to_end and "ours" in engines:
+            everything["end_to_end"] = run_end_to_end(
+                conn, args.rows, args.e2e_repeats, pg_url, jdbc, workdir / "end_to_end", engines
+            )
+            save("end to end")
+    if not args.no_mysql and not args.only_end_to_end and "ours" in engines:
+        with tempfile.TemporaryDirectory(prefix="ia-bench-mysql-") as tmp:
+            everything["mysql"], meta["mysql"] = run_mysql(
+                args.mysql_rows, args.repeats, Path(tmp), Worker, engines
+            )
+        save("mysql")
     report = args.report or (None if args.smoke else ROOT / "BENCHMARKS.md")
     if report is not None:
-        write_report(meta, results, report)
+        write_report(
+            meta, everything["results"], report, everything["end_to_end"], everything["mysql"]
+        )
         print(f"report: {report}")
+
+
+def in_process(
+    conn: psycopg.Connection,
+    args: argparse.Namespace,
+    engines: list[str],
+    workdir: Path,
+    pg_url: str,
+    jdbc: dict[str, str],
+) -> list[dict[str, Any]]:
+    """S1-S4: every engine in a worker process of its own, timed from the engine's side."""
+    with ExitStack() as stack:
+        server = postmaster_pid(conn)
+        workers = {name: Worker(name, workdir, pg_url, server, jdbc) for name in engines}
+        for worker in workers.values():
+            stack.callback(worker.close)
+        return _scenarios(conn, args, engines, workers)
+
+
+def _scenarios(
+    conn: psycopg.Connection,
+    args: argparse.Namespace,
+    engines: list[str],
+    workers: dict[str, Worker],
+) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+
+    def step(scenario: str, op: str, since: str, only: list[str] | None = None) -> None:
+        for name in only or engines:
+            outcome = workers[name].run(op, since)
+            outcome.update(scenario=scenario, engine=name)
+            results.append(outcome)
+            print(
+                f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows",
+                flush=True,
+            )
+
+    # The first load of each process pays for JIT compilation and cold caches: it is reported
+    # apart, and the medians are of the runs after it.
+    step("S1 first", "full", "")
+    for _ in range(args.repeats):
+        step("S1", "full", "")
+    for name in ("dlt",):  # dlt's incremental pipeline needs its own first load
+        if name in workers:
+            workers[name].run("incremental", "")
+    changes = {"S0": 0.0, "S2": 0.001, "S3": 0.10}
+    for scenario, fraction in changes.items():
+        for _ in range(args.repeats):
+            since = data.newest(conn)
+            changed = round(args.rows * fraction)
+            if changed:
+                data.apply_changes(
+                    conn,
+                    args.rows,
+                    inserted=changed // 2,
+                    updated=changed - changed // 2,
+                    recent=False,
+                )
+            step(scenario, "incremental", since)
+    if "ours" in workers:
+        workers["ours"].run("merge_setup", "")
+    peers = [name for name in engines if name != "ours"]
+    for scenario, recent in (("S4 clustered", True), ("S4 uniform", False)):
+        for _ in range(args.repeats):
+            since = data.newest(conn)
+            data.apply_changes(
+                conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent
+            )
+            if "ours" in workers:
+                step(scenario, "merge", since, only=["ours"])
+            if peers:
+                step(scenario, "incremental", since, only=peers)
+    return results
 
 
 def _fill_uncounted(results: list[dict[str, Any]]) -> None:
