@@ -1,8 +1,9 @@
-"""Model-based test: random, reproducible sequences against a real PostgreSQL source and the real
-assets, the lake checked against a reference model after every run.
+"""Model-based test: random, reproducible sequences against a real PostgreSQL or MariaDB source
+and the real assets, the lake checked against a reference model after every run.
 
-    table.py      the drawn table configuration and cursor values
-    source.py     the PostgreSQL table, written as applications write it
+    table.py      the drawn table configuration, cursor values, and how the database compares them
+    source.py     the source table the machine drives, written as applications write it
+    source_postgres.py, source_mariadb.py   that table in each database
     lake.py       the lake as a pyarrow reader sees it
     reference.py  the reference model: what the lake and the metadata must be
     runner.py     runs in process, killed subprocess runs, `incremental-assets cursor`

@@ -1,10 +1,11 @@
 """Run the model-based machine for as long as asked: `python -m incremental_assets_tests.model.soak`.
 
     python -m incremental_assets_tests.model.soak --seed 42 --steps 2000
+    python -m incremental_assets_tests.model.soak --database mariadb --steps 300
     make soak SEED=42 STEPS=2000
 
-It starts its own PostgreSQL, a local SparkSession and (unless --no-kills) a Spark Connect server
-for the runs it kills, then runs batches of examples until STEPS steps have run. Batch i uses the
+It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no-kills) a Spark
+Connect server for the runs it kills, then runs batches of examples until STEPS steps have run. Batch i uses the
 seed SEED+i and prints it first; a failure prints the shrunk sequence of steps and the command
 that replays it (the same batch, alone, from its seed).
 """
@@ -19,12 +20,15 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.conftest import TEST_SPARK_CONF
 from incremental_assets_tests.engines import connect_server
+from incremental_assets_tests.mariadb import MARIADB_JAR, mariadb_server
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
+from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES
 from incremental_assets_tests.postgres import postgres_server
 
 
@@ -33,10 +37,18 @@ def main(argv: list[str] | None = None) -> int:
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
     os.environ["TZ"] = args.timezone
     time.tzset()
-    print(f"soak: seed {first_seed}, {args.steps} steps, TZ={args.timezone}", flush=True)
+    print(
+        f"soak: seed {first_seed}, {args.steps} steps, {args.database}, TZ={args.timezone}",
+        flush=True,
+    )
     started = time.monotonic()
     with ExitStack() as stack:
-        server = stack.enter_context(postgres_server())
+        if args.database == "mariadb":
+            server: Any = stack.enter_context(mariadb_server())
+            # The Connect server's JVM finds MariaDB Connector/J on its class path.
+            os.environ["SPARK_DIST_CLASSPATH"] = MARIADB_JAR
+        else:
+            server = stack.enter_context(postgres_server())
         connect = None if args.no_kills else stack.enter_context(connect_server())
         spark = IncrementalSparkResource.from_spec(
             SparkSpec(master="local[2]", conf=TEST_SPARK_CONF)
@@ -49,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir,
             connect=connect,
             modes=tuple(args.modes.split(",")),
+            cursor_types=_cursor_types(args.cursor_types),
             verbose=True,
         )
         batch = 0
@@ -78,15 +91,30 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=500, help="steps to run, over every example")
     parser.add_argument("--steps-per-example", type=int, default=30)
     parser.add_argument("--examples-per-batch", type=int, default=4)
+    parser.add_argument("--database", choices=DATABASES, default="postgres")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
+    parser.add_argument(
+        "--cursor-types",
+        default=",".join(CURSOR_TYPES.values()),
+        help="comma-separated cursor types to draw, as the config names them (string, date...)",
+    )
     parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
     parser.add_argument(
         "--timezone",
         default="Europe/Paris",
-        help="TZ for this process, PostgreSQL's default and the JVMs (the loads must not depend on it)",
+        help="TZ for this process, the database server and the JVMs (the loads must not depend on it)",
     )
     return parser
+
+
+def _cursor_types(names: str) -> tuple[str, ...]:
+    """The machine's names (PostgreSQL's types) of the config's cursor types."""
+    wanted = names.split(",")
+    unknown = set(wanted) - set(CURSOR_TYPES.values())
+    if unknown:
+        raise SystemExit(f"soak: unknown cursor types {sorted(unknown)}")
+    return tuple(kind for kind, name in CURSOR_TYPES.items() if name in wanted)
 
 
 def _replay(args: argparse.Namespace, seed_value: int) -> str:
@@ -95,7 +123,15 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
     defaults = _parser().parse_args([])
     changed = [
         name
-        for name in ("steps_per_example", "examples_per_batch", "modes", "no_kills", "timezone")
+        for name in (
+            "steps_per_example",
+            "examples_per_batch",
+            "database",
+            "modes",
+            "cursor_types",
+            "no_kills",
+            "timezone",
+        )
         if getattr(args, name) != getattr(defaults, name)
     ]
     if not changed:
@@ -105,7 +141,9 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--steps {steps}",
         f"--steps-per-example {args.steps_per_example}",
         f"--examples-per-batch {args.examples_per_batch}",
+        f"--database {args.database}",
         f"--modes {args.modes}",
+        f"--cursor-types {args.cursor_types}",
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
     ]
