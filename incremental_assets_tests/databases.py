@@ -24,6 +24,7 @@ _SPELLINGS: dict[Kind, dict[str, str]] = {
         "key_text": "text",
         "ts": "timestamp",  # a wall clock
         "tstz": "timestamptz",  # an instant
+        "tstz_default": "timestamptz NOT NULL DEFAULT now()",  # the transaction's start
         "bool": "boolean",
         "now": "clock_timestamp()",
         "day_ago": "now() - INTERVAL '1 day'",
@@ -33,6 +34,7 @@ _SPELLINGS: dict[Kind, dict[str, str]] = {
         "key_text": "varchar(100)",
         "ts": "datetime(6)",
         "tstz": "timestamp(6) NULL",
+        "tstz_default": "timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",  # the statement's
         "bool": "boolean",
         "now": "NOW(6)",  # the session is pinned to UTC
         "day_ago": "NOW(6) - INTERVAL 1 DAY",
@@ -75,6 +77,12 @@ class SourceDb:
 
     def source(self, **extra: Any) -> dict[str, Any]:
         return self.handle.source(**extra)
+
+    def connect(self, autocommit: bool = True) -> Any:
+        """A DB-API connection of the test's own (psycopg or PyMySQL)."""
+        if isinstance(self.server, PostgresServer):
+            return self.server.connect(autocommit=autocommit)
+        return self.server.connect(self.name, autocommit=autocommit)
 
     def qualified(self, table: str) -> str:
         return f"{self.name}.{table}"

@@ -1,8 +1,9 @@
 """A real MariaDB server for the tests.
 
 Started from Debian's mariadb-server binaries (`mariadb-install-db`, `mariadbd`) in a temporary
-directory on a free loopback port; as root, the server runs as the `mysql` user in a directory
-it owns. The tests connect as `test`, a user with every privilege (PROCESS included, so open
+directory on a free loopback port, in the Asia/Kolkata zone (UTC+05:30, so a value shifted by
+the server's zone shows); as root, the server runs as the `mysql` user in a directory it owns.
+The tests connect as `test`, a user with every privilege (PROCESS included, so open
 transactions are visible), over TCP with a password. Set
 INCREMENTAL_ASSETS_TEST_MYSQL=mysql://user:password@host:port to use a running MySQL or MariaDB
 instead (the user must be allowed to create databases and users).
@@ -33,6 +34,7 @@ MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 USER = "test"
 PASSWORD = "test-password"
 _SERVER_USER = "mysql"
+SERVER_ZONE = "Asia/Kolkata"
 
 
 @dataclass
@@ -162,6 +164,8 @@ def mariadb_server() -> Iterator[MariaDbServer]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Not UTC, with an odd offset: a value shifted by the server's zone shows.
+            env={**os.environ, "TZ": SERVER_ZONE},
         )
         _wait_for_root(socket, process, root)
         admin = pymysql.connect(unix_socket=str(socket), user="root", autocommit=True)

@@ -71,6 +71,7 @@ def _fix(table: TableSpec, text: str) -> str:
             'role "',
             "no pg_hba.conf entry",
             "authentication",
+            "access denied for user",  # MySQL
         )
     ):
         user = getattr(source, "user", None)
@@ -92,7 +93,9 @@ def _fix(table: TableSpec, text: str) -> str:
             f"Fix: check that the database is running and reachable, and that host and port in "
             f"source '{source.name}' url are right."
         )
-    if "relation" in lowered and "does not exist" in lowered:
+    if ("relation" in lowered and "does not exist" in lowered) or (
+        "table" in lowered and "doesn't exist" in lowered  # MySQL
+    ):
         return f"Fix: `table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
     if "column" in lowered and "does not exist" in lowered:
         return f"Fix: a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."

@@ -9,6 +9,7 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import (
     Schema,
     lake_files,
@@ -19,7 +20,7 @@ from incremental_assets_tests.harness import (
 
 
 def _config(
-    tmp_path: Path, pg: Schema, source: dict[str, Any] | None = None, **table: Any
+    tmp_path: Path, pg: Schema | SourceDb, source: dict[str, Any] | None = None, **table: Any
 ) -> dict[str, Any]:
     entry = {
         "name": "orders",
@@ -40,29 +41,39 @@ def _config(
     }
 
 
-def _break(pg: Schema, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _break(db: SourceDb, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Source and table settings that break the load in the named way."""
+    url = db.source()["url"]
     if case == "unreachable":
-        return {"url": "jdbc:postgresql://127.0.0.1:1/postgres"}, {}
+        return {"url": url.replace(f":{db.server.port}/", ":1/")}, {}
     if case == "credentials":
         return {"password": "wrong"}, {}
     if case == "missing table":
-        return {}, {"table": f"{pg.name}.no_such_table"}
+        return {}, {"table": f"{db.name}.no_such_table"}
     if case == "missing column":
-        pg.execute("ALTER TABLE orders RENAME COLUMN updated_at TO changed_at")
+        db.execute("ALTER TABLE orders RENAME COLUMN updated_at TO changed_at")
         return {}, {}
     if case == "application name in properties":
         return {"properties": {"ApplicationName": "nightly-etl"}}, {}
     if case == "application name in url":
-        return {"url": f"{pg.server.jdbc_url}?ApplicationName=nightly-etl"}, {}
+        return {"url": f"{url}?ApplicationName=nightly-etl"}, {}
     if case == "bad query":
-        return {}, {"query": f"SELECT id, updated_at, 1 / (id - id) AS boom FROM {pg.name}.orders"}
+        query = f"SELECT id, updated_at, 1 / (id - id) AS boom FROM {db.name}.orders"
+        if db.kind == "mariadb":  # where 1/0 is NULL: a function that doesn't exist
+            query = f"SELECT id, updated_at, no_such_function(id) AS boom FROM {db.name}.orders"
+        return {}, {"query": query}
     raise AssertionError(case)
 
 
+_UNREACHABLE = "check that the database is running"
+_MISSING_TABLE = "`table:` of table 'orders' names a table the database doesn't have"
+_MISSING_COLUMN = ["field 'cursor': column 'updated_at' is not in", "(columns: id, changed_at)"]
+_BAD_QUERY = "the `query:` of table 'orders' must run on its own"
 CASES = [
-    ("unreachable", ["Connection to 127.0.0.1:1 refused", "check that the database is running"]),
+    ("postgres", "unreachable", ["Connection to 127.0.0.1:1 refused", _UNREACHABLE]),
+    ("mariadb", "unreachable", ["Connection refused", _UNREACHABLE]),
     (
+        "postgres",
         "credentials",
         [
             "password authentication failed for user",
@@ -70,16 +81,19 @@ CASES = [
         ],
     ),
     (
-        "missing table",
-        ["does not exist", "`table:` of table 'orders' names a table the database doesn't have"],
+        "mariadb",
+        "credentials",
+        ["Access denied for user 'test'", "check the user (test) and password of source 'shop'"],
     ),
-    (
-        "missing column",
-        ["field 'cursor': column 'updated_at' is not in", "(columns: id, changed_at)"],
-    ),
-    ("bad query", ["division by zero", "the `query:` of table 'orders' must run on its own"]),
+    ("postgres", "missing table", ["does not exist", _MISSING_TABLE]),
+    ("mariadb", "missing table", ["doesn't exist", _MISSING_TABLE]),
+    ("postgres", "missing column", _MISSING_COLUMN),
+    ("mariadb", "missing column", _MISSING_COLUMN),
+    ("postgres", "bad query", ["division by zero", _BAD_QUERY]),
+    ("mariadb", "bad query", ["no_such_function", _BAD_QUERY]),
     *(
         (
+            "postgres",
             f"application name in {place}",
             ["source 'shop' sets ApplicationName", "remove ApplicationName from the properties"],
         )
@@ -88,31 +102,37 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "expected"), CASES, ids=[c for c, _ in CASES])
+@pytest.mark.parametrize(
+    ("db", "case", "expected"),
+    CASES,
+    ids=[f"{kind}-{case}" for kind, case, _ in CASES],
+    indirect=["db"],
+)
 def test_a_broken_source_fails_clearly_and_moves_nothing(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     case: str,
     expected: list[str],
 ) -> None:
-    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at timestamptz NOT NULL)")
-    pg.execute("INSERT INTO orders VALUES (1, '2025-01-01'), (2, '2025-01-02')")
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at {tstz})")
+    db.execute("INSERT INTO orders VALUES (1, '2025-01-01'), (2, '2025-01-02')")
     first = materialize(
-        write_project(tmp_path, _config(tmp_path, pg)), "orders", instance, spark_resource
+        write_project(tmp_path, _config(tmp_path, db)), "orders", instance, spark_resource
     )
     files = lake_files(tmp_path / "lake", "orders")
-    pg.execute("INSERT INTO orders VALUES (3, '2025-01-03')")
-    source, table = _break(pg, case)
+    db.execute("INSERT INTO orders VALUES (3, '2025-01-03')")
+    source, table = _break(db, case)
 
     run = materialize(
-        write_project(tmp_path, _config(tmp_path, pg, source, **table)),
+        write_project(tmp_path, _config(tmp_path, db, source, **table)),
         "orders",
         instance,
         spark_resource,
     )
 
+    assert first.success, first.failure
     assert not run.success
     assert (run.failure or "").startswith(
         "dagster._core.definitions.events.Failure: Table 'orders'"

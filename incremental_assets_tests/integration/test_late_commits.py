@@ -8,8 +8,9 @@ connections, as production databases see them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,19 +26,27 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.mariadb import Database, MariaDbServer
 from incremental_assets_tests.postgres import PostgresServer, standby_server, wait_for
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 
 
-def _project(tmp_path: Path, pg: Schema, user: dict[str, str] | None = None, **table: Any) -> Any:
+DB_TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note {text}, updated_at {tstz_default})"
+
+
+def _project(
+    tmp_path: Path, pg: Schema | SourceDb, user: dict[str, str] | None = None, **table: Any
+) -> Any:
     source = {**pg.source(), **(user or {})}
+    qualified = pg.qualified("events") if isinstance(pg, SourceDb) else f"{pg.name}.events"
     tables = [
         {
             "name": "events",
             "source": "shop",
-            "table": f"{pg.name}.events",
+            "table": qualified,
             "mode": "append",
             "cursor": "updated_at",
             "primary_key": ["id"],
@@ -50,12 +59,19 @@ def _project(tmp_path: Path, pg: Schema, user: dict[str, str] | None = None, **t
     )
 
 
-def _open_late_writer(postgres: PostgresServer, pg: Schema) -> psycopg.Connection:
+def _open_late_writer(db: SourceDb) -> Any:
     """A transaction that inserts now and commits later; its row is stamped with its start."""
-    late = postgres.connect(autocommit=False)
-    late.execute(f"INSERT INTO {pg.name}.events (id, note) VALUES (1000, 'late')")
-    late.execute("SELECT pg_sleep(0.05)")
+    late = db.connect(autocommit=False)
+    with closing(late.cursor()) as cursor:
+        cursor.execute(f"INSERT INTO {db.qualified('events')} (id, note) VALUES (1000, 'late')")
+    time.sleep(0.05)
     return late
+
+
+def _insert_on_time(db: SourceDb, ids: range) -> None:
+    db.execute(
+        "INSERT INTO events (id, note) VALUES " + ", ".join(f"({i}, 'on time')" for i in ids)
+    )
 
 
 def _ids(tmp_path: Path) -> list[int]:
@@ -65,18 +81,15 @@ def _ids(tmp_path: Path) -> list[int]:
 @pytest.mark.parametrize("cap", [True, False])
 def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
     tmp_path: Path,
-    pg: Schema,
-    postgres: PostgresServer,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     cap: bool,
 ) -> None:
-    pg.execute(TABLE)
-    project = _project(tmp_path, pg, transaction_cap=cap)
-    late = _open_late_writer(postgres, pg)
-    pg.execute(
-        "INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(1, 5) i"
-    )  # committed, newer
+    db.execute(DB_TABLE)
+    project = _project(tmp_path, db, transaction_cap=cap)
+    late = _open_late_writer(db)
+    _insert_on_time(db, range(1, 6))  # committed, newer
 
     first = materialize(project, "events", instance, spark_resource)
     late.commit()
@@ -100,15 +113,14 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
 
 def test_a_lookback_window_catches_late_rows_and_append_keeps_each_once(
     tmp_path: Path,
-    pg: Schema,
-    postgres: PostgresServer,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(TABLE)
-    project = _project(tmp_path, pg, transaction_cap=False, lookback="10m")
-    late = _open_late_writer(postgres, pg)
-    pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(1, 5) i")
+    db.execute(DB_TABLE)
+    project = _project(tmp_path, db, transaction_cap=False, lookback="10m")
+    late = _open_late_writer(db)
+    _insert_on_time(db, range(1, 6))
     assert materialize(project, "events", instance, spark_resource).success
     late.commit()
     late.close()
@@ -121,6 +133,63 @@ def test_a_lookback_window_catches_late_rows_and_append_keeps_each_once(
     assert second.metadata["rows_written"] == 1  # and kept only the late one
     assert third.metadata["rows_written"] == 0
     assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+
+
+@contextmanager
+def _mysql_reader(my: Database) -> Iterator[dict[str, str]]:
+    """A user that may read the database but not see other sessions' transactions (no PROCESS)."""
+    user = f"reader_{my.name}"
+    my.execute(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'",
+        f"GRANT SELECT ON {my.name}.* TO '{user}'@'%'",
+    )
+    try:
+        yield {"user": user, "password": "pw"}
+    finally:
+        my.execute(f"DROP USER '{user}'@'%'")
+
+
+@contextmanager
+def _read_only(my: Database) -> Iterator[None]:
+    """The server read-only, as a replica is."""
+    my.execute("SET GLOBAL read_only = 1")
+    try:
+        yield
+    finally:
+        my.execute("SET GLOBAL read_only = 0")
+
+
+@pytest.mark.parametrize("blind_by", ["no_process_privilege", "a_read_only_server"])
+def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
+    tmp_path: Path,
+    my: Database,
+    mariadb: MariaDbServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    blind_by: str,
+) -> None:
+    db = SourceDb("mariadb", my, mariadb)
+    db.execute(DB_TABLE)
+    _insert_on_time(db, range(1, 6))
+    with ExitStack() as stack:
+        user = (
+            stack.enter_context(_mysql_reader(my)) if blind_by == "no_process_privilege" else None
+        )
+        if blind_by == "a_read_only_server":
+            stack.enter_context(_read_only(my))
+        refused = materialize(_project(tmp_path, db, user), "events", instance, spark_resource)
+        project = _project(tmp_path, db, user, lookback="10m")
+        loaded = materialize(project, "events", instance, spark_resource)
+
+    expected = "PROCESS privilege" if blind_by == "no_process_privilege" else "read-only"
+    assert not refused.success
+    failure = refused.failure or ""
+    assert "Table 'events'" in failure and expected in failure and "lookback" in failure
+    assert "Traceback" not in failure
+    assert loaded.success, loaded.failure
+    assert expected in loaded.metadata["transaction_cap"]
+    assert expected in loaded.metadata["warnings"]
+    assert _ids(tmp_path) == [1, 2, 3, 4, 5]
 
 
 @contextmanager
@@ -148,7 +217,9 @@ def test_the_cap_says_when_the_role_cannot_see_other_sessions(
     pg.execute(TABLE)
     with _reader_role(pg) as reader:
         project = _project(tmp_path, pg, user=reader)
-        late = _open_late_writer(postgres, pg)  # a superuser session the reader can't inspect
+        late = _open_late_writer(
+            SourceDb("postgres", pg, postgres)
+        )  # a superuser session the reader can't inspect
         run = materialize(project, "events", instance, spark_resource)
         late.rollback()
         late.close()

@@ -9,6 +9,7 @@ ran during the materialization.
 from __future__ import annotations
 
 import stat
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import (
     Schema,
     cli_env,
@@ -28,12 +30,12 @@ from incremental_assets_tests.harness import (
     write_cli_config,
     write_project,
 )
-from incremental_assets_tests.postgres import PostgresServer
 
 TABLE = (
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text, "
     "updated_at timestamptz NOT NULL DEFAULT now())"
 )
+DB_TABLE = "CREATE TABLE orders (id bigint PRIMARY KEY, note {text}, updated_at {tstz_default})"
 ROWS = (
     "INSERT INTO orders (id, note, updated_at) SELECT i, 'old', "
     "TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 5) i"
@@ -63,19 +65,18 @@ def _launches(launches: Path) -> int:
     return len(launches.read_text().splitlines()) if launches.exists() else 0
 
 
-def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(
-    tmp_path: Path, pg: Schema, postgres: PostgresServer
-) -> None:
-    pg.execute(TABLE, ROWS)
+def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(tmp_path: Path, db: SourceDb) -> None:
+    db.execute(DB_TABLE)
+    db.insert("orders", [(i, "old", f"2025-01-01 00:0{i}:00") for i in range(1, 6)])
     table = {
         "name": "orders",
         "source": "shop",
-        "table": f"{pg.name}.orders",
+        "table": db.qualified("orders"),
         "mode": "append",
         "cursor": "updated_at",
         "primary_key": ["id"],
     }
-    config = write_cli_config(tmp_path, {"shop": pg.source()}, [table])
+    config = write_cli_config(tmp_path, {"shop": db.source()}, [table])
     spark_home, launches = _observed_spark_home(tmp_path)
     env = cli_env(config, tmp_path / "home", SPARK_HOME=str(spark_home))
     runs: list[tuple[int, dict[str, Any]]] = []
@@ -87,12 +88,13 @@ def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(
 
     run()  # the first load
     run()  # nothing new
-    pg.execute(
-        "INSERT INTO orders (id, note, updated_at) SELECT 6, 'tied', max(updated_at) FROM orders"
+    db.execute(
+        "INSERT INTO orders (id, note, updated_at) VALUES (6, 'tied', '2025-01-01 00:05:00')"
     )
     run()  # a new row tied with the cursor
-    late = postgres.connect(autocommit=False)
-    late.execute(f"INSERT INTO {pg.name}.orders (id, note) VALUES (7, 'late')")
+    late = db.connect(autocommit=False)
+    with closing(late.cursor()) as cursor:
+        cursor.execute(f"INSERT INTO {db.qualified('orders')} (id, note) VALUES (7, 'late')")
     run()  # a transaction open across the run: nothing a run could load
     late.commit()
     late.close()
@@ -102,15 +104,8 @@ def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(
     assert [m["rows_written"] for _, m in runs] == [5, 0, 1, 0, 1]
     assert runs[1][1]["spark"] == runs[3][1]["spark"] == "not started (nothing new)"
     assert runs[1][1]["cursor"] == runs[0][1]["cursor"]
-    assert [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-        6,
-        7,
-    ]
+    ids = [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])]
+    assert ids == [1, 2, 3, 4, 5, 6, 7]
 
 
 def _jobs(spark: SparkSession) -> int:

@@ -21,11 +21,12 @@ from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
 from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import Schema, materialize, write_project
 from incremental_assets_tests.postgres import PostgresServer
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
     entry = {
         "name": "orders",
         "source": "shop",
@@ -53,13 +54,13 @@ def _requested(result: dg.SensorResult | dg.SkipReason) -> str | None:
 
 def test_a_run_is_requested_only_when_rows_pass_the_stored_cursor(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
-    pg.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
-    project = _project(tmp_path, pg, cursor="at")
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
+    db.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
+    project = _project(tmp_path, db, cursor="at")
     table, key = project.table("orders"), dg.AssetKey("orders")
 
     first = _requested(evaluate(instance, table, key, None))
@@ -67,26 +68,33 @@ def test_a_run_is_requested_only_when_rows_pass_the_stored_cursor(
     assert materialize(project, "orders", instance, spark_resource).success
     assert _requested(evaluate(instance, table, key, first)) is None  # nothing past cursor 20
 
-    pg.execute("INSERT INTO orders VALUES (3, 30)")
+    db.execute("INSERT INTO orders VALUES (3, 30)")
     second = _requested(evaluate(instance, table, key, first))
     assert second == "orders:20->30"
     # The same new rows seen by the next tick don't launch a second run.
     assert _requested(evaluate(instance, table, key, second)) is None
 
 
+def _flush_change_counters(db: SourceDb) -> None:
+    if db.kind == "postgres":
+        db.execute("SELECT pg_stat_force_next_flush()")
+    else:
+        time.sleep(1.1)  # InnoDB's UPDATE_TIME counts in whole seconds
+
+
 def test_a_table_without_a_cursor_is_watched_through_its_change_counters(
-    tmp_path: Path, pg: Schema, instance: dg.DagsterInstance
+    tmp_path: Path, db: SourceDb, instance: dg.DagsterInstance
 ) -> None:
-    pg.execute("CREATE TABLE orders (code text PRIMARY KEY)")
-    pg.execute("INSERT INTO orders VALUES ('a')")
-    project = _project(tmp_path, pg, mode="full_refresh")
+    db.execute("CREATE TABLE orders (code {key_text} PRIMARY KEY)")
+    db.execute("INSERT INTO orders VALUES ('a')")
+    project = _project(tmp_path, db, mode="full_refresh")
     table, key = project.table("orders"), dg.AssetKey("orders")
-    pg.execute("SELECT pg_stat_force_next_flush()")
+    _flush_change_counters(db)
 
     marker = _requested(evaluate(instance, table, key, None))
     assert _requested(evaluate(instance, table, key, marker)) is None
-    pg.execute("UPDATE orders SET code = 'b'")
-    pg.execute("SELECT pg_stat_force_next_flush()")
+    db.execute("UPDATE orders SET code = 'b'")
+    _flush_change_counters(db)
     assert _requested(evaluate(instance, table, key, marker)) not in (None, marker)
 
 
@@ -110,11 +118,11 @@ def test_a_files_source_is_watched_through_modification_times(
     assert _requested(evaluate(instance, table, key, marker)) not in (None, marker)
 
 
-def test_a_tick_starts_no_jvm(tmp_path: Path, pg: Schema) -> None:
-    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
-    pg.execute("INSERT INTO orders VALUES (1, 10)")
+def test_a_tick_starts_no_jvm(tmp_path: Path, db: SourceDb) -> None:
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
+    db.execute("INSERT INTO orders VALUES (1, 10)")
     config = tmp_path / "incremental_assets.yaml"
-    _project(tmp_path, pg, cursor="at")
+    _project(tmp_path, db, cursor="at")
     script = textwrap.dedent(
         f"""
         import dagster as dg
