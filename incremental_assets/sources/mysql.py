@@ -169,7 +169,10 @@ class MySqlDatabase:
         return _CURSOR_TYPE_CODES.get(type_code, CursorType.STRING)
 
     def fingerprint_sql(self, relation: str, where: str, columns: list[str]) -> str:
-        values = ", ".join(f"COALESCE(HEX(CAST({MYSQL.quote(c)} AS BINARY)), '-')" for c in columns) or "''"
+        values = (
+            ", ".join(f"COALESCE(HEX(CAST({MYSQL.quote(c)} AS BINARY)), '-')" for c in columns)
+            or "''"
+        )
         row_hash = f"MD5(CONCAT_WS('|', {values}))"
         # A sum of each row's hash prefix doesn't depend on the order, and counts duplicates.
         return (

@@ -489,3 +489,30 @@ def test_a_named_time_zone_needs_the_servers_zone_tables(
     assert "Table 'things', field 'timezone'" in failure
     assert "mariadb-tzinfo-to-sql" in failure
     assert "Traceback" not in failure
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [("1.50", "1.70"), ("2025-01-01 00:00:00.1", "2025-01-01 00:00:00.2")]
+)
+def test_a_tied_row_changed_below_its_integer_part_is_work(
+    tmp_path: Path,
+    my: Database,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    before: str,
+    after: str,
+) -> None:
+    """The no-JVM check's fingerprint of the tied rows sees every digit of a value."""
+    kind = "DECIMAL(10, 2)" if "." in before and ":" not in before else "DATETIME(6)"
+    my.execute(f"CREATE TABLE things (id INT PRIMARY KEY, v {kind}, at INT NOT NULL)")
+    my.execute(f"INSERT INTO things VALUES (1, '{before}', 1)")
+    project = _project(tmp_path, my, mode="merge", cursor="at")
+    assert materialize(project, "things", instance, spark_resource).success
+    my.execute(f"UPDATE things SET v = '{after}'")
+
+    run = materialize(project, "things", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["rows_updated"] == 1
+    expected = Decimal(after) if kind.startswith("DECIMAL") else dt.datetime.fromisoformat(after)
+    assert _lake(tmp_path, ["v"]) == [(expected,)]
