@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from incremental_assets_tests.harness import Schema
@@ -68,6 +69,11 @@ class SourceDb:
             "(" + ", ".join(_literal(self.kind, v) for v in row) + ")" for row in rows
         )
         self.handle.execute(f"INSERT INTO {table} VALUES {values}")
+
+    def utc(self, value: datetime) -> str:
+        """A literal of the instant `value` for a `{tstz}` column."""
+        text = value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ")
+        return f"'{text}+00'" if self.kind == "postgres" else f"'{text}'"  # MariaDB's session: UTC
 
     def alter_type(self, table: str, column: str, type_: str) -> str:
         """The statement that changes a column's type."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import (
     Schema,
     latest_metadata,
@@ -19,7 +21,7 @@ from incremental_assets_tests.harness import (
 )
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
     entry = {
         "name": "items",
         "source": "shop",
@@ -44,15 +46,15 @@ def _ids(tmp_path: Path) -> list[int]:
 
 
 @pytest.fixture
-def with_nulls(pg: Schema) -> Schema:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, seq bigint)")
-    pg.execute("INSERT INTO items VALUES (1, 10), (2, 20), (3, NULL), (4, NULL), (5, NULL)")
-    return pg
+def with_nulls(db: SourceDb) -> SourceDb:
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, seq bigint)")
+    db.execute("INSERT INTO items VALUES (1, 10), (2, 20), (3, NULL), (4, NULL), (5, NULL)")
+    return db
 
 
 def test_null_cursors_are_an_error_by_default_naming_the_count(
     tmp_path: Path,
-    with_nulls: Schema,
+    with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
@@ -71,7 +73,7 @@ def test_null_cursors_are_an_error_by_default_naming_the_count(
 
 def test_null_cursors_included_are_read_every_run_and_kept_once(
     tmp_path: Path,
-    with_nulls: Schema,
+    with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
@@ -81,14 +83,15 @@ def test_null_cursors_included_are_read_every_run_and_kept_once(
     second = materialize(project, "items", instance, spark_resource)
 
     assert first.success and second.success, (first.failure, second.failure)
-    assert first.metadata["extract_filter"] == '("seq" <= 20) OR "seq" IS NULL'
+    quoted = '"seq"' if with_nulls.kind == "postgres" else "`seq`"
+    assert first.metadata["extract_filter"] == f"({quoted} <= 20) OR {quoted} IS NULL"
     assert second.metadata["rows_written"] == 2
     assert _ids(tmp_path) == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_null_cursors_excluded_are_counted_and_left_out(
     tmp_path: Path,
-    with_nulls: Schema,
+    with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
@@ -132,18 +135,20 @@ def test_text_cursors_follow_the_database_collation(
 @pytest.mark.parametrize("tolerance", ["0s", "36500d"])
 def test_a_row_dated_far_in_the_future_does_not_hide_rows_written_later(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     tolerance: str,
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at timestamptz NOT NULL)")
-    pg.execute(
-        "INSERT INTO items VALUES (1, now() - INTERVAL '1 hour'), (2, now() + INTERVAL '10 years')"
+    now = datetime.now(UTC)
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, at {tstz})")
+    future = now.replace(year=now.year + 10)
+    db.execute(
+        f"INSERT INTO items VALUES (1, {db.utc(now - timedelta(hours=1))}), (2, {db.utc(future)})"
     )
-    project = _project(tmp_path, pg, cursor="at", future_tolerance=tolerance)
+    project = _project(tmp_path, db, cursor="at", future_tolerance=tolerance)
     first = materialize(project, "items", instance, spark_resource)
-    pg.execute("INSERT INTO items VALUES (3, now())")
+    db.execute(f"INSERT INTO items VALUES (3, {db.utc(datetime.now(UTC))})")
 
     second = materialize(project, "items", instance, spark_resource)
 

@@ -11,10 +11,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
     entry = {
         "name": "items",
         "source": "shop",
@@ -38,16 +39,16 @@ def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
 
 def test_reconcile_removes_rows_deleted_at_the_source(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
-    pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 100) i")
-    project = _project(tmp_path, pg)
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
+    db.insert("items", [(i, i) for i in range(1, 101)])
+    project = _project(tmp_path, db)
     assert materialize(project, "items", instance, spark_resource).success
-    pg.execute("DELETE FROM items WHERE id IN (3, 50, 77)")
-    pg.execute("INSERT INTO items VALUES (101, 101)")
+    db.execute("DELETE FROM items WHERE id IN (3, 50, 77)")
+    db.execute("INSERT INTO items VALUES (101, 101)")
 
     run = materialize(project, "items", instance, spark_resource)
 
@@ -55,7 +56,7 @@ def test_reconcile_removes_rows_deleted_at_the_source(
     assert run.metadata["deletes_reconciled"] is True
     assert (run.metadata["rows_inserted"], run.metadata["rows_deleted"]) == (1, 3)
     assert rows_by(read_lake(tmp_path / "lake", "items"), ["id", "at"]) == sorted(
-        pg.query("SELECT id, at FROM items")
+        db.query("SELECT id, at FROM items")
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +10,11 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.databases import SourceDb
 from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
+def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
     table = {"name": "items", "source": "shop", "table": f"{pg.name}.items", **table}
     if "query" in table:
         table.pop("table")
@@ -26,24 +28,24 @@ def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
 
 def test_safety_lag_leaves_recent_rows_for_the_next_run(
     tmp_path: Path,
-    pg: Schema,
+    db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, at timestamptz NOT NULL)")
-    pg.execute(
-        "INSERT INTO items VALUES (1, now() - INTERVAL '2 hours'), (2, now() - INTERVAL '10 minutes'), (3, now())"
+    now = datetime.now(UTC)
+    ages = [timedelta(hours=2), timedelta(minutes=10), timedelta(0)]
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, at {tstz})")
+    db.execute(
+        "INSERT INTO items VALUES "
+        + ", ".join(f"({i}, {db.utc(now - age)})" for i, age in enumerate(ages, 1))
     )
-    project = _project(tmp_path, pg, mode="append", cursor="at", safety_lag="30m")
+    project = _project(tmp_path, db, mode="append", cursor="at", safety_lag="30m")
 
     run = materialize(project, "items", instance, spark_resource)
 
     assert run.success, run.failure
     assert rows_by(read_lake(tmp_path / "lake", "items"), ["id"]) == [(1,)]
-    (expected,) = pg.query(
-        "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US+00:00') FROM items WHERE id = 1"
-    )
-    assert run.metadata["cursor"] == expected[0]
+    assert run.metadata["cursor"] == (now - ages[0]).isoformat(timespec="microseconds")
 
 
 def test_merge_removes_rows_whose_delete_column_is_set(
