@@ -52,7 +52,14 @@ CREATE TABLE things (
     elapsed TIME(6),
     yr YEAR,
     code CHAR(5),
-    at INT NOT NULL
+    at INT NOT NULL,
+    f FLOAT,
+    d DOUBLE,
+    ti TINYINT,
+    si SMALLINT,
+    mi MEDIUMINT,
+    mi_u MEDIUMINT UNSIGNED,
+    vb VARBINARY(8)
 )
 """
 # Written in the server's session zone pinned to UTC by the test's connection.
@@ -77,6 +84,13 @@ ROWS = [
         2155,
         "ab",
         1,
+        1.5,
+        2.25,
+        -128,
+        -32768,
+        -8388608,
+        16777215,
+        b"\x01",
     ),
     (
         2**63,
@@ -98,6 +112,8 @@ ROWS = [
         1901,
         "",
         2,
+        *[0] * 6,
+        b"",
     ),
     (
         1,
@@ -119,6 +135,7 @@ ROWS = [
         None,
         None,
         3,
+        *[None] * 7,
     ),
 ]
 
@@ -188,10 +205,17 @@ LAKE_TYPES = {
     "yr": pa.int32(),
     "code": pa.string(),
     "at": pa.int32(),
+    "f": pa.float32(),
+    "d": pa.float64(),
+    "ti": pa.int8(),
+    "si": pa.int16(),
+    "mi": pa.int32(),
+    "mi_u": pa.int32(),
+    "vb": pa.binary(),
 }
 UTC = dt.UTC
 EXPECTED = [
-    (Decimal(1), *[None] * 17, 3),
+    (Decimal(1), *[None] * 17, 3, *[None] * 7),
     (
         Decimal(2**63),
         0,
@@ -212,6 +236,10 @@ EXPECTED = [
         1901,
         "",
         2,
+        0.0,
+        0.0,
+        *[0] * 4,
+        b"",
     ),
     (
         Decimal(BIGINT_UNSIGNED_MAX),
@@ -233,6 +261,13 @@ EXPECTED = [
         2155,
         "ab",  # CHAR(5), unpadded
         1,
+        1.5,
+        2.25,
+        -128,
+        -32768,
+        -8388608,
+        16777215,
+        b"\x01",
     ),
 ]
 
@@ -259,7 +294,7 @@ def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
     assert {name: lake.schema.field(name).type for name in LAKE_TYPES} == LAKE_TYPES
     assert second.success, second.failure
     assert (second.metadata["rows_inserted"], second.metadata["rows_updated"]) == (1, 1)
-    expected = [*EXPECTED[:2], (Decimal(BIGINT_UNSIGNED_MAX - 1), *[None] * 17, 5)]
+    expected = [*EXPECTED[:2], (Decimal(BIGINT_UNSIGNED_MAX - 1), *[None] * 17, 5, *[None] * 7)]
     changed = list(EXPECTED[2])
     changed[10], changed[18] = "paid", 4
     assert _lake(tmp_path, list(LAKE_TYPES)) == sorted([*expected, tuple(changed)])
