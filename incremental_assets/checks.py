@@ -35,7 +35,7 @@ from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.window import Window
 from incremental_assets.writers.lake import LakeTable
-from incremental_assets.writers.merge import soft_deleted
+from incremental_assets.writers.versions import soft_deleted
 
 KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"

@@ -16,18 +16,11 @@ import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from incremental_assets.config.env import substitute_env
-from incremental_assets.config.models import (
-    FilesSourceSpec,
-    JdbcSourceSpec,
-    LakeSpec,
-    Project,
-    SourceSpec,
-    SparkSpec,
-    TableSpec,
-)
+from incremental_assets.config.models import LakeSpec, Project, SparkSpec, TableSpec
 from incremental_assets.config.problems import UNKNOWN_SETTING, problems_from
 from incremental_assets.config.rules import table_problems
 from incremental_assets.config.shorthand import expand_shorthand, table_place
+from incremental_assets.config.sources import FilesSourceSpec, JdbcSourceSpec, SourceSpec
 from incremental_assets.cursor import parse_decimal
 from incremental_assets.errors import ConfigError, Problem
 

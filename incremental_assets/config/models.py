@@ -15,71 +15,26 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlparse
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from incremental_assets.config.durations import DURATION, parse_duration
+from incremental_assets.config.durations import DURATION
+from incremental_assets.config.fields import Cron, Duration, FrozenModel, OptionText, absolute, cron
+from incremental_assets.config.sources import (
+    POSTGRES_EXCLUDES,
+    SourceSpec,
+)
 from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_decimal
 from incremental_assets.errors import CursorError
 
-POSTGRES_PACKAGE = "org.postgresql:postgresql:42.7.13"
-# pgjdbc's optional checker-qual dependency is not in every offline Maven cache.
-POSTGRES_EXCLUDES = "org.checkerframework:checker-qual"
-MARIADB_PACKAGE = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
-# Each source database: its URL prefixes, its default driver class and that driver's package.
-_DATABASES = {
-    "postgres": (("jdbc:postgresql:",), "org.postgresql.Driver", POSTGRES_PACKAGE),
-    "mysql": (("jdbc:mysql:", "jdbc:mariadb:"), "org.mariadb.jdbc.Driver", MARIADB_PACKAGE),
-}
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _duration(value: object) -> object:
-    return value if isinstance(value, timedelta) else parse_duration(str(value))
-
-
-def _cron(value: str) -> str:
-    from dagster._utils.schedules import is_valid_cron_string
-
-    if not is_valid_cron_string(value):
-        raise ValueError(f"'{value}' is not a cron expression such as '0 */2 * * *'")
-    return value
-
-
-def _text(value: object) -> object:
-    """An option value as Spark takes it: `true`, not `True`."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value) if isinstance(value, int | float | Decimal) else value
-
-
-def _absolute(path: str, info: ValidationInfo) -> str:
-    """A path relative to the configuration file's folder; URIs (s3a://, hdfs://) as they are."""
-    if len(urlparse(path).scheme) > 1:  # one letter would be a Windows drive
-        return path.rstrip("/")
-    base = (info.context or {}).get("base")
-    return path if base is None else str((Path(base) / path).resolve())
-
-
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
-Cron = Annotated[str, AfterValidator(_cron)]
-OptionText = Annotated[str, BeforeValidator(_text)]
 
 
 class Mode(StrEnum):
@@ -88,7 +43,7 @@ class Mode(StrEnum):
     FULL_REFRESH = "full_refresh"
 
 
-class SparkSpec(_Model):
+class SparkSpec(FrozenModel):
     master: str = Field("local[*]", description="Any Spark master URL.")
     app_name: str = Field("incremental_assets", description="spark.app.name")
     conf: dict[str, OptionText] = Field(
@@ -154,7 +109,7 @@ def _listed(value: object) -> list[str]:
     return [item for item in str(value or "").split(",") if item]
 
 
-class LakeSpec(_Model):
+class LakeSpec(FrozenModel):
     path: str = Field(description="Root of the Parquet lake: a local path or a Hadoop URI.")
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     max_rows_per_file: int = Field(5_000_000, gt=0)
@@ -165,7 +120,7 @@ class LakeSpec(_Model):
     @field_validator("path")
     @classmethod
     def _resolved(cls, value: str, info: ValidationInfo) -> str:
-        return _absolute(value, info)
+        return absolute(value, info)
 
     @property
     def uri(self) -> str:
@@ -180,78 +135,7 @@ class LakeSpec(_Model):
         return f"{self.uri.rstrip('/')}/{table_name}"
 
 
-class JdbcSourceSpec(_Model):
-    type: Literal["jdbc"] = "jdbc"
-    name: str
-    url: str = Field(
-        description="jdbc:postgresql://host:5432/db, jdbc:mysql://host:3306/db or jdbc:mariadb://..."
-    )
-    user: str | None = None
-    password: str | None = Field(None, repr=False)
-    driver: str = Field(
-        "", description="The JDBC driver class; by default pgjdbc's or MariaDB Connector/J's."
-    )
-    properties: dict[str, str] = Field(default_factory=dict)
-    fetchsize: int = Field(10_000, gt=0)
-    max_partitions: int | None = Field(None, gt=0)
-    rows_per_partition: int = Field(250_000, gt=0)
-
-    @field_validator("url")
-    @classmethod
-    def _known_database(cls, url: str) -> str:
-        prefixes = [p for prefixes, _, _ in _DATABASES.values() for p in prefixes]
-        if not url.startswith(tuple(prefixes)):
-            raise ValueError(
-                f"'{url}' is not a JDBC URL of a database this version reads: PostgreSQL "
-                "(jdbc:postgresql://host:5432/db), MySQL or MariaDB (jdbc:mysql://host:3306/db or "
-                "jdbc:mariadb://host:3306/db)"
-            )
-        return url
-
-    @model_validator(mode="after")
-    def _default_driver(self) -> JdbcSourceSpec:
-        if not self.driver:
-            object.__setattr__(self, "driver", _DATABASES[self.kind][1])
-        return self
-
-    @property
-    def kind(self) -> str:
-        """Which database: `postgres` or `mysql` (MySQL and MariaDB)."""
-        return next(
-            k for k, (prefixes, _, _) in _DATABASES.items() if self.url.startswith(prefixes)
-        )
-
-    @property
-    def driver_package(self) -> str | None:
-        """The Maven coordinates of the default driver, or None for a driver of the user's own."""
-        _, driver, package = _DATABASES[self.kind]
-        return package if self.driver == driver else None
-
-    def redacted_url(self) -> str:
-        return self.url.split("?", 1)[0]
-
-
-class FilesSourceSpec(_Model):
-    type: Literal["files"] = "files"
-    name: str
-    path: str
-    format: Literal["parquet", "csv", "json"] = "parquet"
-    options: dict[str, OptionText] = Field(default_factory=dict)
-
-    @field_validator("path")
-    @classmethod
-    def _resolved(cls, value: str, info: ValidationInfo) -> str:
-        return _absolute(value, info)
-
-    @property
-    def kind(self) -> str:
-        return self.format
-
-
-SourceSpec = Annotated[JdbcSourceSpec | FilesSourceSpec, Field(discriminator="type")]
-
-
-class CursorSpec(_Model):
+class CursorSpec(FrozenModel):
     column: str
     declared_type: CursorType | None = Field(None, alias="type")
 
@@ -266,12 +150,12 @@ class CursorSpec(_Model):
         return value
 
 
-class SensorSpec(_Model):
+class SensorSpec(FrozenModel):
     interval: Duration = timedelta(minutes=5)
     running: bool = True
 
 
-class ChecksSpec(_Model):
+class ChecksSpec(FrozenModel):
     freshness: Duration | None = Field(
         None, description="The cursor (or last success) may be at most this old."
     )
@@ -287,7 +171,7 @@ AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'
 SENSOR_HINT = "use true (poll every 5m), or {interval: 1m}"
 
 
-class TableSpec(_Model):
+class TableSpec(FrozenModel):
     """One table: the YAML entry, validated, with its source resolved and its values parsed."""
 
     name: str = Field(pattern=NAME_PATTERN)
@@ -397,7 +281,7 @@ class TableSpec(_Model):
     @classmethod
     def _automation(cls, value: object) -> object:
         if isinstance(value, Mapping) and set(value) == {"on_cron"}:
-            return _cron(str(value["on_cron"]))
+            return cron(str(value["on_cron"]))
         if value is None or value in ("eager", "on_missing"):
             return value
         raise ValueError(AUTOMATION_HINT)
@@ -440,7 +324,7 @@ def _lookback_setting(value: object) -> str | int | Decimal:
     return int(number) if number == number.to_integral_value() else number
 
 
-class Project(_Model):
+class Project(FrozenModel):
     path: str
     spark: SparkSpec
     lake: LakeSpec

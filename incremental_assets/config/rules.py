@@ -14,7 +14,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 from incremental_assets.config.durations import parse_duration
-from incremental_assets.config.models import FilesSourceSpec, JdbcSourceSpec, Mode, TableSpec
+from incremental_assets.config.models import Mode, TableSpec
+from incremental_assets.config.sources import FilesSourceSpec, JdbcSourceSpec
 from incremental_assets.cursor import CursorType, CursorValue, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError, Problem, TableProblem
 from incremental_assets.window import Lookback

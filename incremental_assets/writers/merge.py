@@ -23,22 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
-from pyspark.sql import Window as W
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.results import MergeCounts, WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
-    BATCH_COLUMN,
     Staged,
     WritePlan,
     column_types,
     commit_replacing,
     conformed,
     counted,
-    null_safe_match,
     observed,
     write_parquet,
 )
@@ -52,6 +48,16 @@ from incremental_assets.writers.buckets import (
     scheme_of,
 )
 from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
+from incremental_assets.writers.versions import (
+    BUCKET,
+    GONE,
+    HASH,
+    LAKE_HASH,
+    patched_merge,
+    ranked_merge,
+    row_hash,
+    soft_deleted,
+)
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 # Up to this many re-read rows are compared with the lake; more mark their buckets touched.
@@ -59,18 +65,8 @@ REREAD_CHECK_ROWS = 100_000
 # Up to this many delta rows and touched buckets, each bucket is patched in a job of its own:
 # lake rows of keys the delta doesn't name are copied without a shuffle, several jobs at a time.
 PATCH_ROWS = 2_000_000
-PATCH_BUCKETS = 256
+PATCHBUCKETS = 256
 PATCH_JOBS = 4
-_BUCKET = "__bucket"
-_SOURCE, _HASH, _RANK, _IN_LAKE, _IN_DELTA, _LAKE_HASH, _GONE = (
-    "__src",
-    "__h",
-    "__rn",
-    "__in_lake",
-    "__in_delta",
-    "__lake_h",
-    "__gone",
-)
 
 
 class MergeWriter:
@@ -128,12 +124,12 @@ class MergeWriter:
         assert scheme is not None
         schema = ", ".join(f"`{name}` {kind}" for name, kind in staged.columns)
         delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
-        delta = delta.withColumn(_BUCKET, bucket_of(delta, plan.primary_key, scheme))
+        delta = delta.withColumn(BUCKET, bucket_of(delta, plan.primary_key, scheme))
         gone = self._gone_keys(plan, existing, delta, scheme)
         buckets = {f.bucket[1] for f in existing if f.bucket is not None}
         touched = set(staged.buckets)
         if plan.reconcile:
-            touched |= {row[0] for row in gone.select(_BUCKET).distinct().collect()}
+            touched |= {row[0] for row in gone.select(BUCKET).distinct().collect()}
         if rewrites_every_bucket(plan, existing):
             replaced, strategy = existing, "rewrite table"
         else:
@@ -142,13 +138,13 @@ class MergeWriter:
                 plan.lake.discard(plan.txn)
                 return _unchanged(staged, delta)
             # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
-            delta = delta.where(F.col(_BUCKET).isin(sorted(touched)))
+            delta = delta.where(F.col(BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
             strategy = f"{len(touched & buckets)} of {len(buckets)} buckets"
         patched = (
             strategy != "rewrite table"
             and staged.rows_extracted <= PATCH_ROWS
-            and len(touched) <= PATCH_BUCKETS
+            and len(touched) <= PATCHBUCKETS
         )
         if patched:
             written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)
@@ -181,12 +177,12 @@ class MergeWriter:
     ) -> _Written:
         """Rank every version of every key in the replaced buckets; one shuffle clusters them."""
         lake_rows = self._read_bucketed(plan, replaced, scheme)
-        merged, counts = _merge(delta, lake_rows, gone, plan)
+        merged, counts = ranked_merge(delta, lake_rows, gone, plan)
         merged, rewritten = counted(merged, "rewritten")
         # The merge already clustered the rows by bucket: one task writes each bucket.
-        write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=_BUCKET)
+        write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=BUCKET)
         return _Written(
-            _counts(counts), observed(rewritten), column_types(merged.drop(_BUCKET).schema)
+            _counts(counts), observed(rewritten), column_types(merged.drop(BUCKET).schema)
         )
 
     def _patch_buckets(
@@ -209,21 +205,23 @@ class MergeWriter:
 
         def one(bucket: int) -> _Written:
             lake_rows = self._read_lake(plan, files[bucket]) if files[bucket] else None
-            in_bucket = F.col(_BUCKET) == bucket
+            in_bucket = F.col(BUCKET) == bucket
             rows = (
                 None
                 if lake_rows is None
-                else conformed(lake_rows, plan).withColumn(_BUCKET, F.lit(bucket).cast("bigint"))
+                else conformed(lake_rows, plan).withColumn(BUCKET, F.lit(bucket).cast("bigint"))
             )
-            merged, counts = _patch(delta.where(in_bucket), rows, gone.where(in_bucket), plan)
+            merged, counts = patched_merge(
+                delta.where(in_bucket), rows, gone.where(in_bucket), plan
+            )
             # As many files as the bucket had (one, unless it outgrew max_rows_per_file): they
             # don't multiply with every merge.
             merged, rewritten = counted(merged.coalesce(max(1, len(files[bucket]))), "rewritten")
             write_parquet(
-                merged.drop(_BUCKET), f"{self._staged(plan, _MERGED)}/{_BUCKET}={bucket}", plan
+                merged.drop(BUCKET), f"{self._staged(plan, _MERGED)}/{BUCKET}={bucket}", plan
             )
             return _Written(
-                _counts(counts), observed(rewritten), column_types(merged.drop(_BUCKET).schema)
+                _counts(counts), observed(rewritten), column_types(merged.drop(BUCKET).schema)
             )
 
         with ThreadPoolExecutor(max_workers=PATCH_JOBS) as pool:
@@ -269,23 +267,23 @@ class MergeWriter:
         if staged.reread_rows > REREAD_CHECK_ROWS:
             return set(candidates)
         keys = list(plan.primary_key)
-        data = [c for c in delta.columns if c != _BUCKET]
-        rows = delta.where(_reread(plan) & F.col(_BUCKET).isin(sorted(candidates))).select(
+        data = [c for c in delta.columns if c != BUCKET]
+        rows = delta.where(_reread(plan) & F.col(BUCKET).isin(sorted(candidates))).select(
             *keys,
-            _BUCKET,
-            _row_hash(data).alias(_HASH),
-            soft_deleted(delta, plan.delete_column).alias(_GONE),
+            BUCKET,
+            row_hash(data).alias(HASH),
+            soft_deleted(delta, plan.delete_column).alias(GONE),
         )
         files = [f for f in existing if f.bucket is not None and f.bucket[1] in candidates]
         if files:
             within = _within(staged.key_ranges, delta)
             lake = conformed(self._read_lake(plan, files).where(within), plan)
-            rows = rows.join(lake.select(*keys, _row_hash(data).alias(_LAKE_HASH)), keys, "left")
+            rows = rows.join(lake.select(*keys, row_hash(data).alias(LAKE_HASH)), keys, "left")
         else:
-            rows = rows.withColumn(_LAKE_HASH, F.lit(None).cast("long"))
-        held = F.col(_LAKE_HASH).isNotNull()
-        changes = F.when(F.col(_GONE), held).otherwise(~held | (F.col(_HASH) != F.col(_LAKE_HASH)))
-        return {int(row[0]) for row in rows.where(changes).select(_BUCKET).distinct().collect()}
+            rows = rows.withColumn(LAKE_HASH, F.lit(None).cast("long"))
+        held = F.col(LAKE_HASH).isNotNull()
+        changes = F.when(F.col(GONE), held).otherwise(~held | (F.col(HASH) != F.col(LAKE_HASH)))
+        return {int(row[0]) for row in rows.where(changes).select(BUCKET).distinct().collect()}
 
     def _read_bucketed(
         self, plan: WritePlan, files: list[DataFile], scheme: BucketScheme
@@ -293,16 +291,16 @@ class MergeWriter:
         if not files:
             return None
         rows = conformed(self._read_lake(plan, files), plan)
-        return rows.withColumn(_BUCKET, bucket_of(rows, plan.primary_key, scheme))
+        return rows.withColumn(BUCKET, bucket_of(rows, plan.primary_key, scheme))
 
     def _gone_keys(
         self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, scheme: BucketScheme
     ) -> DataFrame:
         """Keys in the lake that the source no longer has (empty unless reconciling deletes)."""
         key_columns = [F.col(f"`{c}`") for c in plan.primary_key]
-        empty = delta.select(*key_columns, _BUCKET).limit(0)
+        empty = delta.select(*key_columns, BUCKET).limit(0)
         if not plan.reconcile or not existing:
-            return empty.withColumn(_GONE, F.lit(True))
+            return empty.withColumn(GONE, F.lit(True))
         in_lake = self._read_lake(plan, existing).select(*key_columns)
         in_source = self.spark.read.parquet(self._staged(plan, _KEYS))
         gone = (
@@ -310,8 +308,8 @@ class MergeWriter:
             .join(delta.select(*key_columns), list(plan.primary_key), "left_anti")
             .distinct()
         )
-        return gone.withColumn(_BUCKET, bucket_of(gone, plan.primary_key, scheme)).withColumn(
-            _GONE, F.lit(True)
+        return gone.withColumn(BUCKET, bucket_of(gone, plan.primary_key, scheme)).withColumn(
+            GONE, F.lit(True)
         )
 
 
@@ -333,51 +331,8 @@ def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
         files_written=0,
         rows_rewritten=0,
         merge=MergeCounts(0, 0, 0),
-        columns=column_types(delta.drop(_BUCKET).schema, with_batch=True),
+        columns=column_types(delta.drop(BUCKET).schema, with_batch=True),
     )
-
-
-def _merge(
-    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
-) -> tuple[DataFrame, Observation]:
-    data_columns = [c for c in delta.columns if c != _BUCKET]
-    incoming = delta.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")).withColumn(
-        _SOURCE, F.lit(1)
-    )
-    combined = incoming
-    if lake_rows is not None:
-        combined = incoming.unionByName(
-            lake_rows.withColumn(_SOURCE, F.lit(0)), allowMissingColumns=True
-        )
-    combined = combined.join(gone.drop(_BUCKET), list(plan.primary_key), "left")
-    combined = combined.withColumn(_HASH, _row_hash(data_columns))
-    # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
-    combined = combined.repartition(_BUCKET)
-    by_key = W.partitionBy(F.col(_BUCKET), *[F.col(f"`{c}`") for c in plan.primary_key])
-    ranked = (
-        combined.withColumn(_RANK, F.row_number().over(by_key.orderBy(*_precedence(plan))))
-        .withColumn(_IN_LAKE, F.max((F.col(_SOURCE) == 0).cast("int")).over(by_key))
-        .withColumn(_IN_DELTA, F.max(F.col(_SOURCE)).over(by_key))
-        .withColumn(_LAKE_HASH, F.max(F.when(F.col(_SOURCE) == 0, F.col(_HASH))).over(by_key))
-    )
-    winners = ranked.where(F.col(_RANK) == 1)
-    deleted = _deleted(winners, plan)
-    from_delta, in_lake = F.col(_SOURCE) == 1, F.col(_IN_LAKE) == 1
-    counts = Observation("merge")
-    winners = winners.observe(
-        counts,
-        F.sum((from_delta & ~in_lake & ~deleted).cast("long")).alias("inserted"),
-        F.sum(
-            (from_delta & in_lake & ~deleted & (F.col(_HASH) != F.col(_LAKE_HASH))).cast("long")
-        ).alias("updated"),
-        F.sum((deleted & in_lake).cast("long")).alias("deleted"),
-    )
-    kept = winners.where(~deleted)
-    ordered = [c for c in kept.columns if not c.startswith("__") and c != BATCH_COLUMN] + [
-        BATCH_COLUMN,
-        _BUCKET,
-    ]
-    return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
 @dataclass(frozen=True)
@@ -391,66 +346,11 @@ def _counts(observation: Observation) -> MergeCounts:
     return MergeCounts(*(observed(observation, f) for f in ("inserted", "updated", "deleted")))
 
 
-def _patch(
-    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
-) -> tuple[DataFrame, Observation]:
-    """`_merge`, with the lake rows of keys the delta doesn't name passed through as they are."""
-    if lake_rows is None:
-        return _merge(delta, None, gone, plan)
-    keys = list(plan.primary_key)
-    named = F.broadcast(
-        delta.select(*keys).unionByName(gone.select(*keys)).distinct().alias("named")
-    )
-    rows = lake_rows.alias("lake")
-    matching = null_safe_match("lake", "named", keys)
-    untouched = rows.join(named, matching, "left_anti")
-    contested = rows.join(named, matching, "left_semi")
-    winners, counts = _merge(delta, contested, gone, plan)
-    columns = [F.col(f"`{c}`") for c in winners.columns]
-    return untouched.select(*columns).unionByName(winners), counts
-
-
 def _reread(plan: WritePlan) -> Column:
     """Rows of this read that the lake may already hold as they are (`plan.boundary`)."""
     if plan.boundary is None or plan.replace_all:
         return F.lit(False)
     return F.coalesce(F.expr(render_window(plan.boundary, SPARK_SQL)), F.lit(False))
-
-
-def _row_hash(columns: list[str]) -> Column:
-    return F.xxhash64(*[F.col(f"`{c}`") for c in columns])
-
-
-def _precedence(plan: WritePlan) -> list[Column]:
-    """The order of a key's versions, the winner first; within the delta, cursor order holds."""
-    cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
-    newest_source = F.col(_SOURCE).desc()
-    if plan.replace_all or plan.delta_beats_lake:
-        return [newest_source, *cursor, F.col(_HASH).desc()]
-    return [*cursor, newest_source, F.col(_HASH).desc()]
-
-
-def soft_deleted(frame: DataFrame, delete_column: str | None) -> Column:
-    """Rows the merge removes by their delete column: a true flag, or any value of another type.
-
-    An integer column is a flag too (MySQL's BOOLEAN is a TINYINT(1)): any value but 0 deletes.
-    """
-    if not delete_column:
-        return F.lit(False)
-    column = F.col(f"`{delete_column}`")
-    kind = frame.schema[delete_column].dataType
-    if isinstance(kind, T.BooleanType):
-        return F.coalesce(column, F.lit(False))
-    if isinstance(kind, T.IntegralType):
-        return F.coalesce(column != 0, F.lit(False))
-    return column.isNotNull()
-
-
-def _deleted(winners: DataFrame, plan: WritePlan) -> Column:
-    deleted = F.coalesce(F.col(_GONE), F.lit(False)) | soft_deleted(winners, plan.delete_column)
-    if plan.replace_all:
-        deleted = deleted | (F.col(_IN_DELTA) == 0)
-    return deleted
 
 
 def _named_adds(plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:

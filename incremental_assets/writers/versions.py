@@ -1,0 +1,126 @@
+"""Which version of each key a merge keeps, and which keys it removes.
+
+The delta and the lake rows of the touched buckets are ranked per key: the latest version by
+cursor wins (the delta wins a tie with the lake, and a hash of the row breaks any tie left); with
+a text cursor read over JDBC, or a snapshot, the delta always wins. Rows whose delete column is
+set, keys gone from the source, and (for a snapshot) keys missing from it are removed.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Window as W
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
+
+BUCKET = "__bucket"
+SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE = (
+    "__src",
+    "__h",
+    "__rn",
+    "__in_lake",
+    "__in_delta",
+    "__lake_h",
+    "__gone",
+)
+
+
+def ranked_merge(
+    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
+) -> tuple[DataFrame, Observation]:
+    """Each key's winning version, deleted keys left out; inserted/updated/deleted are observed."""
+    data_columns = [c for c in delta.columns if c != BUCKET]
+    incoming = delta.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")).withColumn(
+        SOURCE, F.lit(1)
+    )
+    combined = incoming
+    if lake_rows is not None:
+        combined = incoming.unionByName(
+            lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True
+        )
+    combined = combined.join(gone.drop(BUCKET), list(plan.primary_key), "left")
+    combined = combined.withColumn(HASH, row_hash(data_columns))
+    # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
+    combined = combined.repartition(BUCKET)
+    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.primary_key])
+    ranked = (
+        combined.withColumn(RANK, F.row_number().over(by_key.orderBy(*precedence(plan))))
+        .withColumn(IN_LAKE, F.max((F.col(SOURCE) == 0).cast("int")).over(by_key))
+        .withColumn(IN_DELTA, F.max(F.col(SOURCE)).over(by_key))
+        .withColumn(LAKE_HASH, F.max(F.when(F.col(SOURCE) == 0, F.col(HASH))).over(by_key))
+    )
+    winners = ranked.where(F.col(RANK) == 1)
+    deleted = deleted_rows(winners, plan)
+    from_delta, in_lake = F.col(SOURCE) == 1, F.col(IN_LAKE) == 1
+    counts = Observation("merge")
+    winners = winners.observe(
+        counts,
+        F.sum((from_delta & ~in_lake & ~deleted).cast("long")).alias("inserted"),
+        F.sum(
+            (from_delta & in_lake & ~deleted & (F.col(HASH) != F.col(LAKE_HASH))).cast("long")
+        ).alias("updated"),
+        F.sum((deleted & in_lake).cast("long")).alias("deleted"),
+    )
+    kept = winners.where(~deleted)
+    ordered = [c for c in kept.columns if not c.startswith("__") and c != BATCH_COLUMN] + [
+        BATCH_COLUMN,
+        BUCKET,
+    ]
+    return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
+
+
+def patched_merge(
+    delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
+) -> tuple[DataFrame, Observation]:
+    """`_merge`, with the lake rows of keys the delta doesn't name passed through as they are."""
+    if lake_rows is None:
+        return ranked_merge(delta, None, gone, plan)
+    keys = list(plan.primary_key)
+    named = F.broadcast(
+        delta.select(*keys).unionByName(gone.select(*keys)).distinct().alias("named")
+    )
+    rows = lake_rows.alias("lake")
+    matching = null_safe_match("lake", "named", keys)
+    untouched = rows.join(named, matching, "left_anti")
+    contested = rows.join(named, matching, "left_semi")
+    winners, counts = ranked_merge(delta, contested, gone, plan)
+    columns = [F.col(f"`{c}`") for c in winners.columns]
+    return untouched.select(*columns).unionByName(winners), counts
+
+
+def row_hash(columns: list[str]) -> Column:
+    return F.xxhash64(*[F.col(f"`{c}`") for c in columns])
+
+
+def precedence(plan: WritePlan) -> list[Column]:
+    """The order of a key's versions, the winner first; within the delta, cursor order holds."""
+    cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
+    newest_source = F.col(SOURCE).desc()
+    if plan.replace_all or plan.delta_beats_lake:
+        return [newest_source, *cursor, F.col(HASH).desc()]
+    return [*cursor, newest_source, F.col(HASH).desc()]
+
+
+def soft_deleted(frame: DataFrame, delete_column: str | None) -> Column:
+    """Rows the merge removes by their delete column: a true flag, or any value of another type.
+
+    An integer column is a flag too (MySQL's BOOLEAN is a TINYINT(1)): any value but 0 deletes.
+    """
+    if not delete_column:
+        return F.lit(False)
+    column = F.col(f"`{delete_column}`")
+    kind = frame.schema[delete_column].dataType
+    if isinstance(kind, T.BooleanType):
+        return F.coalesce(column, F.lit(False))
+    if isinstance(kind, T.IntegralType):
+        return F.coalesce(column != 0, F.lit(False))
+    return column.isNotNull()
+
+
+def deleted_rows(winners: DataFrame, plan: WritePlan) -> Column:
+    deleted = F.coalesce(F.col(GONE), F.lit(False)) | soft_deleted(winners, plan.delete_column)
+    if plan.replace_all:
+        deleted = deleted | (F.col(IN_DELTA) == 0)
+    return deleted
