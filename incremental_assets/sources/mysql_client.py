@@ -6,6 +6,7 @@ reader's is (`time_zone = '+00:00'`). SSL parameters of the URL are passed on.
 
 from __future__ import annotations
 
+from ssl import CERT_NONE, CERT_REQUIRED, get_default_verify_paths
 from typing import Any
 from urllib.parse import parse_qsl, urlparse
 
@@ -31,14 +32,33 @@ def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
         "init_command": "SET time_zone = '+00:00'",
         "program_name": APPLICATION_NAME,
     }
-    if params.get("useSSL", params.get("sslMode", "")).lower() in (
-        "true",
-        "required",
-        "verify_ca",
-        "verify_identity",
-    ):
-        args["ssl"] = {"ca": params.get("serverSslCert")} if params.get("serverSslCert") else {}
+    ssl_args = _ssl(params)
+    if ssl_args is not None:
+        args["ssl"] = ssl_args
     return args
+
+
+def _ssl(params: dict[str, str]) -> dict[str, Any] | None:
+    """PyMySQL's `ssl` from Connector/J's settings, verifying as much as the driver would.
+
+    MariaDB Connector/J: `sslMode=trust|verify-ca|verify-full` (or `useSsl=true`, which
+    verifies); MySQL Connector/J: `sslMode=REQUIRED|VERIFY_CA|VERIFY_IDENTITY` (or `useSSL=true`).
+    """
+    mode = params.get("sslMode", "").lower().replace("_", "-")
+    if not mode and params.get("useSsl", params.get("useSSL", "")).lower() == "true":
+        mode = "verify-full"
+    if mode in ("", "disable", "disabled", "preferred"):
+        return None
+    if mode in ("trust", "required"):
+        return {"check_hostname": False, "verify_mode": CERT_NONE}
+    # PyMySQL verifies nothing without a CA: the system's stands in when none is named.
+    system = get_default_verify_paths()
+    return {
+        "check_hostname": mode in ("verify-full", "verify-identity"),
+        "verify_mode": CERT_REQUIRED,
+        "ca": params.get("serverSslCert") or system.cafile,
+        "capath": None if params.get("serverSslCert") else system.capath,
+    }
 
 
 def connect(source: JdbcSourceSpec) -> pymysql.Connection:
