@@ -28,8 +28,11 @@ from incremental_assets_tests.conftest import TEST_SPARK_CONF
 from incremental_assets_tests.engines import connect_server
 from incremental_assets_tests.mariadb import MARIADB_JAR, mariadb_server
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
-from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES
+from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
 from incremental_assets_tests.postgres import postgres_server
+
+# The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
+KEY_NAMES = dict(zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp"), strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             workdir,
             connect=connect,
             modes=tuple(args.modes.split(",")),
-            cursor_types=_cursor_types(args.cursor_types),
+            cursor_types=_types(CURSOR_TYPES, args.cursor_types),
+            key_types=_types(KEY_NAMES, args.key_types),
             verbose=True,
         )
         batch = 0
@@ -98,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(CURSOR_TYPES.values()),
         help="comma-separated cursor types to draw, as the config names them (string, date...)",
     )
+    parser.add_argument(
+        "--key-types",
+        default=",".join(KEY_NAMES.values()),
+        help=f"comma-separated types of the key's id column to draw: {', '.join(KEY_NAMES.values())}",
+    )
     parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
     parser.add_argument(
@@ -108,13 +117,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cursor_types(names: str) -> tuple[str, ...]:
-    """The machine's names (PostgreSQL's types) of the config's cursor types."""
-    wanted = names.split(",")
-    unknown = set(wanted) - set(CURSOR_TYPES.values())
+def _types(names: dict[str, str], chosen: str) -> tuple[str, ...]:
+    """The machine's names (PostgreSQL's types) of the types chosen by their config names."""
+    wanted = chosen.split(",")
+    unknown = set(wanted) - set(names.values())
     if unknown:
-        raise SystemExit(f"soak: unknown cursor types {sorted(unknown)}")
-    return tuple(kind for kind, name in CURSOR_TYPES.items() if name in wanted)
+        raise SystemExit(
+            f"soak: unknown types {sorted(unknown)}; choose from {list(names.values())}"
+        )
+    return tuple(kind for kind, name in names.items() if name in wanted)
 
 
 def _replay(args: argparse.Namespace, seed_value: int) -> str:
@@ -129,6 +140,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "database",
             "modes",
             "cursor_types",
+            "key_types",
             "no_kills",
             "timezone",
         )
@@ -144,6 +156,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--database {args.database}",
         f"--modes {args.modes}",
         f"--cursor-types {args.cursor_types}",
+        f"--key-types {args.key_types}",
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
     ]

@@ -18,6 +18,7 @@ collation (case-insensitive, trailing spaces ignored).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -218,11 +219,18 @@ class MariaDbTable(SourceTable):
     def open_writer(self) -> LateWriter:
         conn = self._connect(autocommit=False)
         self._execute("START TRANSACTION WITH CONSISTENT SNAPSHOT", conn=conn)
-        started = self._select(
-            "SELECT CONVERT_TZ(trx_started, 'SYSTEM', '+00:00') AS started "
-            "FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()",
-            conn=conn,
-        )
+        # innodb_trx is a cache InnoDB refreshes when it is older than 0.1 s: a transaction
+        # that just started may not be listed yet.
+        deadline = time.monotonic() + 10
+        while True:
+            started = self._select(
+                "SELECT CONVERT_TZ(trx_started, 'SYSTEM', '+00:00') AS started "
+                "FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = CONNECTION_ID()",
+                conn=conn,
+            )
+            if started or time.monotonic() > deadline:
+                break
+            time.sleep(0.15)
         assert len(started) == 1, f"the transaction is not in innodb_trx: {started}"
         utc: datetime = started[0]["started"]
         return LateWriter(conn, utc.replace(tzinfo=UTC) - timedelta(seconds=1))
