@@ -1,7 +1,7 @@
 """The MySQL phase: S1 and S0 against a MariaDB server, ours beside ConnectorX and dlt.
 
 The same `orders` table as PostgreSQL's (bench/data.py), in a database `bench` on a MariaDB
-server the harness starts (incremental_assets_tests/mariadb.py: Debian's mariadb-server on a free
+server the harness starts (incremental_assets_tests/support/mariadb.py: Debian's mariadb-server on a free
 loopback port), or INCREMENTAL_ASSETS_TEST_MYSQL names one. Ours reads it over JDBC (MariaDB
 Connector/J from /usr/share/java, via `spark.jars`, a `jdbc:mysql://` URL); ConnectorX reads it
 into Arrow with two partitions on the id for a full load and writes one zstd Parquet file; dlt runs
@@ -98,7 +98,7 @@ def run_mysql(
     engines: list[str],
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Start MariaDB, load `rows`, run S1 first, S1 and S0 for every engine; results and facts."""
-    from incremental_assets_tests.mariadb import mariadb_server
+    from incremental_assets_tests.support.mariadb import mariadb_server
 
     missing = connectorx_available()
     engines = [e for e in ENGINES if e in engines or e == "connectorx"]

@@ -117,7 +117,7 @@ def postgres() -> Iterator[tuple[str, dict[str, str]]]:
             },
         )
         return
-    from incremental_assets_tests.postgres import postgres_server
+    from incremental_assets_tests.support.postgres import postgres_server
 
     with postgres_server() as server:
         local = f"postgresql://{server.user}:{server.password}@{server.host}:{server.port}/{server.dbname}"

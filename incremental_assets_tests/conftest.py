@@ -10,29 +10,22 @@ import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE, SparkSpec
+from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.databases import KINDS, SourceDb
-from incremental_assets_tests.engines import connect_server
-from incremental_assets_tests.harness import Schema, fresh_schema
-from incremental_assets_tests.mariadb import (
-    MARIADB_JAR,
+from incremental_assets_tests.support.databases import KINDS, SourceDb
+from incremental_assets_tests.support.mariadb import (
     Database,
     MariaDbServer,
     fresh_database,
     mariadb_server,
 )
-from incremental_assets_tests.postgres import PostgresServer, postgres_server
-
-TEST_SPARK_CONF = {
-    "spark.jars.packages": POSTGRES_PACKAGE,
-    "spark.jars.excludes": POSTGRES_EXCLUDES,
-    "spark.jars": MARIADB_JAR,
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.driver.memory": "1g",
-}
+from incremental_assets_tests.support.postgres import (
+    PostgresServer,
+    Schema,
+    fresh_schema,
+    postgres_server,
+)
+from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_server
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
     lake_files,
     latest_metadata,
     materialize,

@@ -9,7 +9,8 @@ from typing import Any
 import dagster as dg
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 T = "TIMESTAMPTZ '2025-01-01 12:00:00+00'"
 

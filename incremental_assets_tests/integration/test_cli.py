@@ -13,15 +13,14 @@ import pytest
 
 from incremental_assets.cli import main as cli
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
-    materialize,
     run_cli,
     write_cli_config,
-    write_project,
 )
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, write_project
 
 
 def _config(tmp_path: Path, pg: Schema, remote: str | None = None) -> Path:

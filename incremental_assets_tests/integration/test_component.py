@@ -19,7 +19,8 @@ from dagster.components.testing import create_defs_folder_sandbox
 
 from incremental_assets.config import load_project
 from incremental_assets.errors import ConfigError
-from incremental_assets_tests.harness import Schema, read_lake, rows_by
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import read_lake, rows_by
 
 DG = str(Path(sys.executable).with_name("dg"))
 PACKAGE = "shop_project"

@@ -19,16 +19,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
-    read_lake,
-    rows_by,
     start_cli,
     write_cli_config,
 )
-from incremental_assets_tests.postgres import PostgresServer, wait_for
+from incremental_assets_tests.support.postgres import PostgresServer, Schema, wait_for
+from incremental_assets_tests.support.project import read_lake, rows_by
 
 CLI = str(Path(sys.executable).with_name("incremental-assets"))
 

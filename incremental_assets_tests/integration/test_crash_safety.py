@@ -19,19 +19,20 @@ import pytest
 from incremental_assets.config import load_project
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
-    lake_files,
-    latest_metadata,
     materializations,
-    materialize,
-    read_lake,
-    rows_by,
     start_cli,
     write_cli_config,
 )
-from incremental_assets_tests.postgres import PostgresServer, wait_for
+from incremental_assets_tests.support.postgres import PostgresServer, Schema, wait_for
+from incremental_assets_tests.support.project import (
+    lake_files,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+)
 
 
 def _setup(tmp_path: Path, pg: Schema, mode: str, **options: object) -> Path:

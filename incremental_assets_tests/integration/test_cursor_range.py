@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, lake_files, materialize, write_project
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import lake_files, materialize, write_project
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 
 def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:

@@ -14,17 +14,15 @@ import pytest
 
 from incremental_assets.engine import engine_folder
 from incremental_assets.pause_points import ENV as PAUSE_AT
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
-    read_lake,
-    rows_by,
     run_cli,
     start_cli,
     write_cli_config,
 )
-from incremental_assets_tests.postgres import wait_for
+from incremental_assets_tests.support.postgres import Schema, wait_for
+from incremental_assets_tests.support.project import read_lake, rows_by
 
 CLI = str(Path(sys.executable).with_name("incremental-assets"))
 

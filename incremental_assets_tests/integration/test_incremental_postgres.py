@@ -13,8 +13,8 @@ import pytest
 from incremental_assets.config import Project
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.writers.lake import LakeTable
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
     lake_files,
     latest_metadata,
     materialize,

@@ -26,10 +26,15 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
-from incremental_assets_tests.mariadb import Database, MariaDbServer
-from incremental_assets_tests.postgres import PostgresServer, standby_server, wait_for
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.mariadb import Database, MariaDbServer
+from incremental_assets_tests.support.postgres import (
+    PostgresServer,
+    Schema,
+    standby_server,
+    wait_for,
+)
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 

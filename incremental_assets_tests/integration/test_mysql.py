@@ -20,7 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import (
+from incremental_assets_tests.support.mariadb import Database
+from incremental_assets_tests.support.project import (
     Run,
     lake_files,
     latest_metadata,
@@ -29,7 +30,6 @@ from incremental_assets_tests.harness import (
     rows_by,
     write_project,
 )
-from incremental_assets_tests.mariadb import Database
 
 BIGINT_UNSIGNED_MAX = 2**64 - 1
 EVERY_TYPE = """

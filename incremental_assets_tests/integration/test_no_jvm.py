@@ -18,18 +18,15 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
-    materialize,
-    read_lake,
-    rows_by,
     run_cli,
     write_cli_config,
-    write_project,
 )
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 TABLE = (
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text, "

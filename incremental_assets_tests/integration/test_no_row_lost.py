@@ -15,8 +15,8 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 
 def _project(tmp_path: Path, db: SourceDb, **table: Any) -> Any:

@@ -15,8 +15,8 @@ from incremental_assets.config import load_project
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
     latest_metadata,
     materialize,
     read_lake,

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, materialize, write_project
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.project import materialize, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 

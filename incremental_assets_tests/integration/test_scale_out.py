@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from incremental_assets_tests.engines import master_state, standalone_cluster
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
-    read_lake,
-    rows_by,
     run_cli,
     start_cli,
     write_cli_config,
 )
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import read_lake, rows_by
+from incremental_assets_tests.support.spark import master_state, standalone_cluster
 
 ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz NOT NULL)"
 ROWS = "INSERT INTO orders SELECT i, 'v', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series({}, {}) i"

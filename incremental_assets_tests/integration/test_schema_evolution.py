@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
     lake_files,
     latest_metadata,
     materialize,

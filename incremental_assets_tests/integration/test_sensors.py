@@ -21,9 +21,9 @@ from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
 from incremental_assets.translator import IncrementalAssetsTranslator
-from incremental_assets_tests.databases import SourceDb
-from incremental_assets_tests.harness import Schema, materialize, write_project
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.project import materialize, write_project
 
 
 def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:

@@ -17,7 +17,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
 
 # (JVM default zone, Spark session zone, database session zone)
 ZONES = [

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import (
-    Schema,
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
     lake_files,
     materialize,
     read_lake,

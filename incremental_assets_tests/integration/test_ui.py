@@ -24,8 +24,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from incremental_assets.demo import change, seed
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import materialize, write_project
-from incremental_assets_tests.postgres import free_port
+from incremental_assets_tests.support.postgres import free_port
+from incremental_assets_tests.support.project import materialize, write_project
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

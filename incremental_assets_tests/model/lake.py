@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from incremental_assets_tests.harness import read_lake
 from incremental_assets_tests.model.table import TABLE
+from incremental_assets_tests.support.project import read_lake
 
 BATCH = "_batch"
 

@@ -39,7 +39,6 @@ from hypothesis.stateful import (
 )
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.mariadb import MariaDbServer
 from incremental_assets_tests.model.lake import LakeState, read_lake_state
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
@@ -65,7 +64,8 @@ from incremental_assets_tests.model.table import (
     minus_lookback,
     table_configs,
 )
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.mariadb import MariaDbServer
+from incremental_assets_tests.support.postgres import PostgresServer
 
 MODES = ("append", "merge", "full_refresh")
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)

@@ -22,9 +22,10 @@ from incremental_assets import cli
 from incremental_assets.config import Project, load_project
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.conftest import TEST_SPARK_CONF
-from incremental_assets_tests.harness import cli_env, latest_metadata, materialize, start_cli
 from incremental_assets_tests.model.table import TABLE
+from incremental_assets_tests.support.cli import cli_env, start_cli
+from incremental_assets_tests.support.project import latest_metadata, materialize
+from incremental_assets_tests.support.spark import TEST_SPARK_CONF
 
 PAUSE_POINTS = ("staged", "mid-commit", "committed")
 

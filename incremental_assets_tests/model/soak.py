@@ -24,12 +24,11 @@ from typing import Any
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.conftest import TEST_SPARK_CONF
-from incremental_assets_tests.engines import connect_server
-from incremental_assets_tests.mariadb import MARIADB_JAR, mariadb_server
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
-from incremental_assets_tests.postgres import postgres_server
+from incremental_assets_tests.support.mariadb import MARIADB_JAR, mariadb_server
+from incremental_assets_tests.support.postgres import postgres_server
+from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_server
 
 # The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
 KEY_NAMES = dict(zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp"), strict=True))

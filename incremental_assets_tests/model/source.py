@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from incremental_assets_tests.mariadb import MariaDbServer
 from incremental_assets_tests.model.table import (
     CURSOR,
     DELETED,
@@ -32,7 +31,8 @@ from incremental_assets_tests.model.table import (
     collated,
     next_cursor,
 )
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.mariadb import MariaDbServer
+from incremental_assets_tests.support.postgres import PostgresServer
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pymysql
 from pymysql.cursors import DictCursor
 
-from incremental_assets_tests.mariadb import MariaDbServer, fresh_database
 from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, SourceTable
 from incremental_assets_tests.model.table import CURSOR, DELETED, TABLE, CursorValue, TableConfig
+from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
 
 _DISPLAY_WIDTH = re.compile(r"^(smallint|mediumint|int|bigint)\(\d+\)")
 _LAKE_TYPES = {

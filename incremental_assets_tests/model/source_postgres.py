@@ -16,11 +16,10 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from incremental_assets_tests.harness import fresh_schema
 from incremental_assets_tests.model.lake import arrow_type
 from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, SourceTable
 from incremental_assets_tests.model.table import CURSOR, DELETED, TABLE, CursorValue, TableConfig
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.postgres import PostgresServer, fresh_schema
 
 
 class PostgresTable(SourceTable):

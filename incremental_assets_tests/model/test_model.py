@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.mariadb import MariaDbServer, fresh_database
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
 from incremental_assets_tests.model.table import CURSOR_TYPES, KEY_TYPES, TableConfig, collated
+from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
 
 
 @dataclass(frozen=True)

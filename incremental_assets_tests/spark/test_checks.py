@@ -15,7 +15,7 @@ from incremental_assets.checks import cursor_not_backwards, primary_key_unique
 from incremental_assets.cursor import CursorType
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.writers.lake import LakeTable
-from incremental_assets_tests.load_results import load_result
+from incremental_assets_tests.support.load_results import load_result
 
 JANUARY = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 from incremental_assets.errors import ConfigError
 from incremental_assets.progress import INTERVAL_ENV, progress_interval, spark_progress
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.harness import Schema, materialize, write_project
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import materialize, write_project
 
 
 def test_a_long_job_reports_its_stages_as_it_goes(spark: SparkSession) -> None:

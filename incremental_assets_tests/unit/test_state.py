@@ -19,7 +19,7 @@ from incremental_assets.state import (
     record_cursor_override,
     record_of,
 )
-from incremental_assets_tests.load_results import load_result
+from incremental_assets_tests.support.load_results import load_result
 
 
 def test_metadata_holds_the_cursor_as_exact_text_and_the_counts_as_numbers() -> None:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from incremental_assets_tests.harness import Schema
-from incremental_assets_tests.mariadb import Database, MariaDbServer
-from incremental_assets_tests.postgres import PostgresServer
+from incremental_assets_tests.support.mariadb import Database, MariaDbServer
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
 
 Kind = Literal["postgres", "mariadb"]
 KINDS: tuple[Kind, ...] = ("postgres", "mariadb")

@@ -1,4 +1,4 @@
-"""A real PostgreSQL server for the tests.
+"""A real PostgreSQL server for the tests, and a fresh schema on it per test.
 
 Started from the binaries on PATH (initdb, pg_ctl) in a temporary directory on a free loopback
 port, with password authentication over TCP and every statement logged, so tests can check the
@@ -15,10 +15,12 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import psycopg
@@ -60,6 +62,46 @@ class PostgresServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+
+@dataclass
+class Schema:
+    """A fresh PostgreSQL schema for one test."""
+
+    server: PostgresServer
+    name: str
+
+    def execute(self, *statements: str, params: Any = None) -> None:
+        with self.server.connect() as conn:
+            conn.execute(f"SET search_path TO {self.name}")
+            for statement in statements:
+                conn.execute(statement, params)  # type: ignore[arg-type]
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
+        with self.server.connect() as conn:
+            conn.execute(f"SET search_path TO {self.name}")
+            return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+    def source(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "type": "jdbc",
+            "url": self.server.jdbc_url,
+            "user": self.server.user,
+            "password": self.server.password,
+            **extra,
+        }
+
+
+@contextmanager
+def fresh_schema(server: PostgresServer) -> Iterator[Schema]:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield Schema(server, name)
+    finally:
+        with server.connect() as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 def free_port() -> int:

@@ -1,5 +1,6 @@
-"""Spark engines the tests start from the pyspark distribution: a Spark Connect server and a
-standalone cluster (a master and two workers) on localhost."""
+"""Spark for the tests: the conf of the suite's sessions, and the engines started from the pyspark
+distribution for runs in subprocesses: a Spark Connect server and a standalone cluster (a master
+and two workers) on localhost."""
 
 from __future__ import annotations
 
@@ -18,14 +19,20 @@ from pathlib import Path
 import pyspark
 
 from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
+from incremental_assets_tests.support.mariadb import MARIADB_JAR
+from incremental_assets_tests.support.postgres import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+TEST_SPARK_CONF = {
+    "spark.jars.packages": POSTGRES_PACKAGE,
+    "spark.jars.excludes": POSTGRES_EXCLUDES,
+    "spark.jars": MARIADB_JAR,
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+}
 
 
 def _wait_for_port(

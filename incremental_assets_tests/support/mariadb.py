@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 
 import pymysql
 
-from incremental_assets_tests.postgres import free_port
+from incremental_assets_tests.support.postgres import free_port
 
 EXTERNAL_ENV = "INCREMENTAL_ASSETS_TEST_MYSQL"
 # Debian's libmariadb-java (MariaDB Connector/J); Maven Central isn't reachable everywhere.

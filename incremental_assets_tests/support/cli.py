@@ -1,0 +1,88 @@
+"""Runs in a subprocess, as a user runs them: the environment, `dagster asset materialize`, the
+config it reads, and the materializations left in the instance on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import yaml
+
+from incremental_assets_tests.support.mariadb import MARIADB_JAR
+from incremental_assets_tests.support.spark import TEST_SPARK_CONF
+
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+
+
+def cli_env(config: Path, home: Path | None, **extra: str) -> dict[str, str]:
+    """The environment a user sets up per the README: the config file, the module, DAGSTER_HOME."""
+    env = {
+        **os.environ,
+        "INCREMENTAL_ASSETS_CONFIG": str(config),
+        "DAGSTER_MODULE_NAME": "incremental_assets",
+        **extra,
+    }
+    env.pop("DAGSTER_HOME", None)
+    if home is not None:
+        home.mkdir(exist_ok=True)
+        env["DAGSTER_HOME"] = str(home)
+    return env
+
+
+def start_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """`dagster asset materialize` in its own process group, so a test can kill all of it."""
+    return subprocess.Popen(
+        [DAGSTER, "asset", "materialize", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    process = start_cli(cwd, env, *args)
+    stdout, stderr = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def materializations(home: Path, table: str) -> list[dict[str, Any]]:
+    """Every materialization of a table in the instance at `home`, oldest first."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(dg.AssetKey(table), limit=1000).records
+        result = []
+        for record in reversed(records):
+            materialization = record.asset_materialization
+            assert materialization is not None
+            result.append({k: getattr(v, "value", v) for k, v in materialization.metadata.items()})
+        return result
+
+
+def write_cli_config(
+    directory: Path,
+    sources: dict[str, Any],
+    tables: list[dict[str, Any]],
+    remote: str | None = None,
+    **lake: Any,
+) -> Path:
+    """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in `directory`."""
+    conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
+    spark: dict[str, Any] = {"master": "local[2]", "conf": conf, "jars": [MARIADB_JAR]}
+    if remote:
+        spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
+    config = {
+        "spark": spark,
+        "lake": {"path": str(directory / "lake"), **lake},
+        "sources": sources,
+        "tables": tables,
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

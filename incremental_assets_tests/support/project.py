@@ -1,0 +1,82 @@
+"""A test's project: write its incremental_assets.yaml, materialize a table, read the lake back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.dataset as pads
+import yaml
+
+from incremental_assets.config import Project, load_project
+from incremental_assets.factory import build_table_asset
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.translator import IncrementalAssetsTranslator
+
+
+def write_project(directory: Path, config: Mapping[str, Any]) -> Project:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    return load_project(path)
+
+
+@dataclass
+class Run:
+    success: bool
+    metadata: dict[str, Any]
+    failure: str | None
+    run_id: str
+
+
+def materialize(
+    project: Project,
+    table: str,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    full_refresh: bool = False,
+) -> Run:
+    spec = project.table(table)
+    asset = build_table_asset(project, spec, IncrementalAssetsTranslator(project.lake))
+    op_name = "__".join(spec.asset_key_path)
+    result = dg.materialize(
+        [asset],
+        instance=instance,
+        resources={"spark": spark_resource},
+        run_config={"ops": {op_name: {"config": {"full_refresh": full_refresh}}}},
+        raise_on_error=False,
+    )
+    metadata: dict[str, Any] = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
+        metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    failure = None
+    for event in result.all_events:
+        if event.is_step_failure:
+            failure = event.step_failure_data.error.message  # type: ignore[union-attr]
+    return Run(result.success, metadata, failure, result.run_id)
+
+
+def latest_metadata(instance: dg.DagsterInstance, table: str) -> dict[str, Any]:
+    event = instance.get_latest_materialization_event(dg.AssetKey(table))
+    if event is None or event.asset_materialization is None:
+        return {}
+    return {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
+
+
+def read_lake(lake_dir: Path, table: str) -> pa.Table:
+    """The table as any pyarrow user reads it."""
+    return pads.dataset(str(lake_dir / table), partitioning="hive", format="parquet").to_table()
+
+
+def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
+    data = table.select(columns).to_pylist()
+    return sorted(tuple(row[c] for c in columns) for row in data)
+
+
+def lake_files(lake_dir: Path, table: str) -> list[str]:
+    return sorted(p.name for p in (lake_dir / table).glob("part-*.parquet"))
