@@ -141,8 +141,10 @@ class MergeWriter:
             delta = delta.where(F.col(BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
             strategy = f"{len(touched & buckets)} of {len(buckets)} buckets"
+        # Patching works bucket by bucket: a commit that only changes the schema has none.
         patched = (
-            strategy != "rewrite table"
+            bool(touched)
+            and strategy != "rewrite table"
             and staged.rows_extracted <= PATCH_ROWS
             and len(touched) <= PATCHBUCKETS
         )
