@@ -1,5 +1,5 @@
-"""Session-wide PostgreSQL, MariaDB and Spark; a fresh schema or database, lake and Dagster
-instance per test."""
+"""Session-wide PostgreSQL, MariaDB and Spark; a fresh schema or database, lake, project and
+Dagster instance per test. Fixtures only: what they are built from lives in support/."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from incremental_assets_tests.support.postgres import (
     fresh_schema,
     postgres_server,
 )
+from incremental_assets_tests.support.project import ProjectBuilder
 from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_server
 
 
@@ -92,3 +93,9 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     home.mkdir()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
+
+
+@pytest.fixture
+def make_project(tmp_path: Path) -> ProjectBuilder:
+    """Writes the test's project in tmp_path: `make_project(pg, "orders", mode="merge", ...)`."""
+    return ProjectBuilder(tmp_path)

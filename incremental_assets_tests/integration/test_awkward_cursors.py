@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pytest
@@ -13,32 +12,14 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     latest_metadata,
     materialize,
     read_lake,
     rows_by,
-    write_project,
 )
 
-
-def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
-    entry = {
-        "name": "items",
-        "source": "shop",
-        "table": f"{pg.name}.items",
-        "mode": "append",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        **table,
-    }
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+DEFAULTS = {"name": "items", "mode": "append", "primary_key": ["id"], "transaction_cap": False}
 
 
 def _ids(tmp_path: Path) -> list[int]:
@@ -53,13 +34,14 @@ def with_nulls(db: SourceDb) -> SourceDb:
 
 
 def test_null_cursors_are_an_error_by_default_naming_the_count(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     run = materialize(
-        _project(tmp_path, with_nulls, cursor="seq"), "items", instance, spark_resource
+        make_project(with_nulls, DEFAULTS, cursor="seq"), "items", instance, spark_resource
     )
 
     assert not run.success
@@ -72,12 +54,13 @@ def test_null_cursors_are_an_error_by_default_naming_the_count(
 
 
 def test_null_cursors_included_are_read_every_run_and_kept_once(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    project = _project(tmp_path, with_nulls, cursor="seq", null_cursor="include")
+    project = make_project(with_nulls, DEFAULTS, cursor="seq", null_cursor="include")
     first = materialize(project, "items", instance, spark_resource)
     with_nulls.execute("INSERT INTO items VALUES (6, NULL), (7, 30)")
     second = materialize(project, "items", instance, spark_resource)
@@ -90,13 +73,14 @@ def test_null_cursors_included_are_read_every_run_and_kept_once(
 
 
 def test_null_cursors_excluded_are_counted_and_left_out(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     with_nulls: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     run = materialize(
-        _project(tmp_path, with_nulls, cursor="seq", null_cursor="exclude"),
+        make_project(with_nulls, DEFAULTS, cursor="seq", null_cursor="exclude"),
         "items",
         instance,
         spark_resource,
@@ -109,6 +93,7 @@ def test_null_cursors_excluded_are_counted_and_left_out(
 
 
 def test_text_cursors_follow_the_database_collation(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -117,7 +102,7 @@ def test_text_cursors_follow_the_database_collation(
     # In this ICU collation b < C, while Python (code points) puts 'C' before 'b'.
     pg.execute('CREATE TABLE items (id int PRIMARY KEY, code text COLLATE "en-x-icu" NOT NULL)')
     pg.execute("INSERT INTO items VALUES (1, 'a'), (2, 'b')")
-    project = _project(tmp_path, pg, cursor="code")
+    project = make_project(pg, DEFAULTS, cursor="code")
     assert materialize(project, "items", instance, spark_resource).metadata["cursor"] == "b"
     pg.execute("INSERT INTO items VALUES (3, 'C')")
 
@@ -134,6 +119,7 @@ def test_text_cursors_follow_the_database_collation(
 
 @pytest.mark.parametrize("tolerance", ["0s", "36500d"])
 def test_a_row_dated_far_in_the_future_does_not_hide_rows_written_later(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -146,7 +132,7 @@ def test_a_row_dated_far_in_the_future_does_not_hide_rows_written_later(
     db.execute(
         f"INSERT INTO items VALUES (1, {db.utc(now - timedelta(hours=1))}), (2, {db.utc(future)})"
     )
-    project = _project(tmp_path, db, cursor="at", future_tolerance=tolerance)
+    project = make_project(db, DEFAULTS, cursor="at", future_tolerance=tolerance)
     first = materialize(project, "items", instance, spark_resource)
     db.execute(f"INSERT INTO items VALUES (3, {db.utc(datetime.now(UTC))})")
 

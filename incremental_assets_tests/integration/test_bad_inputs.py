@@ -12,33 +12,19 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     lake_files,
     latest_metadata,
     materialize,
-    write_project,
 )
 
-
-def _config(
-    tmp_path: Path, pg: Schema | SourceDb, source: dict[str, Any] | None = None, **table: Any
-) -> dict[str, Any]:
-    entry = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "merge",
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        **table,
-    }
-    if "query" in table:
-        entry.pop("table")
-    return {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": {**pg.source(), **(source or {})}},
-        "tables": [entry],
-    }
+DEFAULTS = {
+    "name": "orders",
+    "mode": "merge",
+    "cursor": "updated_at",
+    "primary_key": ["id"],
+    "transaction_cap": False,
+}
 
 
 def _break(db: SourceDb, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -109,6 +95,7 @@ CASES = [
     indirect=["db"],
 )
 def test_a_broken_source_fails_clearly_and_moves_nothing(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -118,15 +105,13 @@ def test_a_broken_source_fails_clearly_and_moves_nothing(
 ) -> None:
     db.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at {tstz})")
     db.execute("INSERT INTO orders VALUES (1, '2025-01-01'), (2, '2025-01-02')")
-    first = materialize(
-        write_project(tmp_path, _config(tmp_path, db)), "orders", instance, spark_resource
-    )
+    first = materialize(make_project(db, DEFAULTS), "orders", instance, spark_resource)
     files = lake_files(tmp_path / "lake", "orders")
     db.execute("INSERT INTO orders VALUES (3, '2025-01-03')")
     source, table = _break(db, case)
 
     run = materialize(
-        write_project(tmp_path, _config(tmp_path, db, source, **table)),
+        make_project(db, DEFAULTS, source=source, **table),
         "orders",
         instance,
         spark_resource,
@@ -145,6 +130,7 @@ def test_a_broken_source_fails_clearly_and_moves_nothing(
 
 
 def test_a_stored_cursor_that_cannot_be_parsed_is_refused_until_a_full_refresh(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -152,7 +138,7 @@ def test_a_stored_cursor_that_cannot_be_parsed_is_refused_until_a_full_refresh(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at timestamptz NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, '2025-01-01')")
-    project = write_project(tmp_path, _config(tmp_path, pg))
+    project = make_project(pg, DEFAULTS)
     assert materialize(project, "orders", instance, spark_resource).success
     files = lake_files(tmp_path / "lake", "orders")
     instance.report_runless_asset_event(

@@ -4,36 +4,28 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
 T = "TIMESTAMPTZ '2025-01-01 12:00:00+00'"
 
 
-def _project(tmp_path: Path, pg: Schema, **settings: Any) -> Any:
-    source = pg.source(rows_per_partition=200, max_partitions=4)
-    table = {
-        "name": "events",
-        "source": "shop",
-        "table": f"{pg.name}.events",
-        "mode": "append",
-        "cursor": "at",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        **settings,
-    }
-    return write_project(
-        tmp_path,
-        {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": source}, "tables": [table]},
-    )
+PARTITIONS = {"rows_per_partition": 200, "max_partitions": 4}
+DEFAULTS = {
+    "name": "events",
+    "mode": "append",
+    "cursor": "at",
+    "primary_key": ["id"],
+    "transaction_cap": False,
+}
 
 
 def test_tied_rows_are_neither_lost_nor_loaded_twice(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -44,7 +36,7 @@ def test_tied_rows_are_neither_lost_nor_loaded_twice(
     pg.execute(
         f"INSERT INTO events SELECT i, {T} - INTERVAL '1 second' FROM generate_series(1001, 1010) i"
     )
-    project = _project(tmp_path, pg)
+    project = make_project(pg, DEFAULTS, source=PARTITIONS)
 
     first = materialize(project, "events", instance, spark_resource)
     # More rows land on the same value after the first run, from another connection.
@@ -65,7 +57,7 @@ def test_tied_rows_are_neither_lost_nor_loaded_twice(
 
 
 def test_an_unusually_large_tie_is_reported(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -73,7 +65,9 @@ def test_an_unusually_large_tie_is_reported(
     pg.execute("CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
     pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1, 10001) i")
 
-    run = materialize(_project(tmp_path, pg), "events", instance, spark_resource)
+    run = materialize(
+        make_project(pg, DEFAULTS, source=PARTITIONS), "events", instance, spark_resource
+    )
 
     assert run.success, run.failure
     assert run.metadata["boundary_rows"] == 10001
@@ -84,6 +78,7 @@ def test_an_unusually_large_tie_is_reported(
 
 
 def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -91,7 +86,7 @@ def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
 ) -> None:
     """Without an integer key the read is split on the cursor; every cut falls on a tied value."""
     pg.execute("CREATE TABLE events (key text PRIMARY KEY, at timestamptz NOT NULL)")
-    project = _project(tmp_path, pg, primary_key=["key"])
+    project = make_project(pg, DEFAULTS, primary_key=["key"], source=PARTITIONS)
     log = pg.server.log_text
 
     def add(run: int, offsets: range) -> None:

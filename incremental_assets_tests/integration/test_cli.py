@@ -20,19 +20,9 @@ from incremental_assets_tests.support.cli import (
     write_cli_config,
 )
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, write_project
 
-
-def _config(tmp_path: Path, pg: Schema, remote: str | None = None) -> Path:
-    table = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "merge",
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-    }
-    return write_cli_config(tmp_path, {"shop": pg.source()}, [table], remote=remote)
+DEFAULTS = {"name": "orders", "mode": "merge", "cursor": "updated_at", "primary_key": ["id"]}
 
 
 def _env(tmp_path: Path, config: Path, home: bool = True) -> dict[str, str]:
@@ -60,11 +50,11 @@ def _latest(home: Path) -> dict[str, Any]:
 
 @pytest.mark.xdist_group("connect")
 def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(
-    tmp_path: Path, pg: Schema, connect: str
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
 ) -> None:
     """Through a Spark Connect server: the subprocesses start no JVM of their own."""
     _create_orders(pg, 30)
-    env = _env(tmp_path, _config(tmp_path, pg, connect))
+    env = _env(tmp_path, make_project.cli_config(pg, DEFAULTS, remote=connect))
 
     first = _materialize(tmp_path, env)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -96,8 +86,10 @@ def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(
     assert after_refresh["rows_extracted"] == 35
 
 
-def test_a_bad_config_prints_the_message_not_a_traceback(tmp_path: Path, pg: Schema) -> None:
-    config = _config(tmp_path, pg)
+def test_a_bad_config_prints_the_message_not_a_traceback(
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema
+) -> None:
+    config = make_project.cli_config(pg, DEFAULTS)
     config.write_text(config.read_text().replace("mode: merge", "mode: upsert"))
 
     result = _materialize(tmp_path, _env(tmp_path, config))
@@ -108,9 +100,13 @@ def test_a_bad_config_prints_the_message_not_a_traceback(tmp_path: Path, pg: Sch
     assert "Traceback" not in result.stderr
 
 
-def test_a_temporary_instance_is_refused_with_an_explanation(tmp_path: Path, pg: Schema) -> None:
+def test_a_temporary_instance_is_refused_with_an_explanation(
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema
+) -> None:
     pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
-    result = _materialize(tmp_path, _env(tmp_path, _config(tmp_path, pg), home=False))
+    result = _materialize(
+        tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS), home=False)
+    )
 
     assert result.returncode != 0
     assert (
@@ -137,10 +133,10 @@ def _incremental_assets(
 
 @pytest.mark.xdist_group("connect")
 def test_the_incremental_assets_command_runs_and_reports(
-    tmp_path: Path, pg: Schema, connect: str
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
 ) -> None:
     _create_orders(pg, 12)
-    env = _env(tmp_path, _config(tmp_path, pg, connect))
+    env = _env(tmp_path, make_project.cli_config(pg, DEFAULTS, remote=connect))
 
     run = _incremental_assets(tmp_path, env, "run", "orders")
     status = _incremental_assets(tmp_path, env, "status", "--json")
@@ -163,17 +159,25 @@ def test_the_incremental_assets_command_runs_and_reports(
     assert "orders" in human.stdout and "2025-01-01T00:00:12.000000+00:00" in human.stdout
 
 
-def test_the_command_explains_errors_without_a_traceback(tmp_path: Path, pg: Schema) -> None:
-    config = _config(tmp_path, pg)
+def test_the_command_explains_errors_without_a_traceback(
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema
+) -> None:
+    config = make_project.cli_config(pg, DEFAULTS)
     config.write_text(config.read_text().replace("mode: merge", "mode: upsert"))
     env = _env(tmp_path, config)
 
     validate = _incremental_assets(tmp_path, env, "validate")
     unknown = _incremental_assets(
-        tmp_path, _env(tmp_path, _config(tmp_path, pg)), "cursor", "reset", "nope", "--reason", "x"
+        tmp_path,
+        _env(tmp_path, make_project.cli_config(pg, DEFAULTS)),
+        "cursor",
+        "reset",
+        "nope",
+        "--reason",
+        "x",
     )
     no_home = _incremental_assets(
-        tmp_path, _env(tmp_path, _config(tmp_path, pg), home=False), "status"
+        tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS), home=False), "status"
     )
 
     assert validate.returncode == 1 and "table 'orders', field 'mode'" in validate.stderr
@@ -237,9 +241,10 @@ def test_python_m_validates_runs_refreshes_backfills_and_reports_checks(
 
 @pytest.mark.xdist_group("connect")
 def test_a_failed_run_prints_one_message_and_no_stack_trace(
-    tmp_path: Path, pg: Schema, connect: str
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
 ) -> None:
-    config = _config(tmp_path, pg, connect)  # the table doesn't exist in the database
+    # The table doesn't exist in the database.
+    config = make_project.cli_config(pg, DEFAULTS, remote=connect)
     run = _python_m(tmp_path, _env(tmp_path, config), "run", "orders")
 
     assert run.returncode == 1
@@ -257,7 +262,7 @@ def test_a_failed_run_prints_one_message_and_no_stack_trace(
     ],
 )
 def test_a_bad_dagster_home_is_explained(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -265,7 +270,7 @@ def test_a_bad_dagster_home_is_explained(
     message: str,
 ) -> None:
     monkeypatch.setenv("DAGSTER_HOME", home)
-    assert cli(["--config", str(_config(tmp_path, pg)), "status"]) == 1
+    assert cli(["--config", str(make_project.cli_config(pg, DEFAULTS)), "status"]) == 1
     assert message in capsys.readouterr().err
 
 
@@ -363,11 +368,11 @@ class Renamed(IncrementalAssetsTranslator):
 
 
 def test_a_translator_named_in_the_config_names_the_assets_for_the_command_too(
-    tmp_path: Path, pg: Schema, connect: str
+    make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
 ) -> None:
     """`status` and `cursor set` find the table under the key a custom translator gives it."""
     _create_orders(pg, 12)
-    config = _config(tmp_path, pg, connect)
+    config = make_project.cli_config(pg, DEFAULTS, remote=connect)
     config.write_text(config.read_text() + "translator: renamed_assets.Renamed\n")
     (tmp_path / "renamed_assets.py").write_text(RENAMING_TRANSLATOR)
     env = {**_env(tmp_path, config), "PYTHONPATH": str(tmp_path)}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pytest
@@ -13,32 +12,20 @@ from pyspark.sql import SparkSession
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
-
-def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
-    entry = {
-        "name": "items",
-        "source": "shop",
-        "table": f"{pg.name}.items",
-        "mode": "merge",
-        "cursor": "at",
-        "primary_key": ["id"],
-        "deletes": "reconcile",
-        "transaction_cap": False,
-        **table,
-    }
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+DEFAULTS = {
+    "name": "items",
+    "mode": "merge",
+    "cursor": "at",
+    "primary_key": ["id"],
+    "deletes": "reconcile",
+    "transaction_cap": False,
+}
 
 
 def test_reconcile_removes_rows_deleted_at_the_source(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -46,7 +33,7 @@ def test_reconcile_removes_rows_deleted_at_the_source(
 ) -> None:
     db.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
     db.insert("items", [(i, i) for i in range(1, 101)])
-    project = _project(tmp_path, db)
+    project = make_project(db, DEFAULTS)
     assert materialize(project, "items", instance, spark_resource).success
     db.execute("DELETE FROM items WHERE id IN (3, 50, 77)")
     db.execute("INSERT INTO items VALUES (101, 101)")
@@ -62,6 +49,7 @@ def test_reconcile_removes_rows_deleted_at_the_source(
 
 
 def test_reconcile_every_n_runs_waits_for_its_turn(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -69,7 +57,7 @@ def test_reconcile_every_n_runs_waits_for_its_turn(
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 10) i")
-    project = _project(tmp_path, pg, reconcile_every=3)
+    project = make_project(pg, DEFAULTS, reconcile_every=3)
     assert materialize(project, "items", instance, spark_resource).success  # batch 1
     pg.execute("DELETE FROM items WHERE id = 4")
     pg.execute("INSERT INTO items VALUES (11, 11)")
@@ -96,6 +84,7 @@ def jvm_in_new_york(spark: SparkSession) -> Iterator[None]:
 
 
 def test_reconcile_keeps_a_timestamp_key_that_falls_in_a_gap_of_the_jvms_zone(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -107,7 +96,7 @@ def test_reconcile_keeps_a_timestamp_key_that_falls_in_a_gap_of_the_jvms_zone(
         "CREATE TABLE items (id timestamp PRIMARY KEY, at int NOT NULL)",
         "INSERT INTO items VALUES ('2025-03-09 02:30:00', 1), ('2025-03-09 05:00:00', 2)",
     )
-    project = _project(tmp_path, pg, primary_key=["id"])
+    project = make_project(pg, DEFAULTS, primary_key=["id"])
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute("INSERT INTO items VALUES ('2025-03-10 00:00:00', 3)")
 
@@ -122,6 +111,7 @@ def test_reconcile_keeps_a_timestamp_key_that_falls_in_a_gap_of_the_jvms_zone(
 
 
 def test_reconcile_runs_when_no_row_is_new(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -130,7 +120,7 @@ def test_reconcile_runs_when_no_row_is_new(
     """Found by the model-based test: every key deleted, nothing past the cursor, keys stayed."""
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO items VALUES (1, 100), (2, 100)")
-    project = _project(tmp_path, pg)
+    project = make_project(pg, DEFAULTS)
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute("DELETE FROM items")
 

@@ -15,12 +15,12 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     lake_files,
     latest_metadata,
     materialize,
     read_lake,
     rows_by,
-    write_project,
 )
 
 ORDERS = """
@@ -31,21 +31,6 @@ CREATE TABLE orders (
     updated_at timestamptz NOT NULL
 )
 """
-
-
-def _project(
-    tmp_path: Path,
-    pg: Schema,
-    source: dict[str, Any] | None = None,
-    lake: dict[str, Any] | None = None,
-    **table: Any,
-) -> Any:
-    config = {
-        "lake": {"path": str(tmp_path / "lake"), **(lake or {})},
-        "sources": {"shop": pg.source(**(source or {}))},
-        "tables": [{"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **table}],
-    }
-    return write_project(tmp_path, config)
 
 
 def _seed(pg: Schema, ids: range, at: str = "2025-01-01 00:00:00+00") -> None:
@@ -60,6 +45,7 @@ def _source_rows(pg: Schema) -> list[tuple[Any, ...]]:
 
 
 def test_first_run_extracts_every_row_and_second_run_only_the_delta(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -67,7 +53,7 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 101))
-    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
 
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
@@ -93,6 +79,7 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
 
 
 def test_append_keeps_every_version_exactly_once(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -100,7 +87,7 @@ def test_append_keeps_every_version_exactly_once(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 51))
-    project = _project(tmp_path, pg, mode="append", cursor="updated_at", primary_key=["id"])
+    project = make_project(pg, "orders", mode="append", cursor="updated_at", primary_key=["id"])
     assert materialize(project, "orders", instance, spark_resource).success
     pg.execute(
         "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10"
@@ -120,7 +107,7 @@ def test_append_keeps_every_version_exactly_once(
 
 
 def test_the_window_predicate_is_what_reaches_the_server(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -128,9 +115,9 @@ def test_the_window_predicate_is_what_reaches_the_server(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 2001))
-    project = _project(
-        tmp_path,
+    project = make_project(
         pg,
+        "orders",
         source={"rows_per_partition": 500, "max_partitions": 4},
         mode="merge",
         cursor="updated_at",
@@ -208,6 +195,7 @@ def test_the_window_predicate_is_what_reaches_the_server(
     ],
 )
 def test_every_cursor_type_round_trips_exactly(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -219,7 +207,7 @@ def test_every_cursor_type_round_trips_exactly(
 ) -> None:
     pg.execute(f"CREATE TABLE orders (id int PRIMARY KEY, c {column_type})")
     pg.execute(f"INSERT INTO orders VALUES (1, {values[0]})")
-    project = _project(tmp_path, pg, mode="append", cursor="c", primary_key=["id"])
+    project = make_project(pg, "orders", mode="append", cursor="c", primary_key=["id"])
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
     assert first.metadata["cursor"] == cursors[0]
@@ -246,6 +234,7 @@ def test_every_cursor_type_round_trips_exactly(
 
 
 def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -253,7 +242,7 @@ def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
-    project = _project(tmp_path, pg, mode="append", cursor="updated_at")
+    project = make_project(pg, "orders", mode="append", cursor="updated_at")
     first = materialize(project, "orders", instance, spark_resource)
     files = lake_files(tmp_path / "lake", "orders")
 
@@ -267,6 +256,7 @@ def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
 
 
 def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -278,7 +268,7 @@ def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
     pg.execute(
         "INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i"
     )
-    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
     before = read_lake(tmp_path / "lake", "orders")
@@ -297,6 +287,7 @@ def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
 
 
 def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -304,7 +295,7 @@ def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 21))
-    project = _project(tmp_path, pg, mode="append", cursor="updated_at", primary_key=["id"])
+    project = make_project(pg, "orders", mode="append", cursor="updated_at", primary_key=["id"])
     assert materialize(project, "orders", instance, spark_resource).success
     # Rows an incremental run can never see: deleted, and changed without moving the cursor.
     pg.execute("DELETE FROM orders WHERE id > 15")
@@ -321,6 +312,7 @@ def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
 
 
 def test_metadata_carries_every_documented_key(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -328,7 +320,7 @@ def test_metadata_carries_every_documented_key(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 6))
-    project = _project(tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"])
+    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
     run = materialize(project, "orders", instance, spark_resource)
     keys = {
         "cursor",
@@ -357,15 +349,15 @@ def test_metadata_carries_every_documented_key(
 
 
 def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
-    project = _project(
-        tmp_path, pg, lake={"lock_timeout": "1s"}, mode="append", cursor="updated_at"
+    project = make_project(
+        pg, "orders", lake={"lock_timeout": "1s"}, mode="append", cursor="updated_at"
     )
     table = LakeTable(project.lake.table_uri("orders"))
 
@@ -380,6 +372,7 @@ def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
 
 
 def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -387,8 +380,8 @@ def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 21))
-    project = _project(
-        tmp_path, pg, mode="full_refresh", cursor="updated_at", start="2025-01-01T00:00:03Z"
+    project = make_project(
+        pg, "orders", mode="full_refresh", cursor="updated_at", start="2025-01-01T00:00:03Z"
     )
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
@@ -412,6 +405,7 @@ def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
 
 @pytest.mark.parametrize(("before", "after"), [("append", "merge"), ("merge", "append")])
 def test_changing_the_mode_needs_a_full_refresh(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -423,13 +417,13 @@ def test_changing_the_mode_needs_a_full_refresh(
     _seed(pg, range(1, 11))
     options = {"cursor": "updated_at", "primary_key": ["id"]}
     first = materialize(
-        _project(tmp_path, pg, mode=before, **options), "orders", instance, spark_resource
+        make_project(pg, "orders", mode=before, **options), "orders", instance, spark_resource
     )
     assert first.success, first.failure
     pg.execute(
         "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 3"
     )
-    project = _project(tmp_path, pg, mode=after, **options)
+    project = make_project(pg, "orders", mode=after, **options)
 
     refused = materialize(project, "orders", instance, spark_resource)
 
@@ -456,6 +450,7 @@ def test_changing_the_mode_needs_a_full_refresh(
 
 
 def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -464,7 +459,7 @@ def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
     # ICU's English order puts 'C' after 'b'; Spark compares bytes, where 'C' < 'b'.
     pg.execute('CREATE TABLE orders (id int PRIMARY KEY, c text COLLATE "en-x-icu", v text)')
     pg.execute("INSERT INTO orders VALUES (1, 'a', 'one'), (2, 'b', 'two')")
-    project = _project(tmp_path, pg, mode="merge", cursor="c", primary_key=["id"])
+    project = make_project(pg, "orders", mode="merge", cursor="c", primary_key=["id"])
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
     pg.execute("UPDATE orders SET c = 'C', v = 'two, updated' WHERE id = 2")
@@ -479,13 +474,14 @@ def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
 
 
 def test_a_merge_run_that_changes_nothing_rewrites_nothing(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     # The last three rows share the newest cursor value: every run reads them again.
-    project = _merged_in_buckets_of_25(tmp_path, pg, instance, spark_resource, "least(i, 97)")
+    project = _merged_in_buckets_of_25(make_project, pg, instance, spark_resource, "least(i, 97)")
     files = lake_files(tmp_path / "lake", "orders")
 
     idle = materialize(project, "orders", instance, spark_resource)
@@ -514,6 +510,7 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(
 
 
 def test_rows_read_again_only_touch_their_bucket_when_they_changed(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -521,7 +518,7 @@ def test_rows_read_again_only_touch_their_bucket_when_they_changed(
 ) -> None:
     # Keys 1 and 2 (bucket 0-24) and 99 (bucket 75-99) share the newest cursor value.
     project = _merged_in_buckets_of_25(
-        tmp_path, pg, instance, spark_resource, "CASE WHEN i <= 2 THEN 99 ELSE i END"
+        make_project, pg, instance, spark_resource, "CASE WHEN i <= 2 THEN 99 ELSE i END"
     )
     before = set(lake_files(tmp_path / "lake", "orders"))
     later = "TIMESTAMPTZ '2025-01-01 00:10:00+00'"
@@ -553,7 +550,7 @@ def test_rows_read_again_only_touch_their_bucket_when_they_changed(
 
 
 def _merged_in_buckets_of_25(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -565,8 +562,8 @@ def _merged_in_buckets_of_25(
         "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "
         f"({seconds}) * INTERVAL '1 s' FROM generate_series(1, 99) i",
     )
-    project = _project(
-        tmp_path, pg, mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
+    project = make_project(
+        pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
     )
     assert materialize(project, "orders", instance, spark_resource).success
     return project

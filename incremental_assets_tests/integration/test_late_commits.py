@@ -34,7 +34,7 @@ from incremental_assets_tests.support.postgres import (
     standby_server,
     wait_for,
 )
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 
@@ -42,26 +42,7 @@ TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at times
 DB_TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note {text}, updated_at {tstz_default})"
 
 
-def _project(
-    tmp_path: Path, pg: Schema | SourceDb, user: dict[str, str] | None = None, **table: Any
-) -> Any:
-    source = {**pg.source(), **(user or {})}
-    qualified = pg.qualified("events") if isinstance(pg, SourceDb) else f"{pg.name}.events"
-    tables = [
-        {
-            "name": "events",
-            "source": "shop",
-            "table": qualified,
-            "mode": "append",
-            "cursor": "updated_at",
-            "primary_key": ["id"],
-            **table,
-        }
-    ]
-    return write_project(
-        tmp_path,
-        {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": source}, "tables": tables},
-    )
+DEFAULTS = {"name": "events", "mode": "append", "cursor": "updated_at", "primary_key": ["id"]}
 
 
 def _open_late_writer(db: SourceDb) -> Any:
@@ -85,6 +66,7 @@ def _ids(tmp_path: Path) -> list[int]:
 
 @pytest.mark.parametrize("cap", [True, False])
 def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -92,7 +74,7 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
     cap: bool,
 ) -> None:
     db.execute(DB_TABLE)
-    project = _project(tmp_path, db, transaction_cap=cap)
+    project = make_project(db, DEFAULTS, transaction_cap=cap)
     late = _open_late_writer(db)
     _insert_on_time(db, range(1, 6))  # committed, newer
 
@@ -117,13 +99,14 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
 
 
 def test_a_lookback_window_catches_late_rows_and_append_keeps_each_once(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     db.execute(DB_TABLE)
-    project = _project(tmp_path, db, transaction_cap=False, lookback="10m")
+    project = make_project(db, DEFAULTS, transaction_cap=False, lookback="10m")
     late = _open_late_writer(db)
     _insert_on_time(db, range(1, 6))
     assert materialize(project, "events", instance, spark_resource).success
@@ -166,6 +149,7 @@ def _read_only(my: Database) -> Iterator[None]:
 
 @pytest.mark.parametrize("blind_by", ["no_process_privilege", "a_read_only_server"])
 def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     mariadb: MariaDbServer,
@@ -182,8 +166,10 @@ def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
         )
         if blind_by == "a_read_only_server":
             stack.enter_context(_read_only(my))
-        refused = materialize(_project(tmp_path, db, user), "events", instance, spark_resource)
-        project = _project(tmp_path, db, user, lookback="10m")
+        refused = materialize(
+            make_project(db, DEFAULTS, source=user), "events", instance, spark_resource
+        )
+        project = make_project(db, DEFAULTS, source=user, lookback="10m")
         loaded = materialize(project, "events", instance, spark_resource)
 
     expected = "PROCESS privilege" if blind_by == "no_process_privilege" else "read-only"
@@ -213,7 +199,7 @@ def _reader_role(pg: Schema) -> Iterator[dict[str, str]]:
 
 
 def test_the_cap_says_when_the_role_cannot_see_other_sessions(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     postgres: PostgresServer,
     instance: dg.DagsterInstance,
@@ -221,7 +207,7 @@ def test_the_cap_says_when_the_role_cannot_see_other_sessions(
 ) -> None:
     pg.execute(TABLE)
     with _reader_role(pg) as reader:
-        project = _project(tmp_path, pg, user=reader)
+        project = make_project(pg, DEFAULTS, source=reader)
         late = _open_late_writer(
             SourceDb("postgres", pg, postgres)
         )  # a superuser session the reader can't inspect
@@ -260,7 +246,7 @@ def _autovacuum_worker(pg: Schema) -> Iterator[int]:
 
 
 def test_autovacuum_workers_do_not_count_as_hidden_sessions(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -268,7 +254,7 @@ def test_autovacuum_workers_do_not_count_as_hidden_sessions(
     """Without pg_read_all_stats an autovacuum worker looks like another role's session."""
     pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'on time')")
     with _reader_role(pg) as reader, _autovacuum_worker(pg) as worker:
-        project = _project(tmp_path, pg, user=reader)
+        project = make_project(pg, DEFAULTS, source=reader)
         run = materialize(project, "events", instance, spark_resource)
         still_there = pg.query(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {worker}")
 
@@ -290,7 +276,7 @@ def _begin_writer(
 
 @pytest.mark.parametrize("between", ["commits", "begins"])
 def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_reads(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     postgres: PostgresServer,
     spark: SparkSession,
@@ -307,7 +293,7 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
         TABLE,
         "INSERT INTO events (id, note, updated_at) VALUES (1, 'old', now() - INTERVAL '1 hour')",
     )
-    source = open_source(spark, _project(tmp_path, pg).table("events"))
+    source = open_source(spark, make_project(pg, DEFAULTS).table("events"))
     assert isinstance(source, JdbcSource)
     request = FreezeRequest(
         Cursor("updated_at", CursorType.TIMESTAMPTZ),
@@ -335,6 +321,7 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
 
 
 def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_below_it(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -344,7 +331,7 @@ def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_
         TABLE,
         "INSERT INTO events VALUES (1, 'past', now() - INTERVAL '1 hour'), (2, 'future', now() + INTERVAL '10 years')",
     )
-    project = _project(tmp_path, pg)
+    project = make_project(pg, DEFAULTS)
 
     first = materialize(project, "events", instance, spark_resource)
     pg.execute("INSERT INTO events (id, note) VALUES (3, 'later')")
@@ -358,6 +345,7 @@ def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_
 
 
 def test_sessions_that_report_no_transactions_hold_the_cursor_below_their_connection(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     postgres: PostgresServer,
@@ -366,7 +354,7 @@ def test_sessions_that_report_no_transactions_hold_the_cursor_below_their_connec
 ) -> None:
     """`track_activities = off` hides a session's transaction from pg_stat_activity."""
     pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'before')")
-    project = _project(tmp_path, pg)
+    project = make_project(pg, DEFAULTS)
     assert materialize(project, "events", instance, spark_resource).success
     late = postgres.connect(autocommit=True)
     late.execute("SET track_activities = off")
@@ -403,6 +391,7 @@ def _prepared(postgres: PostgresServer, pg: Schema) -> Iterator[str]:
 
 
 def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     postgres: PostgresServer,
@@ -412,8 +401,8 @@ def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
     pg.execute(TABLE)
     with _prepared(postgres, pg) as name:
         pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(1, 5) i")
-        refused = materialize(_project(tmp_path, pg), "events", instance, spark_resource)
-        project = _project(tmp_path, pg, lookback="10m")
+        refused = materialize(make_project(pg, DEFAULTS), "events", instance, spark_resource)
+        project = make_project(pg, DEFAULTS, lookback="10m")
         with_lookback = materialize(project, "events", instance, spark_resource)
         pg.execute(f"COMMIT PREPARED '{name}'")
     after_commit = materialize(project, "events", instance, spark_resource)
@@ -428,6 +417,7 @@ def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
 
 
 def test_a_hot_standby_needs_a_lookback_because_the_primarys_transactions_are_invisible(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     postgres: PostgresServer,
@@ -444,8 +434,10 @@ def test_a_hot_standby_needs_a_lookback_because_the_primarys_transactions_are_in
                 timeout=30,
             )
         url = {"url": f"jdbc:postgresql://127.0.0.1:{standby.port}/{standby.dbname}"}
-        refused = materialize(_project(tmp_path, pg, url), "events", instance, spark_resource)
-        project = _project(tmp_path, pg, url, lookback="10m")
+        refused = materialize(
+            make_project(pg, DEFAULTS, source=url), "events", instance, spark_resource
+        )
+        project = make_project(pg, DEFAULTS, source=url, lookback="10m")
         loaded = materialize(project, "events", instance, spark_resource)
 
     assert not refused.success

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     Run,
     lake_files,
     latest_metadata,
@@ -154,16 +155,6 @@ def shifted_zones(spark: SparkSession) -> Iterator[None]:
         spark.conf.set("spark.sql.session.timeZone", saved_session)
 
 
-def _project(tmp_path: Path, my: Database, table: str = "things", **options: Any) -> Any:
-    entry = {"name": table, "source": "shop", "table": f"{my.name}.{table}", **options}
-    config = {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": my.source()},
-        "tables": [entry],
-    }
-    return write_project(tmp_path, config)
-
-
 def _insert(my: Database, table: str, rows: list[tuple[Any, ...]]) -> None:
     marks = ", ".join(["%s"] * len(rows[0]))
     with my.server.connect(my.name) as conn, conn.cursor() as cursor:
@@ -172,13 +163,13 @@ def _insert(my: Database, table: str, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _load(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     my: Database,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     **options: Any,
 ) -> Run:
-    return materialize(_project(tmp_path, my, **options), "things", instance, spark_resource)
+    return materialize(make_project(my, "things", **options), "things", instance, spark_resource)
 
 
 def _lake(tmp_path: Path, columns: list[str], table: str = "things") -> list[tuple[Any, ...]]:
@@ -273,6 +264,7 @@ EXPECTED = [
 
 
 def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -282,12 +274,12 @@ def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
     my.execute(EVERY_TYPE)
     _insert(my, "things", ROWS)
 
-    first = _load(tmp_path, my, instance, spark_resource, mode="merge", cursor="at")
+    first = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
     my.execute(
         f"UPDATE things SET state = 'paid', at = 4 WHERE id = {BIGINT_UNSIGNED_MAX}",
         f"INSERT INTO things (id, at) VALUES ({BIGINT_UNSIGNED_MAX - 1}, 5)",
     )
-    second = _load(tmp_path, my, instance, spark_resource, mode="merge", cursor="at")
+    second = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
 
     assert first.success, first.failure
     lake = read_lake(tmp_path / "lake", "things")
@@ -308,6 +300,7 @@ def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
     ],
 )
 def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -324,7 +317,7 @@ def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
     base = recorded[:26].replace("T", " ")
     earlier = base[:-1] + "1"
     _insert(my, "things", [(1, earlier), (2, base)])
-    project = _project(tmp_path, my, mode="append", cursor=cursor, primary_key=["id"])
+    project = make_project(my, "things", mode="append", cursor=cursor, primary_key=["id"])
     first = materialize(project, "things", instance, spark_resource)
     _insert(my, "things", [(3, base), (4, earlier), (5, base[:-1] + "3")])
 
@@ -340,6 +333,7 @@ def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
 
 
 def test_a_zero_date_is_refused_naming_the_column_and_moves_nothing(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -347,7 +341,7 @@ def test_a_zero_date_is_refused_naming_the_column_and_moves_nothing(
 ) -> None:
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, shipped DATE, at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES (1, '2025-01-01', 1)")
-    project = _project(tmp_path, my, mode="merge", cursor="at")
+    project = make_project(my, "things", mode="merge", cursor="at")
     first = materialize(project, "things", instance, spark_resource)
     my.execute("SET SESSION sql_mode = ''", "INSERT INTO things VALUES (2, '0000-00-00', 2)")
 
@@ -364,6 +358,7 @@ def test_a_zero_date_is_refused_naming_the_column_and_moves_nothing(
 
 
 def test_a_decimal_value_wider_than_the_lake_holds_is_refused_not_rounded(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -372,7 +367,7 @@ def test_a_decimal_value_wider_than_the_lake_holds_is_refused_not_rounded(
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, wide DECIMAL(65, 30), at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES (1, 0.125, 1), (2, 0.0001, 2)")
 
-    run = _load(tmp_path, my, instance, spark_resource, mode="merge", cursor="at")
+    run = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
 
     assert not run.success
     failure = run.failure or ""
@@ -383,6 +378,7 @@ def test_a_decimal_value_wider_than_the_lake_holds_is_refused_not_rounded(
 
 @pytest.mark.parametrize("mode", ["append", "merge"])
 def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -395,7 +391,7 @@ def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
         " DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci"
     )
     my.execute("INSERT INTO things VALUES (1, 'a', 0), (2, 'B', 0)")
-    project = _project(tmp_path, my, mode=mode, cursor="tag", primary_key=["id"])
+    project = make_project(my, "things", mode=mode, cursor="tag", primary_key=["id"])
     first = materialize(project, "things", instance, spark_resource)
     # Ties with the bound in every spelling, one below it, one past it.
     my.execute("INSERT INTO things VALUES (3, 'b', 0), (4, 'B  ', 0), (5, 'A', 0), (6, 'c', 0)")
@@ -418,6 +414,7 @@ def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
 
 
 def test_keys_come_from_the_catalog_and_columns_can_be_chosen(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -428,7 +425,7 @@ def test_keys_come_from_the_catalog_and_columns_can_be_chosen(
         " PRIMARY KEY (region, id))"
     )
     my.execute("INSERT INTO things VALUES ('eu', 1, 's', 'n', 1), ('us', 1, 's', 'n', 1)")
-    project = _project(tmp_path, my, mode="merge", cursor="at", exclude_columns=["secret"])
+    project = make_project(my, "things", mode="merge", cursor="at", exclude_columns=["secret"])
     first = materialize(project, "things", instance, spark_resource)
     my.execute("UPDATE things SET note = 'changed', at = 2 WHERE region = 'eu'")
     second = materialize(project, "things", instance, spark_resource)
@@ -501,7 +498,7 @@ def _general_log(my: Database) -> Iterator[Callable[[], list[str]]]:
 
 
 def test_a_named_time_zone_needs_the_servers_zone_tables(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     my: Database,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -510,7 +507,7 @@ def test_a_named_time_zone_needs_the_servers_zone_tables(
     my.execute("INSERT INTO things VALUES (1, '2025-01-01 00:00:00')")
 
     run = _load(
-        tmp_path,
+        make_project,
         my,
         instance,
         spark_resource,
@@ -530,6 +527,7 @@ def test_a_named_time_zone_needs_the_servers_zone_tables(
     ("before", "after"), [("1.50", "1.70"), ("2025-01-01 00:00:00.1", "2025-01-01 00:00:00.2")]
 )
 def test_a_tied_row_changed_below_its_integer_part_is_work(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     my: Database,
     instance: dg.DagsterInstance,
@@ -541,7 +539,7 @@ def test_a_tied_row_changed_below_its_integer_part_is_work(
     kind = "DECIMAL(10, 2)" if "." in before and ":" not in before else "DATETIME(6)"
     my.execute(f"CREATE TABLE things (id INT PRIMARY KEY, v {kind}, at INT NOT NULL)")
     my.execute(f"INSERT INTO things VALUES (1, '{before}', 1)")
-    project = _project(tmp_path, my, mode="merge", cursor="at")
+    project = make_project(my, "things", mode="merge", cursor="at")
     assert materialize(project, "things", instance, spark_resource).success
     my.execute(f"UPDATE things SET v = '{after}'")
 

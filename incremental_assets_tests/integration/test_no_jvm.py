@@ -26,7 +26,7 @@ from incremental_assets_tests.support.cli import (
 )
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
 TABLE = (
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text, "
@@ -109,22 +109,17 @@ def _jobs(spark: SparkSession) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
-def _project(tmp_path: Path, pg: Schema, **table: Any) -> Any:
-    entry = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "merge",
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        **table,
-    }
-    config = {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": pg.source()}}
-    return write_project(tmp_path, {**config, "tables": [entry]})
+DEFAULTS = {
+    "name": "orders",
+    "mode": "merge",
+    "cursor": "updated_at",
+    "primary_key": ["id"],
+    "transaction_cap": False,
+}
 
 
 def test_a_row_changed_inside_the_lookback_is_work(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -132,7 +127,7 @@ def test_a_row_changed_inside_the_lookback_is_work(
     spark: SparkSession,
 ) -> None:
     pg.execute(TABLE, ROWS)
-    project = _project(tmp_path, pg, lookback="1h")
+    project = make_project(pg, DEFAULTS, lookback="1h")
     assert materialize(project, "orders", instance, spark_resource).success
     before = _jobs(spark)
     idle = materialize(project, "orders", instance, spark_resource)
@@ -148,14 +143,14 @@ def test_a_row_changed_inside_the_lookback_is_work(
 
 
 def test_a_reconcile_that_is_due_runs_spark_even_with_nothing_new(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     spark: SparkSession,
 ) -> None:
     pg.execute(TABLE, ROWS)
-    project = _project(tmp_path, pg, deletes="reconcile", reconcile_every=2)
+    project = make_project(pg, DEFAULTS, deletes="reconcile", reconcile_every=2)
     assert materialize(project, "orders", instance, spark_resource).success  # batch 1
     pg.execute("DELETE FROM orders WHERE id = 3")
     before = _jobs(spark)
@@ -170,7 +165,7 @@ def test_a_reconcile_that_is_due_runs_spark_even_with_nothing_new(
 
 
 def test_a_column_narrowed_with_nothing_new_is_still_refused(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -180,7 +175,7 @@ def test_a_column_narrowed_with_nothing_new_is_still_refused(
         "CREATE TABLE orders (id bigint PRIMARY KEY, qty integer, updated_at timestamptz NOT NULL)",
         "INSERT INTO orders VALUES (1, 5, TIMESTAMPTZ '2025-01-01 00:00:00+00')",
     )
-    project = _project(tmp_path, pg)
+    project = make_project(pg, DEFAULTS)
     assert materialize(project, "orders", instance, spark_resource).success
     pg.execute("ALTER TABLE orders ALTER COLUMN qty TYPE smallint")
 

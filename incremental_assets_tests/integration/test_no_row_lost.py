@@ -16,19 +16,7 @@ import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
-
-
-def _project(tmp_path: Path, db: SourceDb, **table: Any) -> Any:
-    entry = {"name": "items", "source": "shop", "table": db.qualified("items"), **table}
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": db.source()},
-            "tables": [entry],
-        },
-    )
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
 
 def _lake(tmp_path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
@@ -41,6 +29,7 @@ def _source(db: SourceDb, columns: list[str], where: str = "TRUE") -> list[tuple
 
 @pytest.mark.parametrize("emptied_by", ["first_load_of_deleted_rows", "deleting_every_key"])
 def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -48,8 +37,8 @@ def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
     emptied_by: str,
 ) -> None:
     db.execute("CREATE TABLE items (id int PRIMARY KEY, v {text}, at int NOT NULL, gone {bool})")
-    project = _project(
-        tmp_path, db, mode="merge", cursor="at", primary_key=["id"], delete_column="gone"
+    project = make_project(
+        db, "items", mode="merge", cursor="at", primary_key=["id"], delete_column="gone"
     )
     if emptied_by == "first_load_of_deleted_rows":
         db.execute("INSERT INTO items VALUES (1, 'a', 1, true), (2, 'b', 2, true)")
@@ -72,6 +61,7 @@ def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
 @pytest.mark.parametrize("held_by", ["an_open_transaction", "safety_lag"])
 @pytest.mark.parametrize("snapshot", ["full_refresh_mode", "full_refresh_of_a_merge_table"])
 def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -89,7 +79,7 @@ def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
         options |= {"mode": "merge", "primary_key": ["id"]}
     if held_by == "safety_lag":
         options["safety_lag"] = "1h"
-    project = _project(tmp_path, db, **options)
+    project = make_project(db, "items", **options)
     assert materialize(project, "items", instance, spark_resource).success
     with db.open_transaction("items"):
         db.execute("UPDATE items SET v = 'new', at = {now} WHERE id <= 10")
@@ -116,6 +106,7 @@ WIDENINGS = [
 
 @pytest.mark.parametrize(("narrow", "wide"), WIDENINGS, ids=lambda t: t.replace(" ", "_"))
 def test_widening_a_merge_key_keeps_one_row_per_key(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -128,8 +119,8 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
     )
     db.insert("items", [(i, i % 3, "v1", i) for i in range(1, 301)])
     # Many buckets, few changes: most buckets are untouched by the delta.
-    project = _project(
-        tmp_path, db, mode="merge", cursor="at", primary_key=["k", "part"], buckets=64
+    project = make_project(
+        db, "items", mode="merge", cursor="at", primary_key=["k", "part"], buckets=64
     )
     assert materialize(project, "items", instance, spark_resource).success
     db.execute(
@@ -152,6 +143,7 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
 
 
 def test_identical_rows_without_a_key_are_each_kept(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -162,7 +154,7 @@ def test_identical_rows_without_a_key_are_each_kept(
         "CREATE TABLE items (sku {text}, qty int, at int NOT NULL)",
         "INSERT INTO items VALUES ('a', 1, 1), ('a', 1, 1)",
     )
-    project = _project(tmp_path, db, mode="append", cursor="at", lookback=5)
+    project = make_project(db, "items", mode="append", cursor="at", lookback=5)
     assert materialize(project, "items", instance, spark_resource).success
     db.execute("INSERT INTO items VALUES ('a', 1, 1), ('b', 2, 2)")
 
@@ -177,6 +169,7 @@ def test_identical_rows_without_a_key_are_each_kept(
 
 @pytest.mark.parametrize("change", ["dropped", "added_with_a_default"])
 def test_rows_read_again_after_a_column_change_land_once_without_a_key(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -186,7 +179,7 @@ def test_rows_read_again_after_a_column_change_land_once_without_a_key(
     """Inside the lookback, the lake's NULLs must not make re-read rows look new."""
     db.execute("CREATE TABLE items (sku {text}, qty int, note {text}, at int NOT NULL)")
     db.insert("items", [(f"s{i}", i, "n", i) for i in range(1, 11)])
-    project = _project(tmp_path, db, mode="append", cursor="at", lookback=100)
+    project = make_project(db, "items", mode="append", cursor="at", lookback=100)
     assert materialize(project, "items", instance, spark_resource).success
     if change == "dropped":
         db.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES ('s11', 11, 11)")
@@ -201,6 +194,7 @@ def test_rows_read_again_after_a_column_change_land_once_without_a_key(
 
 
 def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -214,9 +208,9 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
     db.insert("items", [(str(i), 0, "v1", i) for i in range(1, 301)])
     options = {"mode": "merge", "cursor": "at", "buckets": 64}
     assert materialize(
-        _project(tmp_path, db, primary_key=["id"], **options), "items", instance, spark_resource
+        make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
     ).success
-    project = _project(tmp_path, db, primary_key=["id", "part"], **options)
+    project = make_project(db, "items", primary_key=["id", "part"], **options)
     db.execute("UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0")
     assert materialize(project, "items", instance, spark_resource).success
     db.execute(
@@ -232,6 +226,7 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
 
 
 def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -244,9 +239,9 @@ def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
     db.insert("items", [(i, f"c{i}", "v1", i) for i in range(1, 51)])
     options = {"mode": "merge", "cursor": "at"}
     assert materialize(
-        _project(tmp_path, db, primary_key=["id"], **options), "items", instance, spark_resource
+        make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
     ).success
-    project = _project(tmp_path, db, primary_key=["code", "id"], **options)
+    project = make_project(db, "items", primary_key=["code", "id"], **options)
     db.execute("UPDATE items SET v = 'v2', at = at + 100 WHERE at % 10 = 0")
 
     run = materialize(project, "items", instance, spark_resource)

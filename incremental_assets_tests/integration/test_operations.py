@@ -17,6 +17,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     latest_metadata,
     materialize,
     read_lake,
@@ -24,23 +25,13 @@ from incremental_assets_tests.support.project import (
     write_project,
 )
 
-
-def _config(tmp_path: Path, pg: Schema, **table: Any) -> dict[str, Any]:
-    entry = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "merge",
-        "cursor": "at",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        **table,
-    }
-    return {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": pg.source()},
-        "tables": [entry],
-    }
+DEFAULTS = {
+    "name": "orders",
+    "mode": "merge",
+    "cursor": "at",
+    "primary_key": ["id"],
+    "transaction_cap": False,
+}
 
 
 def _checks(
@@ -62,7 +53,7 @@ def _checks(
 
 
 def test_checks_run_with_the_materialization(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -71,9 +62,7 @@ def test_checks_run_with_the_materialization(
     pg.execute(
         "INSERT INTO orders SELECT i, now() - INTERVAL '3 days' FROM generate_series(1, 20) i"
     )
-    project = write_project(
-        tmp_path, _config(tmp_path, pg, checks={"freshness": "1d", "reconcile_counts": 0.0})
-    )
+    project = make_project(pg, DEFAULTS, checks={"freshness": "1d", "reconcile_counts": 0.0})
 
     checks = _checks(project, instance, spark_resource)
 
@@ -97,6 +86,7 @@ def test_checks_run_with_the_materialization(
 
 @pytest.mark.parametrize("mode", ["merge", "append"])
 def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -105,7 +95,7 @@ def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, 'v1', i FROM generate_series(1, 100) i")
-    project = write_project(tmp_path, _config(tmp_path, pg, mode=mode))
+    project = make_project(pg, DEFAULTS, mode=mode)
     first = materialize(project, "orders", instance, spark_resource)
     # Rows that landed below the cursor, and rows fixed in place without moving it: only a
     # backfill of their window brings them in.
@@ -143,6 +133,7 @@ def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
 
 
 def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -152,7 +143,7 @@ def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 50) i")
-    project = write_project(tmp_path, _config(tmp_path, pg, mode="append"))
+    project = make_project(pg, DEFAULTS, mode="append")
     assert materialize(project, "orders", instance, spark_resource).success
     monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
     config = ["--config", project.path]
@@ -178,6 +169,7 @@ def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
 
 
 def test_the_primary_key_is_read_from_the_database_when_not_given(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -187,7 +179,7 @@ def test_the_primary_key_is_read_from_the_database_when_not_given(
         "CREATE TABLE orders (region text, id int, at int NOT NULL, PRIMARY KEY (region, id))"
     )
     pg.execute("INSERT INTO orders VALUES ('eu', 1, 1), ('us', 1, 2)")
-    config = _config(tmp_path, pg)
+    config = make_project.config(pg, DEFAULTS)
     del config["tables"][0]["primary_key"]
     project = write_project(tmp_path, config)
     assert materialize(project, "orders", instance, spark_resource).success
@@ -211,6 +203,7 @@ def test_the_primary_key_is_read_from_the_database_when_not_given(
     ],
 )
 def test_columns_can_be_included_or_excluded(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -221,7 +214,7 @@ def test_columns_can_be_included_or_excluded(
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, note text, secret text, at int NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, 'n', 's', 1)")
     run = materialize(
-        write_project(tmp_path, _config(tmp_path, pg, **selection)),
+        make_project(pg, DEFAULTS, **selection),
         "orders",
         instance,
         spark_resource,
@@ -231,6 +224,7 @@ def test_columns_can_be_included_or_excluded(
 
 
 def test_lakexpress_shorthand_entries_load_like_full_ones(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -238,7 +232,7 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, created date NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, '2024-12-31'), (2, '2025-01-01'), (3, '2025-01-02')")
-    config = _config(tmp_path, pg)
+    config = make_project.config(pg, DEFAULTS)
     config["tables"] = [f"{pg.name}.orders:created:date@2025-01-01!upsert"]
     project = write_project(tmp_path, config)
     table = load_project(project.path).table("orders")
@@ -255,7 +249,7 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(
 
 
 def test_row_counts_leave_out_soft_deleted_rows(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -264,9 +258,8 @@ def test_row_counts_leave_out_soft_deleted_rows(
     pg.execute(
         "INSERT INTO orders SELECT i, i, CASE WHEN i % 4 = 0 THEN now() END FROM generate_series(1, 20) i"
     )
-    project = write_project(
-        tmp_path,
-        _config(tmp_path, pg, delete_column="deleted_at", checks={"reconcile_counts": 0.0}),
+    project = make_project(
+        pg, DEFAULTS, delete_column="deleted_at", checks={"reconcile_counts": 0.0}
     )
 
     counts = _checks(project, instance, spark_resource)["row_counts_match_source"]
@@ -315,7 +308,7 @@ def test_row_counts_of_files_count_the_latest_version_of_each_key(
 
 
 def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -324,15 +317,13 @@ def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
     # source afterwards does, and divides by zero.
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL, d int NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, now() - INTERVAL '1 hour', 1), (2, now(), 0)")
-    config = _config(
-        tmp_path,
+    project = make_project(
         pg,
+        DEFAULTS,
         query=f"SELECT id / d AS id, at FROM {pg.name}.orders",
         safety_lag="10m",
         checks={"reconcile_counts": 0.0},
     )
-    del config["tables"][0]["table"]
-    project = write_project(tmp_path, config)
 
     checks = _checks(project, instance, spark_resource)
 
@@ -345,14 +336,14 @@ def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
 
 
 def test_a_full_refresh_that_lands_below_the_cursor_warns(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 10) i")
-    project = write_project(tmp_path, _config(tmp_path, pg))
+    project = make_project(pg, DEFAULTS)
     assert materialize(project, "orders", instance, spark_resource).success
     pg.execute("DELETE FROM orders WHERE id > 7")  # the source lost its newest rows
 
@@ -364,12 +355,12 @@ def test_a_full_refresh_that_lands_below_the_cursor_warns(
 
 
 def test_an_empty_backfill_window_in_asset_config_is_refused(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    project = write_project(tmp_path, _config(tmp_path, pg, cursor={"column": "at", "type": "int"}))
+    project = make_project(pg, DEFAULTS, cursor={"column": "at", "type": "int"})
     asset = build_table_asset(
         project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
     )
@@ -389,14 +380,14 @@ def test_an_empty_backfill_window_in_asset_config_is_refused(
 
 
 def test_primary_key_unique_groups_by_a_key_read_from_the_database(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE orders (a int, b int, at int NOT NULL, PRIMARY KEY (a, b))")
     pg.execute("INSERT INTO orders VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3)")
-    project = write_project(tmp_path, _config(tmp_path, pg, primary_key=None))
+    project = make_project(pg, DEFAULTS, primary_key=None)
 
     check = _checks(project, instance, spark_resource)["primary_key_unique"]
 

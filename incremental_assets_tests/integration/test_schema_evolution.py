@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -13,38 +12,26 @@ from pyspark.sql import SparkSession
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     lake_files,
     latest_metadata,
     materialize,
     read_lake,
     rows_by,
-    write_project,
 )
 
-
-def _project(tmp_path: Path, pg: Schema, mode: str) -> Any:
-    entry = {
-        "name": "items",
-        "source": "shop",
-        "table": f"{pg.name}.items",
-        "mode": mode,
-        "cursor": "at",
-        "primary_key": ["id"],
-        "transaction_cap": False,
-        "buckets": 4,
-    }
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+DEFAULTS = {
+    "name": "items",
+    "cursor": "at",
+    "primary_key": ["id"],
+    "transaction_cap": False,
+    "buckets": 4,
+}
 
 
 @pytest.mark.parametrize("mode", ["append", "merge"])
 def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -56,7 +43,7 @@ def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
         "CREATE TABLE items (id int PRIMARY KEY, qty int, label varchar(10), at int NOT NULL)"
     )
     pg.execute("INSERT INTO items SELECT i, i, 'x', i FROM generate_series(1, 40) i")
-    project = _project(tmp_path, pg, mode)
+    project = make_project(pg, DEFAULTS, mode=mode)
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute(
         "ALTER TABLE items ADD COLUMN colour text",
@@ -85,6 +72,7 @@ def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
 
 
 def test_an_incompatible_change_fails_before_anything_is_written(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -92,7 +80,7 @@ def test_an_incompatible_change_fails_before_anything_is_written(
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, at int NOT NULL)")
     pg.execute("INSERT INTO items SELECT i, i, i FROM generate_series(1, 10) i")
-    project = _project(tmp_path, pg, "append")
+    project = make_project(pg, DEFAULTS, mode="append")
     first = materialize(project, "items", instance, spark_resource)
     files = lake_files(tmp_path / "lake", "items")
     pg.execute(

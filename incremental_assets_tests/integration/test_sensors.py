@@ -23,26 +23,9 @@ from incremental_assets.sensors import evaluate
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
-from incremental_assets_tests.support.project import materialize, write_project
+from incremental_assets_tests.support.project import ProjectBuilder, materialize, write_project
 
-
-def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
-    entry = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "append",
-        "transaction_cap": False,
-        **table,
-    }
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+DEFAULTS = {"name": "orders", "mode": "append", "transaction_cap": False}
 
 
 def _requested(result: dg.SensorResult | dg.SkipReason) -> str | None:
@@ -53,14 +36,14 @@ def _requested(result: dg.SensorResult | dg.SkipReason) -> str | None:
 
 
 def test_a_run_is_requested_only_when_rows_pass_the_stored_cursor(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     db.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
     db.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
-    project = _project(tmp_path, db, cursor="at")
+    project = make_project(db, DEFAULTS, cursor="at")
     table, key = project.table("orders"), dg.AssetKey("orders")
 
     first = _requested(evaluate(instance, table, key, None))
@@ -83,11 +66,11 @@ def _flush_change_counters(db: SourceDb) -> None:
 
 
 def test_a_table_without_a_cursor_is_watched_through_its_change_counters(
-    tmp_path: Path, db: SourceDb, instance: dg.DagsterInstance
+    make_project: ProjectBuilder, db: SourceDb, instance: dg.DagsterInstance
 ) -> None:
     db.execute("CREATE TABLE orders (code {key_text} PRIMARY KEY)")
     db.execute("INSERT INTO orders VALUES ('a')")
-    project = _project(tmp_path, db, mode="full_refresh")
+    project = make_project(db, DEFAULTS, mode="full_refresh")
     table, key = project.table("orders"), dg.AssetKey("orders")
     _flush_change_counters(db)
 
@@ -118,11 +101,11 @@ def test_a_files_source_is_watched_through_modification_times(
     assert _requested(evaluate(instance, table, key, marker)) not in (None, marker)
 
 
-def test_a_tick_starts_no_jvm(tmp_path: Path, db: SourceDb) -> None:
+def test_a_tick_starts_no_jvm(make_project: ProjectBuilder, tmp_path: Path, db: SourceDb) -> None:
     db.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
     db.execute("INSERT INTO orders VALUES (1, 10)")
     config = tmp_path / "incremental_assets.yaml"
-    _project(tmp_path, db, cursor="at")
+    make_project(db, DEFAULTS, cursor="at")
     script = textwrap.dedent(
         f"""
         import dagster as dg
@@ -152,7 +135,7 @@ def _first_key(result: dg.SensorResult | dg.SkipReason) -> str:
 
 
 def test_rows_held_back_by_the_safety_lag_ask_for_a_run_once_the_lag_has_passed(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -164,7 +147,7 @@ def test_rows_held_back_by_the_safety_lag_ask_for_a_run_once_the_lag_has_passed(
         "(2, now() AT TIME ZONE 'Asia/Tokyo')"
     )
     # A lag long enough that a slow machine's first run still sees row 2 as too young.
-    project = _project(tmp_path, pg, cursor="at", safety_lag="10s", timezone="Asia/Tokyo")
+    project = make_project(pg, DEFAULTS, cursor="at", safety_lag="10s", timezone="Asia/Tokyo")
     table, key = project.table("orders"), dg.AssetKey("orders")
 
     first = _first_key(evaluate(instance, table, key, None))
@@ -181,7 +164,7 @@ def test_rows_held_back_by_the_safety_lag_ask_for_a_run_once_the_lag_has_passed(
 
 
 def test_rows_held_back_by_an_open_transaction_ask_for_a_run_once_it_ends(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     postgres: PostgresServer,
     instance: dg.DagsterInstance,
@@ -189,7 +172,7 @@ def test_rows_held_back_by_an_open_transaction_ask_for_a_run_once_it_ends(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, TIMESTAMPTZ '2025-01-01 00:00:00+00')")
-    project = _project(tmp_path, pg, cursor="at", transaction_cap=True)
+    project = make_project(pg, DEFAULTS, cursor="at", transaction_cap=True)
     table, key = project.table("orders"), dg.AssetKey("orders")
     assert materialize(project, "orders", instance, spark_resource).success
     with postgres.connect(autocommit=False) as open_transaction:
@@ -246,7 +229,7 @@ def test_a_files_sensor_switched_on_after_the_last_run_asks_for_nothing(
 
 
 def test_a_hand_set_cursor_asks_for_a_run_even_under_a_used_run_key(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -254,7 +237,7 @@ def test_a_hand_set_cursor_asks_for_a_run_even_under_a_used_run_key(
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
-    project = _project(tmp_path, pg, cursor="at")
+    project = make_project(pg, DEFAULTS, cursor="at")
     table, key = project.table("orders"), dg.AssetKey("orders")
     first = _first_key(evaluate(instance, table, key, None))
     assert materialize(project, "orders", instance, spark_resource).success
@@ -285,7 +268,7 @@ def test_a_failing_probe_fails_the_tick(tmp_path: Path, pg: Schema) -> None:
 
 
 def test_rows_a_run_would_hold_back_on_a_date_cursor_do_not_ask_for_a_run(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -293,7 +276,7 @@ def test_rows_a_run_would_hold_back_on_a_date_cursor_do_not_ask_for_a_run(
     """Under the transaction cap a date cursor loads up to yesterday: today may still change."""
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, day date NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, current_date - 2), (2, current_date - 1)")
-    project = _project(tmp_path, pg, cursor="day", transaction_cap=True)
+    project = make_project(pg, DEFAULTS, cursor="day", transaction_cap=True)
     table, key = project.table("orders"), dg.AssetKey("orders")
     assert materialize(project, "orders", instance, spark_resource).success
     pg.execute("INSERT INTO orders VALUES (3, current_date)")
@@ -304,6 +287,7 @@ def test_rows_a_run_would_hold_back_on_a_date_cursor_do_not_ask_for_a_run(
 
 
 def test_a_run_the_sensor_asked_for_that_failed_is_asked_for_again(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -312,7 +296,7 @@ def test_a_run_the_sensor_asked_for_that_failed_is_asked_for_again(
     """Dagster launches a run key once; a failed run's key must not stop the sensor for good."""
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, 10)")
-    project = _project(tmp_path, pg, cursor="at")
+    project = make_project(pg, DEFAULTS, cursor="at")
     table, key = project.table("orders"), dg.AssetKey("orders")
     blocker = tmp_path / "lake" / "orders"
     blocker.parent.mkdir(parents=True)

@@ -12,22 +12,17 @@ import pytest
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
-
-
-def _project(tmp_path: Path, pg: Schema | SourceDb, **table: Any) -> Any:
-    table = {"name": "items", "source": "shop", "table": f"{pg.name}.items", **table}
-    if "query" in table:
-        table.pop("table")
-    config = {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": pg.source()},
-        "tables": [table],
-    }
-    return write_project(tmp_path, config)
+from incremental_assets_tests.support.project import (
+    ProjectBuilder,
+    materialize,
+    read_lake,
+    rows_by,
+    write_project,
+)
 
 
 def test_safety_lag_leaves_recent_rows_for_the_next_run(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
@@ -40,7 +35,7 @@ def test_safety_lag_leaves_recent_rows_for_the_next_run(
         "INSERT INTO items VALUES "
         + ", ".join(f"({i}, {db.utc(now - age)})" for i, age in enumerate(ages, 1))
     )
-    project = _project(tmp_path, db, mode="append", cursor="at", safety_lag="30m")
+    project = make_project(db, "items", mode="append", cursor="at", safety_lag="30m")
 
     run = materialize(project, "items", instance, spark_resource)
 
@@ -50,6 +45,7 @@ def test_safety_lag_leaves_recent_rows_for_the_next_run(
 
 
 def test_merge_removes_rows_whose_delete_column_is_set(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -59,8 +55,8 @@ def test_merge_removes_rows_whose_delete_column_is_set(
         "CREATE TABLE items (id int PRIMARY KEY, v text, at int NOT NULL, deleted_at timestamptz)"
     )
     pg.execute("INSERT INTO items SELECT i, 'v', i, NULL FROM generate_series(1, 10) i")
-    project = _project(
-        tmp_path, pg, mode="merge", cursor="at", primary_key=["id"], delete_column="deleted_at"
+    project = make_project(
+        pg, "items", mode="merge", cursor="at", primary_key=["id"], delete_column="deleted_at"
     )
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute("UPDATE items SET deleted_at = now(), at = 20 WHERE id IN (2, 3)")
@@ -83,6 +79,7 @@ def test_merge_removes_rows_whose_delete_column_is_set(
 
 
 def test_a_query_source_is_windowed_on_its_output_columns(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -91,7 +88,9 @@ def test_a_query_source_is_windowed_on_its_output_columns(
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, price numeric(10, 2), at bigint NOT NULL)")
     pg.execute("INSERT INTO items SELECT i, i, i FROM generate_series(1, 10) i")
     query = f"SELECT id, price * 2 AS doubled, at AS seq FROM {pg.name}.items WHERE id % 2 = 0"
-    project = _project(tmp_path, pg, query=query, mode="append", cursor="seq", primary_key=["id"])
+    project = make_project(
+        pg, "items", query=query, mode="append", cursor="seq", primary_key=["id"]
+    )
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute("INSERT INTO items VALUES (12, 6, 12), (13, 6, 13)")
 
@@ -104,6 +103,7 @@ def test_a_query_source_is_windowed_on_its_output_columns(
 
 
 def test_a_table_without_a_cursor_is_fully_refreshed_every_run(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -111,7 +111,7 @@ def test_a_table_without_a_cursor_is_fully_refreshed_every_run(
 ) -> None:
     pg.execute("CREATE TABLE items (code text PRIMARY KEY, label text)")
     pg.execute("INSERT INTO items VALUES ('fr', 'France'), ('de', 'Germany')")
-    project = _project(tmp_path, pg, mode="full_refresh")
+    project = make_project(pg, "items", mode="full_refresh")
     assert materialize(project, "items", instance, spark_resource).success
     pg.execute("DELETE FROM items WHERE code = 'de'")
     pg.execute("INSERT INTO items VALUES ('it', 'Italy')")
@@ -125,13 +125,13 @@ def test_a_table_without_a_cursor_is_fully_refreshed_every_run(
 
 
 def test_a_column_that_cannot_be_a_cursor_is_a_configuration_error(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, score double precision)")
-    project = _project(tmp_path, pg, mode="append", cursor="score")
+    project = make_project(pg, "items", mode="append", cursor="score")
 
     run = materialize(project, "items", instance, spark_resource)
 
@@ -142,13 +142,13 @@ def test_a_column_that_cannot_be_a_cursor_is_a_configuration_error(
 
 
 def test_a_missing_column_names_the_table_the_field_and_the_columns_there_are(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int)")
-    project = _project(tmp_path, pg, mode="merge", cursor="at", primary_key=["item_id"])
+    project = make_project(pg, "items", mode="merge", cursor="at", primary_key=["item_id"])
 
     run = materialize(project, "items", instance, spark_resource)
 
@@ -209,7 +209,7 @@ def test_without_an_integer_key_the_read_is_split_on_the_cursor(
 
 
 def test_each_run_logs_its_window_counts_and_durations(
-    tmp_path: Path,
+    make_project: ProjectBuilder,
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
@@ -217,7 +217,7 @@ def test_each_run_logs_its_window_counts_and_durations(
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO items SELECT i, i FROM generate_series(1, 30) i")
     run = materialize(
-        _project(tmp_path, pg, mode="append", cursor="at"), "items", instance, spark_resource
+        make_project(pg, "items", mode="append", cursor="at"), "items", instance, spark_resource
     )
 
     messages = [entry.user_message for entry in instance.all_logs(run.run_id) if entry.user_message]

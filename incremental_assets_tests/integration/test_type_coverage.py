@@ -6,7 +6,6 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -15,10 +14,10 @@ import pytest
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
+    ProjectBuilder,
     lake_files,
     materialize,
     read_lake,
-    write_project,
 )
 
 TYPES = """
@@ -43,26 +42,11 @@ ROW = (
 )
 
 
-def _project(tmp_path: Path, pg: Schema) -> Any:
-    entry = {
-        "name": "items",
-        "source": "shop",
-        "table": f"{pg.name}.items",
-        "mode": "merge",
-        "cursor": "id",
-        "primary_key": ["id"],
-    }
-    return write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+DEFAULTS = {"name": "items", "mode": "merge", "cursor": "id", "primary_key": ["id"]}
 
 
 def test_every_type_arrives_exactly(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -71,7 +55,7 @@ def test_every_type_arrives_exactly(
     pg.execute(*TYPES.strip().split(";\n"))
     pg.execute(f"INSERT INTO items VALUES ({ROW})")
 
-    run = materialize(_project(tmp_path, pg), "items", instance, spark_resource)
+    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
 
     assert run.success, run.failure
     lake = read_lake(tmp_path / "lake", "items")
@@ -144,6 +128,7 @@ def test_every_type_arrives_exactly(
     ],
 )
 def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -155,7 +140,7 @@ def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
     pg.execute(*TYPES.strip().split(";\n"))
     pg.execute(f"INSERT INTO items (id, {column}) VALUES (1, {value})")
 
-    run = materialize(_project(tmp_path, pg), "items", instance, spark_resource)
+    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
 
     assert not run.success
     assert "Table 'items'" in (run.failure or "")
@@ -164,6 +149,7 @@ def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
 
 
 def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
+    make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
     instance: dg.DagsterInstance,
@@ -172,7 +158,7 @@ def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, grid timestamptz[][])")
     pg.execute("INSERT INTO items VALUES (1, '{{2025-01-01}}')")
 
-    run = materialize(_project(tmp_path, pg), "items", instance, spark_resource)
+    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
 
     assert not run.success
     assert (

@@ -1,11 +1,15 @@
-"""A test's project: write its incremental_assets.yaml, materialize a table, read the lake back."""
+"""A test's project: write its incremental_assets.yaml, materialize a table, read the lake back.
+
+`ProjectBuilder` (the `make_project` fixture) writes the common case, one source `shop` on the
+test's database and one table on it, so a test file states only its table's defaults.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dagster as dg
 import pyarrow as pa
@@ -16,6 +20,18 @@ from incremental_assets.config import Project, load_project
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.support.cli import write_cli_config
+
+SOURCE = "shop"
+
+
+class SourceHandle(Protocol):
+    """A test's database: a PostgreSQL schema, a MariaDB database or a `SourceDb` over either."""
+
+    @property
+    def name(self) -> str: ...
+
+    def source(self, **extra: Any) -> dict[str, Any]: ...
 
 
 def write_project(directory: Path, config: Mapping[str, Any]) -> Project:
@@ -80,3 +96,70 @@ def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
 
 def lake_files(lake_dir: Path, table: str) -> list[str]:
     return sorted(p.name for p in (lake_dir / table).glob("part-*.parquet"))
+
+
+@dataclass(frozen=True)
+class ProjectBuilder:
+    """Writes `directory`/incremental_assets.yaml: source `shop` on `db`, and one table.
+
+    `table` is the table's name, or a mapping of a test file's defaults with its `name`; the
+    keyword settings override them. The table reads `<db>.<name>`, unless a `query` is given.
+    `source` adds properties to the source, `lake` settings to the lake.
+    """
+
+    directory: Path
+
+    def __call__(
+        self,
+        db: SourceHandle,
+        table: str | Mapping[str, Any],
+        /,
+        *,
+        source: Mapping[str, Any] | None = None,
+        lake: Mapping[str, Any] | None = None,
+        **settings: Any,
+    ) -> Project:
+        return write_project(
+            self.directory, self.config(db, table, source=source, lake=lake, **settings)
+        )
+
+    def config(
+        self,
+        db: SourceHandle,
+        table: str | Mapping[str, Any],
+        /,
+        *,
+        source: Mapping[str, Any] | None = None,
+        lake: Mapping[str, Any] | None = None,
+        **settings: Any,
+    ) -> dict[str, Any]:
+        """The project as a mapping, for a test that changes it before writing it."""
+        return {
+            "lake": {"path": str(self.directory / "lake"), **(lake or {})},
+            "sources": {SOURCE: db.source(**(source or {}))},
+            "tables": [_table_entry(db, table, settings)],
+        }
+
+    def cli_config(
+        self,
+        db: SourceHandle,
+        table: str | Mapping[str, Any],
+        /,
+        *,
+        remote: str | None = None,
+        **settings: Any,
+    ) -> Path:
+        """The same project for runs in a subprocess (see `write_cli_config`)."""
+        entry = _table_entry(db, table, settings)
+        return write_cli_config(self.directory, {SOURCE: db.source()}, [entry], remote=remote)
+
+
+def _table_entry(
+    db: SourceHandle, table: str | Mapping[str, Any], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    defaults = {"name": table} if isinstance(table, str) else dict(table)
+    name = defaults["name"]
+    entry = {"name": name, "source": SOURCE, "table": f"{db.name}.{name}", **defaults, **settings}
+    if "query" in entry:
+        entry.pop("table")
+    return entry
