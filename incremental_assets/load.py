@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
-from incremental_assets.dialects import POSTGRES, SPARK_SQL, Dialect
+from incremental_assets.dialects import SPARK_SQL, Dialect
 from incremental_assets.errors import (
     ConfigError,
     IncrementalAssetsError,
@@ -33,7 +33,7 @@ from incremental_assets.plan import (
     plan_window,
 )
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
-from incremental_assets.sources import open_source
+from incremental_assets.sources import database_of, open_source
 from incremental_assets.sources.base import Source, check_columns
 from incremental_assets.sources.failures import engine_error, root_messages, source_error
 from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
@@ -90,7 +90,8 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
         plan.report, window_fingerprint=proof.fingerprint, spark="not started (nothing new)"
     )
     plan = replace(plan, report=report)
-    dialect = POSTGRES if isinstance(request.table.source, JdbcSourceSpec) else SPARK_SQL
+    source = request.table.source
+    dialect = database_of(source).dialect if isinstance(source, JdbcSourceSpec) else SPARK_SQL
     run = _Run(request, lake, dialect, started)
     files = lake.data_files()
     columns = column_types(lake.spark_schema(files[-1])) if files else ()

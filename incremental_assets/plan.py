@@ -243,7 +243,8 @@ def _transaction_report(bounds: Bounds, warnings: list[str]) -> tuple[str | None
     cap = bounds.transaction
     if cap is None:
         return None, None
-    text = "no other transaction open"
+    # Where the cap is partly blind, "none open" would claim more than it knows.
+    text = "no other transaction seen" if cap.limits else "no other transaction open"
     if cap.oldest_start is not None:
         text = f"{format_cursor(CursorType.TIMESTAMPTZ, cap.oldest_start)}: {cap.holder}"
     if cap.hidden_sessions:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.config.rules import time_limits
 from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
-from incremental_assets.errors import SourceError
+from incremental_assets.errors import SourceError, TableProblem
 from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor, FreezeRequest
@@ -104,7 +104,17 @@ def _table_changes(
     """A table without a cursor: the database's own record of changes to it."""
     if table.query is not None:
         return None if stored.run_id else "first"
-    return f"changes:{fetch_row(conn, database.table_changes_sql(table))['changes']}"
+    changes = fetch_row(conn, database.table_changes_sql(table))["changes"]
+    if changes is None:
+        raise SourceError(
+            TableProblem(
+                table.name,
+                f"the source has no table {table.table} (its catalog lists no such table).",
+                "table",
+                "name the table as schema.table (database.table on MySQL), or stop the sensor.",
+            )
+        )
+    return f"changes:{changes}"
 
 
 def _probe_files(

@@ -52,8 +52,11 @@ _VISIBILITY = (
 )
 # A statement's NOW() is taken before InnoDB starts its transaction: a second earlier covers it.
 _STARTED = "(CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00') - INTERVAL 1 SECOND)"
+# information_schema.innodb_trx is a copy InnoDB refreshes at most every 0.1 s: a transaction
+# begun since may be missing from it, so the read counts as a second older than the clock.
+_READ_AT = f"({MYSQL.clock} - INTERVAL 1 SECOND)"
 _OPEN_TRANSACTIONS = (
-    f"SELECT {MYSQL.wire(CursorType.TIMESTAMPTZ, MYSQL.clock)} AS read_at, "
+    f"SELECT {MYSQL.wire(CursorType.TIMESTAMPTZ, _READ_AT)} AS read_at, "
     f"{MYSQL.wire(CursorType.TIMESTAMPTZ, f'MIN({_STARTED})')} AS oldest, "
     f"(SELECT CONCAT('thread ', t.trx_mysql_thread_id, ', open since ', t.trx_started) {_WRITERS} "
     f"ORDER BY t.trx_started LIMIT 1) AS holder {_WRITERS}"
@@ -121,7 +124,8 @@ class MySqlDatabase:
                     "its clock.",
                     "timezone",
                     "load the tables (mariadb-tzinfo-to-sql /usr/share/zoneinfo | mysql mysql, or "
-                    "mysql_tzinfo_to_sql), or use a cursor column of type TIMESTAMP.",
+                    "mysql_tzinfo_to_sql), or give `timezone:` as a fixed offset such as '+01:00', "
+                    "or remove it if the cursor is a TIMESTAMP column.",
                 )
             )
 
