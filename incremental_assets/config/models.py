@@ -86,7 +86,11 @@ class SparkSpec(FrozenModel):
             return data
         conf = dict(data.get("conf") or {})
         jars = [*(data.get("jars") or []), *_listed(conf.get("spark.jars"))]
-        packages = list(data.get("packages") or [])
+        packages = list(
+            dict.fromkeys(
+                [*(data.get("packages") or []), *_listed(conf.get("spark.jars.packages"))]
+            )
+        )
         for driver in (info.context or {}).get("drivers", ()):
             group, artifact = driver.split(":")[:2]
             in_jars = any(Path(str(j)).name.startswith(artifact) for j in jars)
