@@ -35,7 +35,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -163,6 +163,9 @@ def main() -> None:
         help="the MySQL phase's table size (loading MariaDB is slower than PostgreSQL)",
     )
     parser.add_argument("--no-mysql", action="store_true", help="skip the MySQL phase")
+    parser.add_argument(
+        "--only-mysql", action="store_true", help="run the MySQL phase alone (no PostgreSQL)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="the results file (JSON)")
     parser.add_argument(
         "--report", type=Path, default=None, help="the report (default: BENCHMARKS.md)"
@@ -195,6 +198,29 @@ def main() -> None:
         out.write_text(json.dumps(everything, indent=1))
         print(f"{phase} done; results so far: {out}", flush=True)
 
+    if not args.only_mysql:
+        postgres_phases(args, engines, everything, save)
+    if args.only_mysql or (not args.no_mysql and not args.only_end_to_end and "ours" in engines):
+        with tempfile.TemporaryDirectory(prefix="ia-bench-mysql-") as tmp:
+            everything["mysql"], meta["mysql"] = run_mysql(
+                args.mysql_rows, args.repeats, Path(tmp), Worker, engines
+            )
+        save("mysql")
+    report = args.report or (None if args.smoke else ROOT / "BENCHMARKS.md")
+    if report is not None:
+        write_report(
+            meta, everything["results"], report, everything["end_to_end"], everything["mysql"]
+        )
+        print(f"report: {report}")
+
+
+def postgres_phases(
+    args: argparse.Namespace,
+    engines: list[str],
+    everything: dict[str, Any],
+    save: Callable[[str], None],
+) -> None:
+    """Generate `bench.orders` in PostgreSQL; the in-process scenarios, then the end-to-end ones."""
     with (
         postgres() as (pg_url, jdbc),
         psycopg.connect(pg_url, autocommit=True) as conn,
@@ -212,18 +238,6 @@ def main() -> None:
                 conn, args.rows, args.e2e_repeats, pg_url, jdbc, workdir / "end_to_end", engines
             )
             save("end to end")
-    if not args.no_mysql and not args.only_end_to_end and "ours" in engines:
-        with tempfile.TemporaryDirectory(prefix="ia-bench-mysql-") as tmp:
-            everything["mysql"], meta["mysql"] = run_mysql(
-                args.mysql_rows, args.repeats, Path(tmp), Worker, engines
-            )
-        save("mysql")
-    report = args.report or (None if args.smoke else ROOT / "BENCHMARKS.md")
-    if report is not None:
-        write_report(
-            meta, everything["results"], report, everything["end_to_end"], everything["mysql"]
-        )
-        print(f"report: {report}")
 
 
 def in_process(
