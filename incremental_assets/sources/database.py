@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode
 
 from pyspark.sql import Column
 from pyspark.sql import types as T
@@ -93,6 +94,20 @@ class Database(Protocol):
     def check_schema(self, table: TableSpec, schema: T.StructType) -> None:
         """Refuse columns that can't be read exactly, naming them and the fix."""
         ...
+
+
+def with_parameters(url: str, parameters: Mapping[str, str]) -> str:
+    """`url` with driver properties added to its query string, the URL's own values kept.
+
+    Properties in the URL reach the driver however Spark is run: Spark Connect lower-cases the
+    names of reader options, and pgjdbc and Connector/J read property names case-sensitively.
+    """
+    _, _, query = url.partition("?")
+    given = {name for name, _ in parse_qsl(query, keep_blank_values=True)}
+    added = {k: v for k, v in parameters.items() if k not in given}
+    if not added:
+        return url
+    return f"{url}{'&' if query else '?'}{urlencode(added, safe=':')}"
 
 
 def fetch_row(conn: Connection, sql: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.dialects import MYSQL, sql_string
 from incremental_assets.errors import ConfigError, TableProblem
-from incremental_assets.sources.database import APPLICATION_NAME, Query
+from incremental_assets.sources.database import APPLICATION_NAME, Query, with_parameters
 from incremental_assets.sources.mysql_client import connect
 from incremental_assets.sources.transactions import OpenTransactions, instant
 from incremental_assets.sources.transport import decimal_fits, from_epoch
@@ -94,14 +94,20 @@ class MySqlDatabase:
     def spark_url(self, source: JdbcSourceSpec) -> str:
         # Spark quotes names for MySQL only under jdbc:mysql; under jdbc:mariadb it would quote
         # them as "name", which MySQL reads as a string.
-        return "jdbc:mysql:" + source.url.split(":", 2)[2]
+        url = "jdbc:mysql:" + source.url.split(":", 2)[2]
+        return with_parameters(
+            url,
+            {
+                # Connector/J 3 takes a jdbc:mysql URL only when the URL itself says so.
+                "permitMysqlScheme": "true",
+                "tinyInt1isBit": "false",
+                "connectionAttributes": f"program_name:{APPLICATION_NAME}",
+            },
+        )
 
     def spark_options(self, source: JdbcSourceSpec) -> dict[str, str]:
         return {
-            "permitMysqlScheme": "true",  # MariaDB Connector/J 3 takes jdbc:mysql only with it
             "sessionInitStatement": "SET time_zone = '+00:00'",
-            "connectionAttributes": f"program_name:{APPLICATION_NAME}",
-            "tinyInt1isBit": "false",
             "preferTimestampNTZ": "true",  # DATETIME is a wall-clock value, TIMESTAMP an instant
         }
 

@@ -25,7 +25,7 @@ from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor
 from incremental_assets.dialects import POSTGRES, sql_string
 from incremental_assets.errors import ConfigError, TableProblem
-from incremental_assets.sources.database import APPLICATION_NAME, Query
+from incremental_assets.sources.database import APPLICATION_NAME, Query, with_parameters
 from incremental_assets.sources.pg_client import connect
 from incremental_assets.sources.transactions import OpenTransactions, instant
 from incremental_assets.sources.transport import (
@@ -87,10 +87,10 @@ class PostgresDatabase:
     driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
 
     def spark_url(self, source: JdbcSourceSpec) -> str:
-        return source.url
+        return with_parameters(source.url, {"ApplicationName": APPLICATION_NAME})
 
     def spark_options(self, source: JdbcSourceSpec) -> dict[str, str]:
-        return {"ApplicationName": APPLICATION_NAME, "preferTimestampNTZ": "true"}
+        return {"preferTimestampNTZ": "true"}
 
     def connect(self, source: JdbcSourceSpec) -> psycopg.Connection:
         return connect(source, pinned=True)

@@ -38,8 +38,9 @@ class WritePlan:
     schema: SchemaChange | None = None
     # Merge mode: also remove keys the source no longer has (hard deletes).
     reconcile: bool = False
-    # Merge mode: the cursor's order is a database collation Spark can't reproduce (text cursors
-    # read over JDBC), so a version read now beats the lake's instead of the higher cursor winning.
+    # The cursor's order is a database collation Spark can't reproduce (text cursors read over
+    # JDBC): in a merge a version read now beats the lake's instead of the higher cursor winning,
+    # and append compares re-read rows with every earlier batch.
     delta_beats_lake: bool = False
 
     def records(self) -> dict[str, Any]:

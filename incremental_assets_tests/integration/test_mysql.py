@@ -20,6 +20,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.cli import cli_env, run_cli
 from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -549,3 +550,43 @@ def test_a_tied_row_changed_below_its_integer_part_is_work(
     assert run.metadata["rows_updated"] == 1
     expected = Decimal(after) if kind.startswith("DECIMAL") else dt.datetime.fromisoformat(after)
     assert _lake(tmp_path, ["v"]) == [(expected,)]
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_append_keeps_each_row_once_when_ties_differ_only_in_case(
+    make_project: ProjectBuilder,
+    my: Database,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    tmp_path: Path,
+    keyed: bool,
+) -> None:
+    """Found by the model-based test on MariaDB: the tie 'C1' was appended again after 'c1'."""
+    my.execute("CREATE TABLE things (id INT, tag VARCHAR(10) NOT NULL)")
+    key = {"primary_key": ["id"]} if keyed else {}
+    project = make_project(my, "things", mode="append", cursor="tag", **key)
+    runs = []
+    for row in [(1, "c1"), (2, "C1"), (3, "c2")]:
+        my.execute(f"INSERT INTO things VALUES {row}")
+        runs.append(materialize(project, "things", instance, spark_resource))
+
+    assert all(run.success for run in runs), [run.failure for run in runs]
+    assert [run.metadata["rows_written"] for run in runs] == [1, 1, 1]
+    assert _lake(tmp_path, ["id", "tag"]) == [(1, "c1"), (2, "C1"), (3, "c2")]
+
+
+@pytest.mark.xdist_group("connect")
+def test_over_spark_connect_tinyint1_is_still_a_number(
+    make_project: ProjectBuilder, my: Database, tmp_path: Path, connect: str
+) -> None:
+    """Spark Connect lower-cases reader options; the driver's properties travel in the URL."""
+    my.execute("CREATE TABLE things (id INT PRIMARY KEY, flag TINYINT(1), at INT NOT NULL)")
+    my.execute("INSERT INTO things VALUES (1, 1, 1), (2, 7, 2)")
+    config = make_project.cli_config(my, "things", remote=connect, mode="merge", cursor="at")
+
+    done = run_cli(tmp_path, cli_env(config, tmp_path / "home"), "--select", "things")
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    lake = read_lake(tmp_path / "lake", "things")
+    assert lake.schema.field("flag").type == pa.int8()
+    assert _lake(tmp_path, ["id", "flag"]) == [(1, 1), (2, 7)]

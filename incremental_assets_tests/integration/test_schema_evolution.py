@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -94,3 +96,34 @@ def test_an_incompatible_change_fails_before_anything_is_written(
     assert "column 'qty' is int in the lake but string in the source" in (run.failure or "")
     assert lake_files(tmp_path / "lake", "items") == files
     assert latest_metadata(instance, "items")["cursor"] == first.metadata["cursor"]
+
+
+@pytest.mark.parametrize("change", ["added", "widened"])
+def test_a_merge_run_that_only_changes_the_schema_applies_it(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    change: str,
+) -> None:
+    """Found by the model-based test: no bucket is touched, yet the lake's schema must change."""
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, at int NOT NULL)")
+    db.execute("INSERT INTO items VALUES (1, 1, 100), (2, 2, 100)")
+    project = make_project(db, DEFAULTS, mode="merge")
+    assert materialize(project, "items", instance, spark_resource).success
+    if change == "added":
+        db.execute("ALTER TABLE items ADD COLUMN note {text}")
+    else:
+        db.execute(db.alter_type("items", "qty", "bigint"))
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["rows_written"] == 0
+    lake = read_lake(tmp_path / "lake", "items")
+    if change == "added":
+        assert rows_by(lake, ["id", "note"]) == [(1, None), (2, None)]
+    else:
+        assert lake.schema.field("qty").type == pa.int64()
+        assert rows_by(lake, ["id", "qty"]) == [(1, 1), (2, 2)]

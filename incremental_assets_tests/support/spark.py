@@ -79,7 +79,7 @@ def _env(logs: Path) -> dict[str, str]:
 
 @contextmanager
 def connect_server() -> Iterator[str]:
-    """`sbin/start-connect-server.sh --wait`, with the PostgreSQL driver, on a free port."""
+    """`sbin/start-connect-server.sh --wait`, with the PostgreSQL and MariaDB drivers, on a free port."""
     with tempfile.TemporaryDirectory(prefix="ia-connect-") as directory:
         port, logs = free_port(), Path(directory)
         command = [
@@ -89,6 +89,8 @@ def connect_server() -> Iterator[str]:
             "local[2]",
             "--packages",
             POSTGRES_PACKAGE,
+            "--jars",
+            MARIADB_JAR,
             "--conf",
             f"spark.jars.excludes={POSTGRES_EXCLUDES}",
             "--conf",

@@ -86,6 +86,14 @@ def test_the_documented_example_loads_and_resolves(tmp_path: Path) -> None:
     assert "org.checkerframework:checker-qual" in project.spark.conf["spark.jars.excludes"]
 
 
+def test_packages_given_in_spark_conf_are_kept_beside_the_drivers(tmp_path: Path) -> None:
+    config = {**VALID, "spark": {"conf": {"spark.jars.packages": "com.example:udfs:1.0"}}}
+    project = load_project(_write(tmp_path, config))
+
+    packages = project.spark.conf["spark.jars.packages"].split(",")
+    assert packages == ["com.example:udfs:1.0", POSTGRES_PACKAGE]
+
+
 def test_config_file_is_found_through_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
