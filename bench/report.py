@@ -160,7 +160,7 @@ def _mysql_section(meta: dict[str, Any], mysql: list[dict[str, Any]]) -> list[st
         f"`{SCHEMA_MYSQL}` with {rows:,} rows, the same columns and values as PostgreSQL's "
         "(DATETIME(6) for the two times, `updated_at` indexed), on "
         f"{facts.get('server', 'MariaDB')} started by the harness on this machine "
-        "(incremental_assets_tests/mariadb.py, 2 GB buffer pool). "
+        "(incremental_assets_tests/support/mariadb.py, 2 GB buffer pool). "
         f"{rows:,} rows, not {meta['rows']:,}: loading MariaDB and dlt's PyMySQL read are slow "
         "enough here that the larger size would not fit the run's time. "
         "Ours reads over JDBC (MariaDB Connector/J from Debian, `spark.jars`, a `jdbc:mysql://` URL); "
@@ -170,6 +170,8 @@ def _mysql_section(meta: dict[str, Any], mysql: list[dict[str, Any]]) -> list[st
         "the MariaDB server's CPU in place of PostgreSQL's.",
         "",
     ]
+    if facts.get("note"):
+        lines += [facts["note"], ""]
     if facts.get("connectorx"):
         lines += [f"ConnectorX did not run: {facts['connectorx']}.", ""]
     for scenario in ("S1 first", "S1", "S0"):
