@@ -21,7 +21,9 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import cli_env, run_cli
-from incremental_assets_tests.support.mariadb import Database
+from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.mariadb import Database, MariaDbServer
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
     Run,
@@ -590,3 +592,36 @@ def test_over_spark_connect_tinyint1_is_still_a_number(
     lake = read_lake(tmp_path / "lake", "things")
     assert lake.schema.field("flag").type == pa.int8()
     assert _lake(tmp_path, ["id", "flag"]) == [(1, 1), (2, 7)]
+
+
+def test_a_mysql_table_records_every_metadata_key_a_postgresql_one_does(
+    make_project: ProjectBuilder,
+    pg: Schema,
+    postgres: PostgresServer,
+    my: Database,
+    mariadb: MariaDbServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """The same table and the same changes on both: first load, a merge, then nothing new."""
+    recorded: dict[str, list[set[str]]] = {}
+    for db in (SourceDb("postgres", pg, postgres), SourceDb("mariadb", my, mariadb)):
+        name = f"things_{db.kind}"
+        db.execute(
+            f"CREATE TABLE {name} (id int PRIMARY KEY, v {{text}}, at {{tstz}}, gone {{bool}})"
+        )
+        db.insert(name, [(i, "a", f"2025-01-01 00:00:0{i}", False) for i in range(1, 4)])
+        project = make_project(
+            db, name, mode="merge", cursor="at", delete_column="gone", deletes="reconcile"
+        )
+        runs = [materialize(project, name, instance, spark_resource)]
+        db.execute(f"UPDATE {name} SET v = 'b', at = '2025-01-02 00:00:00' WHERE id = 1")
+        db.execute(f"DELETE FROM {name} WHERE id = 2")
+        runs += [materialize(project, name, instance, spark_resource) for _ in range(2)]
+        assert all(run.success for run in runs), [run.failure for run in runs]
+        assert [run.metadata["rows_deleted"] for run in runs] == [0, 1, 0]
+        recorded[db.kind] = [set(run.metadata) for run in runs]
+
+    assert recorded["mariadb"] == recorded["postgres"]
+    expected = {"transaction_cap", "window_fingerprint", "spark", "merge_strategy"}
+    assert expected <= recorded["mariadb"][1]
