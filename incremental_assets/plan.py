@@ -361,7 +361,9 @@ def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) ->
     except CursorError as exc:
         column = table.cursor.column if table.cursor else ""
         raise ConfigError(
-            TableProblem(table.name, f"{exc} The cursor column '{column}' is a {kind.value}.", name)
+            TableProblem(
+                table.name, f"{exc} The cursor column '{column}' is of type {kind.value}.", name
+            )
         ) from None
 
 

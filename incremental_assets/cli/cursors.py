@@ -74,4 +74,6 @@ def _parse_value(table: TableSpec, kind: CursorType, text: str) -> str:
     try:
         return format_cursor(kind, parse_cursor(kind, text))
     except CursorError as exc:
-        raise CursorError(f"Table '{table.name}': {exc} Its cursor is a {kind.value}.") from None
+        raise CursorError(
+            f"Table '{table.name}': {exc} Its cursor is of type {kind.value}."
+        ) from None

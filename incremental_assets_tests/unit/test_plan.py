@@ -600,7 +600,7 @@ def test_backfill_values_that_are_not_of_the_cursor_type_are_refused(
     message = str(refused.value)
     assert message.startswith(f"Table 'orders', field '{field_name}': ")
     assert "not a valid integer cursor value" in message
-    assert "The cursor column 'updated_at' is a" in message
+    assert "The cursor column 'updated_at' is of type integer." in message
 
 
 def test_string_backfills_are_refused_only_when_surely_empty() -> None:
