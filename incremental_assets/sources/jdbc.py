@@ -191,13 +191,17 @@ class JdbcSource:
 
 
 # Connection settings that would take away the name our sessions carry, or pin other settings.
-_OURS = ("applicationname", "connectionattributes", "sessioninitstatement")
+# The settings each database's sessions are pinned with (lower-cased), which a source may not set.
+_PINNED = {
+    "postgres": ("applicationname",),
+    "mysql": ("connectionattributes", "sessioninitstatement"),
+}
 
 
 def _refuse_session_names(table: TableSpec, source: JdbcSourceSpec) -> None:
     """Our sessions must carry our name: the transaction cap tells our reads from writers by it."""
     settings = [*source.properties, *(k for k, _ in parse_qsl(urlparse(source.url).query))]
-    named = [name for name in settings if name.lower() in _OURS]
+    named = [name for name in settings if name.lower() in _PINNED[source.kind]]
     if named:
         raise ConfigError(
             TableProblem(

@@ -73,7 +73,9 @@ def write_cli_config(
 ) -> Path:
     """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in `directory`."""
     conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
-    spark: dict[str, Any] = {"master": "local[2]", "conf": conf, "jars": [MARIADB_JAR]}
+    spark: dict[str, Any] = {"master": "local[2]", "conf": conf}
+    if any("jdbc:mysql:" in str(s.get("url")) for s in sources.values()):
+        spark["jars"] = [MARIADB_JAR]
     if remote:
         spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
     config = {
