@@ -44,6 +44,8 @@ class Database(Protocol):
 
     # DB-API errors of its driver, to catch where a source may be unreachable from here.
     driver_errors: tuple[type[BaseException], ...]
+    # Connection settings its sessions are pinned with (lower-cased): a source may not set them.
+    pinned_settings: tuple[str, ...]
 
     def spark_url(self, source: JdbcSourceSpec) -> str:
         """The URL Spark's JDBC reader gets: Spark picks its SQL dialect by the URL's prefix."""

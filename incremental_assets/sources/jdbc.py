@@ -51,7 +51,7 @@ class JdbcSource:
         self.dialect: Dialect = database.dialect
         self.relation = relation_of(table)
         self._schema: T.StructType | None = None
-        _refuse_session_names(table, self.source)
+        _refuse_session_names(table, self.source, database)
 
     def describe(self) -> str:
         return f"{self.table.source_object} in {self.source.redacted_url()}"
@@ -191,17 +191,10 @@ class JdbcSource:
 
 
 # Connection settings that would take away the name our sessions carry, or pin other settings.
-# The settings each database's sessions are pinned with (lower-cased), which a source may not set.
-_PINNED = {
-    "postgres": ("applicationname",),
-    "mysql": ("connectionattributes", "sessioninitstatement"),
-}
-
-
-def _refuse_session_names(table: TableSpec, source: JdbcSourceSpec) -> None:
+def _refuse_session_names(table: TableSpec, source: JdbcSourceSpec, database: Database) -> None:
     """Our sessions must carry our name: the transaction cap tells our reads from writers by it."""
     settings = [*source.properties, *(k for k, _ in parse_qsl(urlparse(source.url).query))]
-    named = [name for name in settings if name.lower() in _PINNED[source.kind]]
+    named = [name for name in settings if name.lower() in database.pinned_settings]
     if named:
         raise ConfigError(
             TableProblem(

@@ -90,6 +90,7 @@ class MySqlDatabase:
     name = "mysql"
     dialect = MYSQL
     driver_errors: tuple[type[BaseException], ...] = (pymysql.Error,)
+    pinned_settings: tuple[str, ...] = ("connectionattributes", "sessioninitstatement")
 
     def spark_url(self, source: JdbcSourceSpec) -> str:
         # Spark quotes names for MySQL only under jdbc:mysql; under jdbc:mariadb it would quote

@@ -85,6 +85,7 @@ class PostgresDatabase:
     name = "postgres"
     dialect = POSTGRES
     driver_errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+    pinned_settings: tuple[str, ...] = ("applicationname",)
 
     def spark_url(self, source: JdbcSourceSpec) -> str:
         return with_parameters(source.url, {"ApplicationName": APPLICATION_NAME})

@@ -176,31 +176,10 @@ def postgres_server() -> Iterator[PostgresServer]:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
         )
-        subprocess.run(
-            _as_postgres(
-                [
-                    "pg_ctl",
-                    "-D",
-                    str(data),
-                    "-o",
-                    options,
-                    "-l",
-                    str(log),
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ]
-            ),
-            check=True,
-            capture_output=True,
-        )
+        _pg_ctl(data, "start", "-o", options, "-l", str(log), "-t", "60")
         yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
     finally:
-        subprocess.run(
-            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),
-            capture_output=True,
-        )
+        _pg_ctl(data, "stop", "-m", "immediate", check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -230,30 +209,20 @@ def standby_server(primary: PostgresServer) -> Iterator[PostgresServer]:
             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c hot_standby=on "
             f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
         )
-        subprocess.run(
-            _as_postgres(
-                [
-                    "pg_ctl",
-                    "-D",
-                    str(data),
-                    "-o",
-                    options,
-                    "-l",
-                    str(root / "server.log"),
-                    "-w",
-                    "start",
-                ]
-            ),
-            check=True,
-            capture_output=True,
-        )
+        _pg_ctl(data, "start", "-o", options, "-l", str(root / "server.log"), "-t", "60")
         yield PostgresServer("127.0.0.1", port, primary.user, primary.password, primary.dbname)
     finally:
-        subprocess.run(
-            _as_postgres(["pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop"]),
-            capture_output=True,
-        )
+        _pg_ctl(data, "stop", "-m", "immediate", check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _pg_ctl(data: Path, action: str, *options: str, check: bool = True) -> None:
+    """`pg_ctl <action>` on the cluster in `data`, waiting for it to finish."""
+    subprocess.run(
+        _as_postgres(["pg_ctl", "-D", str(data), *options, "-w", action]),
+        check=check,
+        capture_output=True,
+    )
 
 
 def wait_for(condition: object, timeout: float = 10.0) -> None:
