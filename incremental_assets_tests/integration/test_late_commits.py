@@ -81,6 +81,7 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
     first = materialize(project, "events", instance, spark_resource)
     late.commit()
     late.close()
+    db.outlast_cap_margin()
     second = materialize(project, "events", instance, spark_resource)
 
     assert first.success and second.success, (first.failure, second.failure)
