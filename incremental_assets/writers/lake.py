@@ -96,6 +96,7 @@ def parse_bucket(group: str) -> tuple[BucketScheme, int] | None:
 class DataFile:
     name: str
     group: str
+    size: int = 0  # bytes
 
     @property
     def batch(self) -> int | None:
@@ -131,7 +132,7 @@ class LakeTable:
         for info in infos:
             match = _DATA_FILE.match(info.base_name)
             if info.type == pafs.FileType.File and match:
-                files.append(DataFile(info.base_name, match.group("group")))
+                files.append(DataFile(info.base_name, match.group("group"), info.size))
         return sorted(files, key=lambda f: f.name)
 
     def file_uris(self, files: list[DataFile]) -> list[str]:

@@ -66,6 +66,9 @@ REREAD_CHECK_ROWS = 100_000
 # lake rows of keys the delta doesn't name are copied without a shuffle, several jobs at a time.
 PATCH_ROWS = 2_000_000
 PATCHBUCKETS = 256
+# Below this many bytes in the touched buckets' files, one shuffle of them all costs less than a
+# job per bucket (each job's fixed cost is about half a second on a local session).
+PATCH_MIN_BYTES = 64 << 20
 PATCH_JOBS = 4
 
 
@@ -147,6 +150,7 @@ class MergeWriter:
             and strategy != "rewrite table"
             and staged.rows_extracted <= PATCH_ROWS
             and len(touched) <= PATCHBUCKETS
+            and sum(f.size for f in replaced) >= PATCH_MIN_BYTES
         )
         if patched:
             written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)

@@ -6,7 +6,8 @@
 
 It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no-kills) a Spark
 Connect server for the runs it kills, then runs batches of examples until STEPS steps have run. Batch i uses the
-seed SEED+i and prints it first; a failure prints the shrunk sequence of steps and the command
+seed SEED+i and prints it first (odd seeds patch merged buckets one job each, even seeds shuffle
+them, so both ways are tried); a failure prints the shrunk sequence of steps and the command
 that replays it (the same batch, alone, from its seed).
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.writers import merge
 from incremental_assets_tests.model.machine import MODES, Env, run_machine
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
 from incremental_assets_tests.support.mariadb import MARIADB_JAR, mariadb_server
@@ -32,6 +34,7 @@ from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_serv
 
 # The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
 KEY_NAMES = dict(zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp"), strict=True))
+SHUFFLE_BELOW = merge.PATCH_MIN_BYTES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         batch = 0
         while env.steps < args.steps:
             seed_value = first_seed + batch
-            print(f"soak: batch {batch}, seed {seed_value} ({env.steps} steps so far)", flush=True)
+            # Odd seeds patch each touched bucket alone, as merges do once buckets are large.
+            patch = seed_value % 2 == 1
+            merge.PATCH_MIN_BYTES = 0 if patch else SHUFFLE_BELOW
+            print(
+                f"soak: batch {batch}, seed {seed_value}, "
+                f"{'patching' if patch else 'shuffling'} merges ({env.steps} steps so far)",
+                flush=True,
+            )
             try:
                 run_machine(
                     env,

@@ -14,6 +14,7 @@ from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
+from incremental_assets.writers import merge
 from incremental_assets.writers.append import AppendWriter
 from incremental_assets.writers.base import WritePlan
 from incremental_assets.writers.lake import LakeTable, new_txn
@@ -51,6 +52,16 @@ def _lake(spark: SparkSession, lake: LakeTable) -> DataFrame:
 @pytest.fixture
 def lake(tmp_path: Path) -> LakeTable:
     return LakeTable(str(tmp_path / "orders"))
+
+
+@pytest.fixture(params=["patch", "merge"])
+def merge_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a merge rewrites the buckets it touches: a job per bucket, or one shuffle.
+
+    Which one a run takes depends on the size of those buckets' files; these tables are tiny.
+    """
+    monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0 if request.param == "patch" else 1 << 62)
+    return str(request.param)
 
 
 def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
@@ -117,7 +128,7 @@ def test_append_without_a_key_dedupes_whole_rows_including_nulls(
 
 
 def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
-    spark: SparkSession, lake: LakeTable
+    spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = MergeWriter(spark)
     _write(
@@ -138,6 +149,7 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
 
     outcome = _write(writer, delta, _plan(lake, 2))
 
+    assert outcome.strategy is not None and outcome.strategy.startswith(merge_path)
     assert outcome.merge is not None
     assert (outcome.merge.inserted, outcome.merge.updated, outcome.merge.deleted) == (1, 1, 1)
     expected = spark.createDataFrame(
@@ -171,7 +183,7 @@ def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> MergeWriter:
 
 
 def test_merge_rewrites_only_the_buckets_the_delta_touches(
-    spark: SparkSession, lake: LakeTable
+    spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = _merged_200_keys(spark, lake)
     before = {f.group: f.name for f in lake.data_files()}
@@ -181,6 +193,7 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
         writer, spark.createDataFrame([(7, "changed", 2, None)], SCHEMA), _plan(lake, 2)
     )
 
+    assert outcome.strategy is not None and outcome.strategy.startswith(merge_path)
     after = {f.group: f.name for f in lake.data_files()}
     changed = [group for group in before if before[group] != after[group]]
     assert len(changed) == 1
@@ -189,7 +202,7 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
 
 
 def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
-    spark: SparkSession, lake: LakeTable
+    spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = _merged_200_keys(spark, lake)
     files = lake.data_files()
@@ -219,13 +232,14 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
     )
     outcome = _write(writer, changed, _plan(lake, 3))
+    assert outcome.strategy is not None and outcome.strategy.startswith(merge_path)
     assert outcome.merge is not None and (outcome.merge.updated, outcome.merge.deleted) == (1, 1)
     rows = {r.id: r.v for r in _lake(spark, lake).collect()}
     assert (rows[120], 8 in rows, len(rows)) == ("v2", False, 199)
 
 
 def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
-    spark: SparkSession, lake: LakeTable
+    spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = MergeWriter(spark)
     _write(
@@ -238,6 +252,7 @@ def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
 
     outcome = _write(writer, delta, _plan(lake, 2, delta_beats_lake=True))
 
+    assert outcome.strategy is not None and outcome.strategy.startswith(merge_path)
     assert outcome.merge is not None and outcome.merge.updated == 1
     assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "newer")]
 
