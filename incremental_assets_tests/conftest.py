@@ -3,6 +3,7 @@ Dagster instance per test. Fixtures only: what they are built from lives in supp
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from incremental_assets_tests.support.postgres import (
     postgres_server,
 )
 from incremental_assets_tests.support.project import ProjectBuilder
-from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_server
+from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
+
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 
 @pytest.fixture(scope="session")
