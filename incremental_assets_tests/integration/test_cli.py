@@ -367,6 +367,7 @@ class Renamed(IncrementalAssetsTranslator):
 """
 
 
+@pytest.mark.xdist_group("connect")
 def test_a_translator_named_in_the_config_names_the_assets_for_the_command_too(
     make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
 ) -> None:

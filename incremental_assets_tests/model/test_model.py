@@ -51,7 +51,14 @@ FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize(
+    "family",
+    # Families with killed runs share the Spark Connect server of the tests in its group.
+    [
+        pytest.param(name, marks=pytest.mark.xdist_group("connect")) if f.kills else name
+        for name, f in FAMILIES.items()
+    ],
+)
 def test_random_sequences_keep_the_lake_true_to_the_source(
     family: str,
     tmp_path: Path,
