@@ -54,7 +54,8 @@ _VISIBILITY = (
 _STARTED = "(CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00') - INTERVAL 1 SECOND)"
 # information_schema.innodb_trx is a copy InnoDB refreshes at most every 0.1 s: a transaction
 # begun since may be missing from it, so the read counts as a second older than the clock.
-_READ_AT = f"({MYSQL.clock} - INTERVAL 1 SECOND)"
+READ_MARGIN_SECONDS = 1
+_READ_AT = f"({MYSQL.clock} - INTERVAL {READ_MARGIN_SECONDS} SECOND)"
 _OPEN_TRANSACTIONS = (
     f"SELECT {MYSQL.wire(CursorType.TIMESTAMPTZ, _READ_AT)} AS read_at, "
     f"{MYSQL.wire(CursorType.TIMESTAMPTZ, f'MIN({_STARTED})')} AS oldest, "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from incremental_assets.sources.mysql import READ_MARGIN_SECONDS
 from incremental_assets_tests.support.mariadb import Database, MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 
@@ -77,7 +78,7 @@ class SourceDb:
         so a row written within that second is held back until a later run.
         """
         if self.kind == "mariadb":
-            time.sleep(1.1)
+            time.sleep(READ_MARGIN_SECONDS + 0.1)
 
     def utc(self, value: datetime) -> str:
         """A literal of the instant `value` for a `{tstz}` column."""
