@@ -190,9 +190,8 @@ class JdbcSource:
         return f"{column} >= {low} AND {column} < {high}"
 
 
-# Connection settings that would take away the name our sessions carry, or pin other settings.
 def _refuse_session_names(table: TableSpec, source: JdbcSourceSpec, database: Database) -> None:
-    """Our sessions must carry our name: the transaction cap tells our reads from writers by it."""
+    """Refuse settings our sessions pin: the name the cap knows our reads by, the time zone."""
     settings = [*source.properties, *(k for k, _ in parse_qsl(urlparse(source.url).query))]
     named = [name for name in settings if name.lower() in database.pinned_settings]
     if named:
