@@ -15,7 +15,6 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
-from pyspark.sql.connect.client.retries import DefaultPolicy
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.engine import running_engine
@@ -33,7 +32,7 @@ SPARK_DEFAULTS = {
 # The client's default retries wait out a dead server for ten minutes or more. These ride out a
 # blip of about 9 s per call, so a run whose server is gone fails within half a minute, saying so
 # (see sources/failures.py).
-CONNECT_RETRIES = DefaultPolicy(max_retries=5, max_backoff=5_000)
+CONNECT_RETRIES, CONNECT_MAX_BACKOFF_MS = 5, 5_000
 
 
 class IncrementalSparkResource(LazyPySparkResource):
@@ -103,7 +102,13 @@ class IncrementalSparkResource(LazyPySparkResource):
         # Only session settings travel to a Connect server; the rest was fixed when it started.
         self._owns_session = self._connected = True
         session = SparkSession.builder.remote(url).getOrCreate()
-        session.client.set_retry_policies([CONNECT_RETRIES])
+        # Imported here: the Connect client loads pandas, most of a second of every process's
+        # start, and only Connect sessions need it.
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies(
+            [DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)]
+        )
         for key, value in self.spark_config.items():
             if key.startswith("spark.sql."):
                 session.conf.set(key, str(value))

@@ -36,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import types as T
@@ -174,6 +173,10 @@ class LakeTable:
         files = [self._join(f.name) for f in self.data_files()]
         if not files:
             return 0
+        # Imported here: pyarrow.dataset loads pandas, most of a second of every process's start,
+        # and a run with nothing new never counts.
+        import pyarrow.dataset as pads
+
         return int(pads.dataset(files, filesystem=self.fs, format="parquet").count_rows())
 
     def commit(

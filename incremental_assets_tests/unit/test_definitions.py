@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +14,9 @@ from incremental_assets.definitions import ALL_TABLES_JOB, build_definitions
 from incremental_assets.errors import InstanceError
 from incremental_assets.factory import ALLOW_TEMPORARY_INSTANCE, ensure_persistent_instance
 from incremental_assets.sensors import AUTOMATION_SENSOR
+
+# Modules the definitions must not import: only a run that reaches Spark or counts rows needs them.
+HEAVY_MODULES = ("pandas", "pyarrow.dataset", "pyspark.sql.connect.client")
 
 CONFIG = {
     "key_prefix": ["raw"],
@@ -182,3 +187,16 @@ def test_a_temporary_instance_is_refused_unless_allowed(
     monkeypatch.delenv(ALLOW_TEMPORARY_INSTANCE)
     with dg.DagsterInstance.from_config(str(tmp_path)) as persistent:
         ensure_persistent_instance(persistent, "orders")
+
+
+def test_loading_the_definitions_leaves_pandas_unimported() -> None:
+    """Every `dagster asset materialize` pays for what the definitions import, even with nothing
+    new; pandas (through pyarrow.dataset or the Connect client) is most of a second of that."""
+    probe = "import sys, incremental_assets.definitions; print(sorted(m for m in HEAVY if m in sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"HEAVY = {HEAVY_MODULES!r}; {probe}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
