@@ -34,7 +34,7 @@ from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import LakeTable
+from incremental_assets.writers.lake import KEY, LakeTable
 from incremental_assets.writers.versions import soft_deleted
 
 KEY_UNIQUE = "primary_key_unique"
@@ -135,7 +135,9 @@ def primary_key_unique(
     files = list(result.files) if not result.full_refresh else [f.name for f in lake.data_files()]
     duplicates = 0
     if files:
-        keys = [F.col(f"`{c}`") for c in key]
+        # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
+        matched = lake.record(KEY)
+        keys = [F.col(f"`{c}`") for c in (matched["columns"] if matched else key)]
         rows = spark().read.parquet(*[lake.spark_uri(f) for f in files]).groupBy(*keys).count()
         duplicates = rows.where(F.col("count") > 1).count()
     return dg.AssetCheckResult(

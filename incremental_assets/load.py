@@ -39,7 +39,7 @@ from incremental_assets.sources.failures import engine_error, root_messages, sou
 from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
 from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
-from incremental_assets.writers.base import WritePlan, column_types
+from incremental_assets.writers.base import Staged, WritePlan, column_types
 from incremental_assets.writers.lake import (
     DataFile,
     LakeTable,
@@ -117,12 +117,15 @@ def run_incremental_load(
         request = replace(request, table=request.table.model_copy(update=key))
         run, source = replace(run, request=request), open_source(spark, request.table)
     check_columns(run.table, source.schema())
+    request, unmatched = _read_whole_for_weights(request, lake, source)
+    run = replace(run, request=request)
     plan = _plan(run, source)
     fingerprint = next_fingerprint(run.table, plan, listing)
     plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
-    if repeat:
-        log(f"{run.table.name}: {repeat}")
-        plan = plan.warned(repeat)
+    for warning in (repeat, unmatched):
+        if warning:
+            log(f"{run.table.name}: {warning}")
+            plan = plan.warned(warning)
     if plan.window is not None and plan.bounds is not None:
         window = render_window(plan.window, run.dialect)
         log(f"{run.table.name}: window {window}; {describe_bounds(plan.bounds)}")
@@ -136,6 +139,7 @@ def run_incremental_load(
         source_keys = source.read_keys() if write.reconcile else None
         delta = source.read(plan.window, plan.bounds, plan.partitioning)
         staged = writer.stage(delta, write, source_keys)
+        _refuse_null_keys(run.table, staged)
         pause_point("staged")
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
@@ -184,6 +188,7 @@ def _write_plan(run: _Run, source: Source, plan: WindowPlan, change: SchemaChang
         schema=change,
         reconcile=plan.reconcile,
         delta_beats_lake=collated_cursor(plan, source),
+        match_key=source.match_key() if table.mode is Mode.MERGE else (),
     )
 
 
@@ -228,6 +233,55 @@ def _repeat_unrecorded_refresh(
         f"a full refresh replaced the lake table as batch {snapshot} but its run was never "
         "recorded; this run repeats the full refresh"
     )
+    return replace(request, full_refresh=True), note
+
+
+def _refuse_null_keys(table: TableSpec, staged: Staged) -> None:
+    if staged.null_keys:
+        raise WriteError(
+            TableProblem(
+                table.name,
+                f"{staged.null_keys} of the rows read have NULL in a key column "
+                f"({', '.join(table.primary_key)}). A merge keeps one row per key, and rows "
+                "whose key is NULL can't be told apart, so nothing was written and the cursor "
+                "did not move.",
+                "primary_key",
+                "name key columns that are never NULL, filter or COALESCE them in `query:`, "
+                "or load the table in append mode.",
+            )
+        )
+
+
+def _read_whole_for_weights(
+    request: LoadRequest, lake: LakeTable, source: Source
+) -> tuple[LoadRequest, str | None]:
+    """Make this run a full refresh if the lake's rows lack a weight the key is now matched on.
+
+    A text key the database compares by collation is matched on its weight, which only the
+    database computes: lake rows written without it (the key became text, or came to include a
+    text column) can't be matched, so this run reads the whole table instead.
+    """
+    files = lake.data_files()
+    if request.table.mode is not Mode.MERGE or request.full_refresh or not files:
+        return request, None
+    held = set(lake.spark_schema(files[-1]).fieldNames())
+    missing = [c for c in source.match_key() if c not in held]
+    if not missing:
+        return request, None
+    problem = (
+        f"the lake's rows don't carry {', '.join(missing)}, the weight of a text key column the "
+        "database compares by its collation ('a' = 'A ')"
+    )
+    if request.backfill:
+        raise WriteError(
+            TableProblem(
+                request.table.name,
+                f"{problem}, so a backfill can't match them. Nothing was written.",
+                fix="run the table once without backfill_from and backfill_to (it reads the "
+                "whole table), then run the backfill.",
+            )
+        )
+    note = f"{problem}: this run reads the whole table, and counts each row as inserted"
     return replace(request, full_refresh=True), note
 
 

@@ -114,6 +114,21 @@ class Source(Protocol):
 
     def primary_key(self) -> tuple[str, ...]: ...
 
+    def match_key(self) -> tuple[str, ...]:
+        """The columns a merge matches rows on: the key's, each compared as the database does.
+
+        A key column the database compares by a collation ('a' = 'A ') is matched on its weight,
+        a bookkeeping column (`weight_column`) that `read` and `read_keys` add beside it.
+        """
+        ...
+
+
+WEIGHT_PREFIX = "_weight_"
+
+
+def weight_column(name: str) -> str:
+    return f"{WEIGHT_PREFIX}{name}"
+
 
 def cursor_type_of(data_type: T.DataType) -> CursorType | None:
     return _CURSOR_TYPES.get(type(data_type))

@@ -97,6 +97,13 @@ class Database(Protocol):
         """Refuse columns that can't be read exactly, naming them and the fix."""
         ...
 
+    def weight(self, field: T.StructField) -> str | None:
+        """SQL for a key column's weight, equal for values the database holds equal, else None.
+
+        None where the database compares the column's values as the lake does (byte for byte).
+        """
+        ...
+
 
 def with_parameters(url: str, parameters: Mapping[str, str]) -> str:
     """`url` with driver properties added to its query string, the URL's own values kept.

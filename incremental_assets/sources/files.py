@@ -103,6 +103,9 @@ class FilesSource:
         with failures_of(self.table, "reading the primary keys"):
             return self._frame().select(*[F.col(f"`{c}`") for c in self.table.primary_key])
 
+    def match_key(self) -> tuple[str, ...]:
+        return self.table.primary_key
+
     def primary_key(self) -> tuple[str, ...]:
         raise ConfigError(
             f"Table '{self.table.name}', field 'primary_key': files carry no key; name the key columns."

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.config import JdbcSourceSpec, TableSpec
+from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.dialects import Dialect
 from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.sources.base import (
@@ -33,6 +33,7 @@ from incremental_assets.sources.base import (
     partition_count,
     selected,
     split_ranges,
+    weight_column,
 )
 from incremental_assets.sources.database import APPLICATION_NAME, Database
 from incremental_assets.sources.failures import failures_of
@@ -81,6 +82,18 @@ class JdbcSource:
                 [self.database.arriving(f) for f in self._driver_schema.fields]
             )
         return self._schema
+
+    def match_key(self) -> tuple[str, ...]:
+        return tuple(
+            weight_column(c) if self._weight(c) is not None else c for c in self.table.primary_key
+        )
+
+    def _weight(self, column: str) -> str | None:
+        """SQL for a merge key column's weight, where the database compares it by collation."""
+        if self.table.mode is not Mode.MERGE or column not in self.table.primary_key:
+            return None
+        self.schema()
+        return self.database.weight(self._driver_schema[column])
 
     def primary_key(self) -> tuple[str, ...]:
         """The table's primary key columns, in key order, from the database's catalog."""
@@ -139,7 +152,15 @@ class JdbcSource:
         self, fields: list[T.StructField], where: str, predicates: list[str], doing: str
     ) -> DataFrame:
         """`fields` of the rows matching `where`, one Spark partition per predicate, rebuilt exactly."""
-        columns = ", ".join(self._select(field) for field in fields)
+        weights = [
+            (weight_column(f.name), sql)
+            for f in fields
+            if (sql := self._weight(f.name)) is not None
+        ]
+        columns = ", ".join(
+            [self._select(field) for field in fields]
+            + [f"{sql} AS {self.dialect.quote(name)}" for name, sql in weights]
+        )
         relation = f"(SELECT {columns} FROM {self.relation} WHERE {where}) AS src"
         with failures_of(self.table, doing):
             frame = self.spark.read.jdbc(
@@ -148,7 +169,10 @@ class JdbcSource:
                 predicates=predicates,
                 properties=self._options(),
             )
-            return frame.select(*[self._rebuild(field) for field in fields])
+            return frame.select(
+                *[self._rebuild(field) for field in fields],
+                *[F.col(f"`{name}`") for name, _ in weights],
+            )
 
     def _select(self, field: T.StructField) -> str:
         column = self.dialect.quote(field.name)

@@ -234,6 +234,18 @@ class MySqlDatabase:
             from_epoch(scalar, value.cast("bigint"))
         )
 
+    def weight(self, field: T.StructField) -> str | None:
+        """Text's weight under its collation, trailing spaces dropped where the collation pads.
+
+        The default collations ignore case and accents, and the older ones trailing spaces too:
+        'a' = 'A' = 'à ' is one key. WEIGHT_STRING keeps trailing spaces, and `c = RTRIM(c)`
+        holds for every value exactly where the collation pads.
+        """
+        if not isinstance(field.dataType, T.StringType):
+            return None
+        column = MYSQL.quote(field.name)
+        return f"WEIGHT_STRING(IF({column} = RTRIM({column}), RTRIM({column}), {column}))"
+
     def check_schema(self, table: TableSpec, schema: T.StructType) -> None:
         return None
 

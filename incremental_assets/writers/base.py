@@ -42,6 +42,13 @@ class WritePlan:
     # JDBC): in a merge a version read now beats the lake's instead of the higher cursor winning,
     # and append compares re-read rows with every earlier batch.
     delta_beats_lake: bool = False
+    # The columns rows are matched on (`Source.match_key`), when they aren't the primary key's.
+    match_key: tuple[str, ...] = ()
+
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        """What identifies a row in the lake: the key's columns, as the source compares them."""
+        return self.match_key or self.primary_key
 
     def records(self) -> dict[str, Any]:
         """The lake records every commit of this plan writes: `_snapshot` when it replaces the table.
@@ -67,6 +74,7 @@ class Staged:
     key_ranges: tuple[tuple[str, object, object], ...] = ()
     reread_rows: int = 0  # merge: rows inside `WritePlan.boundary`
     reread_buckets: frozenset[int] = frozenset()  # merge: the buckets those rows fall in
+    null_keys: int = 0  # merge: rows with NULL in a key column, which no key can tell apart
 
 
 class Writer(Protocol):

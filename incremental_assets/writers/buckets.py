@@ -33,7 +33,7 @@ def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
 def key_changed(plan: WritePlan) -> bool:
     """Whether the key's columns differ from the ones the lake's buckets hash (its `_key`)."""
     recorded = plan.lake.record(KEY)
-    return recorded is not None and recorded["columns"] != list(plan.primary_key)
+    return recorded is not None and recorded["columns"] != list(plan.row_key)
 
 
 def scheme_of(existing: list[DataFile]) -> BucketScheme | None:
@@ -63,14 +63,12 @@ _EXACT_LITERALS = (*_INTEGRAL, T.StringType, T.DateType, T.DecimalType)
 
 
 def integer_key(frame: DataFrame, plan: WritePlan) -> bool:
-    return len(plan.primary_key) == 1 and isinstance(
-        frame.schema[plan.primary_key[0]].dataType, _INTEGRAL
-    )
+    return len(plan.row_key) == 1 and isinstance(frame.schema[plan.row_key[0]].dataType, _INTEGRAL)
 
 
 def bounded_keys(frame: DataFrame, plan: WritePlan) -> list[str]:
     """The key columns whose range in the delta can filter the lake."""
-    return [c for c in plan.primary_key if isinstance(frame.schema[c].dataType, _EXACT_LITERALS)]
+    return [c for c in plan.row_key if isinstance(frame.schema[c].dataType, _EXACT_LITERALS)]
 
 
 def bucket_of(frame: DataFrame, key: tuple[str, ...], scheme: BucketScheme) -> Column:

@@ -84,9 +84,16 @@ class MergeWriter:
         keep_scheme = not (plan.replace_all or key_changed(plan))
         scheme = scheme_of(plan.lake.data_files()) if keep_scheme else None
         reread = _reread(plan)
-        measures = [F.count(F.lit(1)).alias("rows"), F.count_if(reread).alias("reread")]
+        null_key = F.lit(False)
+        for column in plan.primary_key:
+            null_key = null_key | F.col(f"`{column}`").isNull()
+        measures = [
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(reread).alias("reread"),
+            F.count_if(null_key).alias("null_keys"),
+        ]
         if scheme is not None:
-            bucket = bucket_of(delta, plan.primary_key, scheme)
+            bucket = bucket_of(delta, plan.row_key, scheme)
             measures += [
                 F.collect_set(F.when(~reread, bucket)).alias("buckets"),
                 F.collect_set(F.when(reread, bucket)).alias("reread_buckets"),
@@ -119,6 +126,7 @@ class MergeWriter:
             key_ranges=key_ranges,
             reread_rows=int(seen.get("reread") or 0),
             reread_buckets=frozenset(int(b) for b in seen.get("reread_buckets") or []),
+            null_keys=int(seen.get("null_keys") or 0),
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
@@ -127,7 +135,7 @@ class MergeWriter:
         assert scheme is not None
         schema = ", ".join(f"`{name}` {kind}" for name, kind in staged.columns)
         delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
-        delta = delta.withColumn(BUCKET, bucket_of(delta, plan.primary_key, scheme))
+        delta = delta.withColumn(BUCKET, bucket_of(delta, plan.row_key, scheme))
         gone = self._gone_keys(plan, existing, delta, scheme)
         buckets = {f.bucket[1] for f in existing if f.bucket is not None}
         touched = set(staged.buckets)
@@ -159,9 +167,7 @@ class MergeWriter:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
             strategy = f"merge {strategy}: every version ranked"
         adds = _named_adds(plan, scheme)
-        commit_replacing(
-            self.spark, plan, adds, replaced, {KEY: {"columns": list(plan.primary_key)}}
-        )
+        commit_replacing(self.spark, plan, adds, replaced, {KEY: {"columns": list(plan.row_key)}})
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=written.merge.inserted + written.merge.updated,
@@ -272,7 +278,7 @@ class MergeWriter:
             return set()
         if staged.reread_rows > REREAD_CHECK_ROWS:
             return set(candidates)
-        keys = list(plan.primary_key)
+        keys = list(plan.row_key)
         data = [c for c in delta.columns if c != BUCKET]
         rows = delta.where(_reread(plan) & F.col(BUCKET).isin(sorted(candidates))).select(
             *keys,
@@ -297,24 +303,28 @@ class MergeWriter:
         if not files:
             return None
         rows = conformed(self._read_lake(plan, files), plan)
-        return rows.withColumn(BUCKET, bucket_of(rows, plan.primary_key, scheme))
+        if plan.replace_all and not set(plan.row_key) <= set(rows.columns):
+            # Written before the key was matched on a weight: the snapshot replaces every row,
+            # and its counts take each of its rows as inserted.
+            return None
+        return rows.withColumn(BUCKET, bucket_of(rows, plan.row_key, scheme))
 
     def _gone_keys(
         self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, scheme: BucketScheme
     ) -> DataFrame:
         """Keys in the lake that the source no longer has (empty unless reconciling deletes)."""
-        key_columns = [F.col(f"`{c}`") for c in plan.primary_key]
+        key_columns = [F.col(f"`{c}`") for c in plan.row_key]
         empty = delta.select(*key_columns, BUCKET).limit(0)
         if not plan.reconcile or not existing:
             return empty.withColumn(GONE, F.lit(True))
         in_lake = self._read_lake(plan, existing).select(*key_columns)
         in_source = self.spark.read.parquet(self._staged(plan, _KEYS))
         gone = (
-            in_lake.join(in_source, list(plan.primary_key), "left_anti")
-            .join(delta.select(*key_columns), list(plan.primary_key), "left_anti")
+            in_lake.join(in_source, list(plan.row_key), "left_anti")
+            .join(delta.select(*key_columns), list(plan.row_key), "left_anti")
             .distinct()
         )
-        return gone.withColumn(BUCKET, bucket_of(gone, plan.primary_key, scheme)).withColumn(
+        return gone.withColumn(BUCKET, bucket_of(gone, plan.row_key, scheme)).withColumn(
             GONE, F.lit(True)
         )
 

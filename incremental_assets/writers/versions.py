@@ -40,11 +40,11 @@ def ranked_merge(
         combined = incoming.unionByName(
             lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True
         )
-    combined = combined.join(gone.drop(BUCKET), list(plan.primary_key), "left")
+    combined = combined.join(gone.drop(BUCKET), list(plan.row_key), "left")
     combined = combined.withColumn(HASH, row_hash(data_columns))
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(BUCKET)
-    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.primary_key])
+    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
     ranked = (
         combined.withColumn(RANK, F.row_number().over(by_key.orderBy(*precedence(plan))))
         .withColumn(IN_LAKE, F.max((F.col(SOURCE) == 0).cast("int")).over(by_key))
@@ -77,7 +77,7 @@ def patched_merge(
     """`_merge`, with the lake rows of keys the delta doesn't name passed through as they are."""
     if lake_rows is None:
         return ranked_merge(delta, None, gone, plan)
-    keys = list(plan.primary_key)
+    keys = list(plan.row_key)
     named = F.broadcast(
         delta.select(*keys).unionByName(gone.select(*keys)).distinct().alias("named")
     )

@@ -416,6 +416,67 @@ def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
     assert fourth.metadata["rows_written"] == 0
 
 
+# Spellings MySQL's default collations hold equal to 'abc': case, trailing spaces (the PAD SPACE
+# collations), accents.
+RESPELLED = {"case": "ABC", "trailing space": "abc ", "accent": "àbc"}
+
+
+@pytest.mark.parametrize("spelling", list(RESPELLED))
+def test_a_merge_key_respelled_as_the_database_holds_equal_stays_one_row(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    my: Database,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    spelling: str,
+) -> None:
+    """The database holds 'abc' and 'ABC' one key: the update replaces the lake's row.
+
+    Compared byte for byte, the lake kept both spellings, and `primary_key_unique` passed.
+    """
+    my.execute(
+        "CREATE TABLE things (id VARCHAR(10) PRIMARY KEY, at INT NOT NULL, v INT NOT NULL)"
+        " DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci"
+    )
+    my.execute("INSERT INTO things VALUES ('abc', 1, 0), ('xyz', 1, 0)")
+    project = make_project(my, "things", mode="merge", cursor="at")
+    first = materialize(project, "things", instance, spark_resource)
+    my.execute(f"UPDATE things SET id = '{RESPELLED[spelling]}', at = 2, v = 1 WHERE id = 'abc'")
+    second = materialize(project, "things", instance, spark_resource)
+
+    for run in (first, second):
+        assert run.success, run.failure
+    assert _lake(tmp_path, ["id", "v"]) == sorted([(RESPELLED[spelling], 1), ("xyz", 0)])
+    assert second.metadata["rows_inserted"] == 0
+    assert second.metadata["rows_updated"] == 1
+
+
+def test_reconcile_keeps_a_key_the_database_respelled_without_moving_the_cursor(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    my: Database,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Compared byte for byte, 'ABC' in the source looked like 'abc' deleted: the row was lost."""
+    my.execute(
+        "CREATE TABLE things (id VARCHAR(10) PRIMARY KEY, at INT NOT NULL)"
+        " DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci"
+    )
+    # 'abc' sits below the cursor (2): no run reads it again.
+    my.execute("INSERT INTO things VALUES ('abc', 1), ('gone', 1), ('zzz', 2)")
+    project = make_project(my, "things", mode="merge", cursor="at", deletes="reconcile")
+    first = materialize(project, "things", instance, spark_resource)
+    my.execute("UPDATE things SET id = 'ABC ' WHERE id = 'abc'")
+    my.execute("DELETE FROM things WHERE id = 'gone'")
+    second = materialize(project, "things", instance, spark_resource)
+
+    for run in (first, second):
+        assert run.success, run.failure
+    assert second.metadata["deletes_reconciled"] is True
+    assert _lake(tmp_path, ["id"]) == [("abc",), ("zzz",)]
+
+
 def test_keys_come_from_the_catalog_and_columns_can_be_chosen(
     make_project: ProjectBuilder,
     tmp_path: Path,

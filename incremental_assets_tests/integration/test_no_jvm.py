@@ -9,12 +9,14 @@ ran during the materialization.
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pyspark
+import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources import IncrementalSparkResource
@@ -62,47 +64,75 @@ def _launches(launches: Path) -> int:
     return len(launches.read_text().splitlines()) if launches.exists() else 0
 
 
-def test_a_fresh_process_starts_a_jvm_only_when_there_is_work(tmp_path: Path, db: SourceDb) -> None:
+def test_a_run_starts_spark_only_when_there_is_work(
+    tmp_path: Path, db: SourceDb, request: pytest.FixtureRequest
+) -> None:
+    """On PostgreSQL in fresh `dagster asset materialize` processes, counting JVM launches; on
+    MariaDB in this process (its JVM is up already), counting the Spark jobs each run starts.
+    Whether a run needs Spark is decided by the same code for both, over psycopg or PyMySQL."""
     db.execute(DB_TABLE)
     db.insert("orders", [(i, "old", f"2025-01-01 00:0{i}:00") for i in range(1, 6)])
-    table = {
-        "name": "orders",
-        "source": "shop",
-        "table": db.qualified("orders"),
-        "mode": "append",
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-    }
-    config = write_cli_config(tmp_path, {"shop": db.source()}, [table])
-    spark_home, launches = _observed_spark_home(tmp_path)
-    env = cli_env(config, tmp_path / "home", SPARK_HOME=str(spark_home))
-    runs: list[tuple[int, dict[str, Any]]] = []
-
-    def run() -> None:
-        done = run_cli(tmp_path, env, "--select", "orders")
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs.append((_launches(launches), materializations(tmp_path / "home", "orders")[-1]))
-
-    run()  # the first load
-    run()  # nothing new
+    table = {"mode": "append", "cursor": "updated_at", "primary_key": ["id"]}
+    run = (
+        _fresh_process(tmp_path, db, table)
+        if db.kind == "postgres"
+        else _in_process(request, db, table)
+    )
+    runs = [run()]  # the first load
+    runs.append(run())  # nothing new
     db.execute(
         "INSERT INTO orders (id, note, updated_at) VALUES (6, 'tied', '2025-01-01 00:05:00')"
     )
-    run()  # a new row tied with the cursor
+    runs.append(run())  # a new row tied with the cursor
     late = db.connect(autocommit=False)
     with closing(late.cursor()) as cursor:
         cursor.execute(f"INSERT INTO {db.qualified('orders')} (id, note) VALUES (7, 'late')")
-    run()  # a transaction open across the run: nothing a run could load
+    runs.append(run())  # a transaction open across the run: nothing a run could load
     late.commit()
     late.close()
-    run()  # the late row, committed
+    db.outlast_cap_margin()
+    runs.append(run())  # the late row, committed
 
-    assert [jvms for jvms, _ in runs] == [1, 1, 2, 2, 3]
+    assert [sparked for sparked, _ in runs] == [True, False, True, False, True]
     assert [m["rows_written"] for _, m in runs] == [5, 0, 1, 0, 1]
     assert runs[1][1]["spark"] == runs[3][1]["spark"] == "not started (nothing new)"
     assert runs[1][1]["cursor"] == runs[0][1]["cursor"]
     ids = [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])]
     assert ids == [1, 2, 3, 4, 5, 6, 7]
+
+
+# One run of the table: whether it used Spark, and its materialization's metadata.
+Runner = Callable[[], tuple[bool, dict[str, Any]]]
+
+
+def _fresh_process(tmp_path: Path, db: SourceDb, table: dict[str, Any]) -> Runner:
+    spec = {"name": "orders", "source": "shop", "table": db.qualified("orders"), **table}
+    config = write_cli_config(tmp_path, {"shop": db.source()}, [spec])
+    spark_home, launches = _observed_spark_home(tmp_path)
+    env = cli_env(config, tmp_path / "home", SPARK_HOME=str(spark_home))
+
+    def run() -> tuple[bool, dict[str, Any]]:
+        before = _launches(launches)
+        done = run_cli(tmp_path, env, "--select", "orders")
+        assert done.returncode == 0, done.stderr[-3000:]
+        return _launches(launches) > before, materializations(tmp_path / "home", "orders")[-1]
+
+    return run
+
+
+def _in_process(request: pytest.FixtureRequest, db: SourceDb, table: dict[str, Any]) -> Runner:
+    project = request.getfixturevalue("make_project")(db, "orders", **table)
+    instance = request.getfixturevalue("instance")
+    resource = request.getfixturevalue("spark_resource")
+    spark = request.getfixturevalue("spark")
+
+    def run() -> tuple[bool, dict[str, Any]]:
+        before = _jobs(spark)
+        done = materialize(project, "orders", instance, resource)
+        assert done.success, done.failure
+        return _jobs(spark) > before, done.metadata
+
+    return run
 
 
 def _jobs(spark: SparkSession) -> int:

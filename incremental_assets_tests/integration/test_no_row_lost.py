@@ -16,7 +16,13 @@ import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
-from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
+from incremental_assets_tests.support.project import (
+    ProjectBuilder,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+)
 
 
 def _lake(tmp_path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
@@ -199,6 +205,31 @@ def test_rows_read_again_after_a_column_change_land_once_without_a_key(
     expected = _source(db, ["sku", "qty", "at"])
     assert _lake(tmp_path, ["sku", "qty", "at"]) == expected
     assert runs[-1].metadata["dagster/row_count"] == len(expected)
+
+
+def test_a_merge_key_with_null_values_is_refused_and_loses_nothing(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """A unique column may hold NULL many times: as a merge key those rows collapsed into one."""
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, code {key_text} UNIQUE, at int NOT NULL)")
+    db.insert("items", [(1, "a", 1), (2, "b", 2)])
+    project = make_project(db, "items", mode="merge", cursor="at", primary_key=["code"])
+    first = materialize(project, "items", instance, spark_resource)
+    db.execute("INSERT INTO items (id, at) VALUES (3, 3), (4, 4)")
+
+    refused = materialize(project, "items", instance, spark_resource)
+
+    assert first.success, first.failure
+    assert not refused.success
+    assert "field 'primary_key': 2 of the rows read have NULL in a key column (code)" in (
+        refused.failure or ""
+    )
+    assert _lake(tmp_path, ["id", "code"]) == [(1, "a"), (2, "b")]
+    assert latest_metadata(instance, "items")["cursor"] == first.metadata["cursor"]
 
 
 def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(

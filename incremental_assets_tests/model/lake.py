@@ -17,7 +17,7 @@ BATCH = "_batch"
 
 @dataclass(frozen=True)
 class LakeState:
-    """Rows (without the bookkeeping column), data columns and their types, and the files."""
+    """Rows (without the bookkeeping columns), data columns and their types, and the files."""
 
     rows: tuple[dict[str, Any], ...] = ()
     types: dict[str, pa.DataType] = field(default_factory=dict)
@@ -52,8 +52,9 @@ def read_lake_state(lake_dir: Path) -> LakeState:
         if schema != first
     )
     table = read_lake(lake_dir, TABLE)
-    types = {f.name: f.type for f in table.schema if f.name != BATCH}
-    rows = tuple({k: v for k, v in row.items() if k != BATCH} for row in table.to_pylist())
+    # Bookkeeping: `_batch`, and a collated text key's weight (`_weight_<key>`).
+    types = {f.name: f.type for f in table.schema if not f.name.startswith("_")}
+    rows = tuple({k: v for k, v in row.items() if k in types} for row in table.to_pylist())
     return LakeState(rows, types, files, mismatches, pending)
 
 

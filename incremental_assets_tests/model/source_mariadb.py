@@ -5,7 +5,7 @@ collation (case-insensitive, trailing spaces ignored).
   UTC wall clock, for DATETIME(6) (`timestamp`) and TIMESTAMP(6) (`timestamptz`) alike; the model
   reads a TIMESTAMP as the instant it is.
 * Text keys and cursors are written respelled (`respell`): in upper or lower case, with 0 to 2
-  trailing spaces. The database holds the spellings of one value equal, so ties, windows and keys
+  trailing spaces, and an update respells the row's key. The database holds the spellings of one value equal, so ties, windows and keys
   that differ only so are what the product must get right (issue 15, item 4).
 * Rows without a key are found by their values (compared exactly), one at a time (`LIMIT 1`):
   identical rows are interchangeable.
@@ -180,6 +180,10 @@ class MariaDbTable(SourceTable):
         values = self._fresh_values(self.columns())
         if DELETED in values:
             values[DELETED] = deleted
+        if isinstance(where, tuple):
+            # The key respelled: one the database holds equal, which the lake must match.
+            keys = zip(self.config.key, where, strict=True)
+            values |= {c: self.respell(v) for c, v in keys if isinstance(v, str)}
         assignments = ", ".join([f"{CURSOR} = {_mark(cursor)}", *(f"{n} = %s" for n in values)])
         condition, condition_params = self._where(where)
         changed = self._execute(
