@@ -41,6 +41,7 @@ from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import Staged, WritePlan, column_types
 from incremental_assets.writers.lake import (
+    KEY,
     DataFile,
     LakeTable,
     lake_error,
@@ -117,7 +118,8 @@ def run_incremental_load(
         request = replace(request, table=request.table.model_copy(update=key))
         run, source = replace(run, request=request), open_source(spark, request.table)
     check_columns(run.table, source.schema())
-    request, unmatched = _read_whole_for_weights(request, lake, source)
+    weighed_by = _weighed_by(request.table, lake, source)
+    request, unmatched = _read_whole_for_weights(request, lake, source, weighed_by)
     run = replace(run, request=request)
     plan = _plan(run, source)
     fingerprint = next_fingerprint(run.table, plan, listing)
@@ -133,7 +135,7 @@ def run_incremental_load(
     if plan.nothing_new:
         outcome = WriteOutcome(0, 0, 0, 0, None, column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
-    write = _write_plan(run, source, plan, change)
+    write = replace(_write_plan(run, source, plan, change), weighed_by=tuple(weighed_by.items()))
     writer = writer_for(run.table.mode, spark)
     try:
         source_keys = source.read_keys() if write.reconcile else None
@@ -252,26 +254,47 @@ def _refuse_null_keys(table: TableSpec, staged: Staged) -> None:
         )
 
 
+def _weighed_by(table: TableSpec, lake: LakeTable, source: Source) -> dict[str, str]:
+    """The collation of each weight the key is matched on; the lake's when the source is empty."""
+    if table.mode is not Mode.MERGE:
+        return {}
+    recorded = lake.record(KEY) or {}
+    return source.weighed_by() or dict(recorded.get("weighed_by", {}))
+
+
 def _read_whole_for_weights(
-    request: LoadRequest, lake: LakeTable, source: Source
+    request: LoadRequest, lake: LakeTable, source: Source, weighed_by: dict[str, str]
 ) -> tuple[LoadRequest, str | None]:
     """Make this run a full refresh if the lake's rows lack a weight the key is now matched on.
 
     A text key the database compares by collation is matched on its weight, which only the
     database computes: lake rows written without it (the key became text, or came to include a
-    text column) can't be matched, so this run reads the whole table instead.
+    text column), or under another collation (the column was converted to another collation or
+    character set), can't be matched, so this run reads the whole table instead.
     """
     files = lake.data_files()
     if request.table.mode is not Mode.MERGE or request.full_refresh or not files:
         return request, None
     held = set(lake.spark_schema(files[-1]).fieldNames())
     missing = [c for c in source.match_key() if c not in held]
-    if not missing:
+    recorded = dict((lake.record(KEY) or {}).get("weighed_by", {}))
+    changed = [
+        f"{name} from {recorded[name]} to {collation}"
+        for name, collation in weighed_by.items()
+        if recorded.get(name, collation) != collation
+    ]
+    if missing:
+        problem = (
+            f"the lake's rows don't carry {', '.join(missing)}, the weight of a text key column "
+            "the database compares by its collation ('a' = 'A ')"
+        )
+    elif changed:
+        problem = (
+            f"the collation of the key's weight changed ({'; '.join(changed)}), so the lake's "
+            "weights no longer match the source's"
+        )
+    else:
         return request, None
-    problem = (
-        f"the lake's rows don't carry {', '.join(missing)}, the weight of a text key column the "
-        "database compares by its collation ('a' = 'A ')"
-    )
     if request.backfill:
         raise WriteError(
             TableProblem(
@@ -281,7 +304,7 @@ def _read_whole_for_weights(
                 "whole table), then run the backfill.",
             )
         )
-    note = f"{problem}: this run reads the whole table, and counts each row as inserted"
+    note = f"{problem}: this run reads the whole table (a full refresh)"
     return replace(request, full_refresh=True), note
 
 

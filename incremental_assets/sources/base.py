@@ -122,6 +122,14 @@ class Source(Protocol):
         """
         ...
 
+    def weighed_by(self) -> dict[str, str]:
+        """The collation each weight column is weighed by, by name (none if the source is empty).
+
+        A weight only matches weights of the same collation: after the column's collation (or
+        character set) changes, the lake's weights no longer match the source's.
+        """
+        ...
+
 
 WEIGHT_PREFIX = "_weight_"
 

@@ -104,6 +104,10 @@ class Database(Protocol):
         """
         ...
 
+    def collation(self, field: T.StructField) -> str | None:
+        """SQL naming the collation `weight` weighs the column's values by."""
+        ...
+
 
 def with_parameters(url: str, parameters: Mapping[str, str]) -> str:
     """`url` with driver properties added to its query string, the URL's own values kept.

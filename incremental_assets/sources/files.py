@@ -106,6 +106,9 @@ class FilesSource:
     def match_key(self) -> tuple[str, ...]:
         return self.table.primary_key
 
+    def weighed_by(self) -> dict[str, str]:
+        return {}
+
     def primary_key(self) -> tuple[str, ...]:
         raise ConfigError(
             f"Table '{self.table.name}', field 'primary_key': files carry no key; name the key columns."

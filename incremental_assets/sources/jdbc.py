@@ -88,6 +88,22 @@ class JdbcSource:
             weight_column(c) if self._weight(c) is not None else c for c in self.table.primary_key
         )
 
+    def weighed_by(self) -> dict[str, str]:
+        self.schema()
+        named = {
+            weight_column(c): sql
+            for c in self.table.primary_key
+            if self._weight(c) is not None
+            and (sql := self.database.collation(self._driver_schema[c])) is not None
+        }
+        if not named:
+            return {}
+        columns = ", ".join(f"{sql} AS {self.dialect.quote(name)}" for name, sql in named.items())
+        rows = self._query(
+            f"SELECT {columns} FROM {self.relation} LIMIT 1", "reading the key's collation"
+        )
+        return {name: str(rows[0][name]) for name in named} if rows else {}
+
     def _weight(self, column: str) -> str | None:
         """SQL for a merge key column's weight, where the database compares it by collation."""
         if self.table.mode is not Mode.MERGE or column not in self.table.primary_key:

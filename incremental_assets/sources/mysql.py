@@ -246,6 +246,9 @@ class MySqlDatabase:
         column = MYSQL.quote(field.name)
         return f"WEIGHT_STRING(IF({column} = RTRIM({column}), RTRIM({column}), {column}))"
 
+    def collation(self, field: T.StructField) -> str | None:
+        return f"COLLATION({MYSQL.quote(field.name)})" if self.weight(field) else None
+
     def check_schema(self, table: TableSpec, schema: T.StructType) -> None:
         return None
 

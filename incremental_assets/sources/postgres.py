@@ -196,6 +196,9 @@ class PostgresDatabase:
     def weight(self, field: T.StructField) -> str | None:
         return None
 
+    def collation(self, field: T.StructField) -> str | None:
+        return None
+
     def check_schema(self, table: TableSpec, schema: T.StructType) -> None:
         """Arrays of more than one dimension of the types that travel in a neutral form."""
         for field in schema.fields:

@@ -42,8 +42,10 @@ class WritePlan:
     # JDBC): in a merge a version read now beats the lake's instead of the higher cursor winning,
     # and append compares re-read rows with every earlier batch.
     delta_beats_lake: bool = False
-    # The columns rows are matched on (`Source.match_key`), when they aren't the primary key's.
+    # The columns rows are matched on (`Source.match_key`), when they aren't the primary key's,
+    # and the collation each weight among them is weighed by (`Source.weighed_by`).
     match_key: tuple[str, ...] = ()
+    weighed_by: tuple[tuple[str, str], ...] = ()
 
     @property
     def row_key(self) -> tuple[str, ...]:

@@ -167,7 +167,8 @@ class MergeWriter:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
             strategy = f"merge {strategy}: every version ranked"
         adds = _named_adds(plan, scheme)
-        commit_replacing(self.spark, plan, adds, replaced, {KEY: {"columns": list(plan.row_key)}})
+        key = {"columns": list(plan.row_key), "weighed_by": dict(plan.weighed_by)}
+        commit_replacing(self.spark, plan, adds, replaced, {KEY: key})
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=written.merge.inserted + written.merge.updated,
@@ -305,7 +306,7 @@ class MergeWriter:
         rows = conformed(self._read_lake(plan, files), plan)
         if plan.replace_all and not set(plan.row_key) <= set(rows.columns):
             # Written before the key was matched on a weight: the snapshot replaces every row,
-            # and its counts take each of its rows as inserted.
+            # and counts each of its rows as inserted.
             return None
         return rows.withColumn(BUCKET, bucket_of(rows, plan.row_key, scheme))
 

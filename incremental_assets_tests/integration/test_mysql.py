@@ -451,6 +451,34 @@ def test_a_merge_key_respelled_as_the_database_holds_equal_stays_one_row(
     assert second.metadata["rows_updated"] == 1
 
 
+def test_a_key_converted_to_another_collation_is_read_whole_once_and_stays_one_row(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    my: Database,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """latin1 and utf8mb4 weigh 'abc' differently: the lake's weights stopped matching."""
+    my.execute(
+        "CREATE TABLE things (id VARCHAR(10) PRIMARY KEY, at INT NOT NULL, v INT NOT NULL)"
+        " DEFAULT CHARSET latin1 COLLATE latin1_swedish_ci"
+    )
+    my.execute("INSERT INTO things VALUES ('abc', 1, 0), ('xyz', 1, 0)")
+    project = make_project(my, "things", mode="merge", cursor="at")
+    first = materialize(project, "things", instance, spark_resource)
+    my.execute("ALTER TABLE things CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    my.execute("UPDATE things SET at = 2, v = 1 WHERE id = 'abc'")
+    converted = materialize(project, "things", instance, spark_resource)
+    my.execute("UPDATE things SET at = 3, v = 2 WHERE id = 'xyz'")
+    later = materialize(project, "things", instance, spark_resource)
+
+    for run in (first, converted, later):
+        assert run.success, run.failure
+    assert _lake(tmp_path, ["id", "v"]) == [("abc", 1), ("xyz", 2)]
+    assert (first.metadata["full_refresh"], converted.metadata["full_refresh"]) == (True, True)
+    assert later.metadata["full_refresh"] is False
+
+
 def test_reconcile_keeps_a_key_the_database_respelled_without_moving_the_cursor(
     make_project: ProjectBuilder,
     tmp_path: Path,
