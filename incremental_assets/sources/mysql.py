@@ -1,7 +1,9 @@
 """MySQL and MariaDB as a source: open InnoDB transactions, the catalog, exact values.
 
 * Sessions (the JDBC reader's and the probes') are pinned to `time_zone = '+00:00'`, so a
-  TIMESTAMP reads as its instant and the server's clock is UTC_TIMESTAMP(6).
+  TIMESTAMP reads as its instant and the server's clock is UTC_TIMESTAMP(6), and drop the SQL
+  modes NO_BACKSLASH_ESCAPES (literals are written with backslash escapes) and
+  PAD_CHAR_TO_FULL_LENGTH (CHAR reads unpadded) if the server sets them.
 * Open transactions come from `information_schema.innodb_trx`: the oldest `trx_started` of the
   other sessions' transactions that may write (read-only ones, such as this loader's own reads,
   can't). It is kept in the server's system time zone and to the second; it is converted to an
@@ -32,7 +34,7 @@ from incremental_assets.cursor import CursorType
 from incremental_assets.dialects import MYSQL, sql_string
 from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.sources.database import APPLICATION_NAME, Query, with_parameters
-from incremental_assets.sources.mysql_client import connect
+from incremental_assets.sources.mysql_client import SESSION_SETUP, connect
 from incremental_assets.sources.transactions import OpenTransactions, instant
 from incremental_assets.sources.transport import decimal_fits, from_epoch
 
@@ -109,7 +111,7 @@ class MySqlDatabase:
 
     def spark_options(self, source: JdbcSourceSpec) -> dict[str, str]:
         return {
-            "sessionInitStatement": "SET time_zone = '+00:00'",
+            "sessionInitStatement": SESSION_SETUP,
             "preferTimestampNTZ": "true",  # DATETIME is a wall-clock value, TIMESTAMP an instant
         }
 

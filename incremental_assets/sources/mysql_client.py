@@ -1,7 +1,7 @@
 """A plain PyMySQL connection to a jdbc:mysql or jdbc:mariadb source: no JVM.
 
-Sensors' probes and a run's check for nothing new use it, with the session pinned as the JDBC
-reader's is (`time_zone = '+00:00'`). SSL parameters of the URL are passed on.
+Sensors' probes and a run's check for nothing new use it, with the session set up as the JDBC
+reader's is (`SESSION_SETUP`). SSL parameters of the URL are passed on.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ import pymysql
 
 from incremental_assets.config import JdbcSourceSpec
 from incremental_assets.sources.database import APPLICATION_NAME
+
+# Every session, the JDBC reader's and the probes': TIMESTAMP read as its instant, literals
+# escaped as the dialect writes them, CHAR unpadded, whatever the server's own SQL mode.
+SESSION_SETUP = (
+    "SET time_zone = '+00:00', sql_mode = "
+    "REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'PAD_CHAR_TO_FULL_LENGTH', '')"
+)
 
 
 def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
@@ -29,7 +36,7 @@ def connect_args(source: JdbcSourceSpec) -> dict[str, Any]:
         "password": source.password or "",
         "connect_timeout": int(params.get("connectTimeout", "10000")) // 1000 or 10,
         "autocommit": True,
-        "init_command": "SET time_zone = '+00:00'",
+        "init_command": SESSION_SETUP,
         "program_name": APPLICATION_NAME,
     }
     ssl_args = _ssl(params)

@@ -11,6 +11,7 @@ import pytest
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec
 from incremental_assets.sources import database_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.mysql_client import SESSION_SETUP
 from incremental_assets.sources.mysql_client import connect_args as mysql_args
 from incremental_assets.sources.pg_client import connect_args
 
@@ -73,7 +74,7 @@ def test_connector_j_ssl_settings_become_pymysql_ones(
 ) -> None:
     args = mysql_args(JdbcSourceSpec(name="shop", url=f"jdbc:mariadb://db:3307/shop{query}"))
     assert (args["host"], args["port"], args["database"]) == ("db", 3307, "shop")
-    assert args["init_command"] == "SET time_zone = '+00:00'"
+    assert args["init_command"] == SESSION_SETUP  # set up as the JDBC reader's session
     if expected is None:
         assert "ssl" not in args
         return
