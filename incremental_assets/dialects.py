@@ -66,7 +66,9 @@ class PostgresDialect:
             return f"TIMESTAMP '{text.replace('T', ' ')}'"
         if cursor_type is CursorType.TIMESTAMPTZ:
             return f"TIMESTAMPTZ '{text.replace('T', ' ')}'"
-        return sql_string(text)
+        # An escape string reads the same whether or not the session has
+        # standard_conforming_strings on; a plain one doesn't if it holds a backslash.
+        return "E" + sql_string(text.replace("\\", "\\\\"))
 
     def wire(self, cursor_type: CursorType, expression: str) -> str:
         if cursor_type.is_temporal:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -115,6 +117,64 @@ def test_text_cursors_follow_the_database_collation(
     assert third.metadata["rows_extracted"] == 0
     assert third.metadata["spark"] == "not started (nothing new)"
     assert _ids(tmp_path) == [1, 2, 3]
+
+
+@contextmanager
+def _backslashes_read_the_other_way(db: SourceDb) -> Iterator[None]:
+    """New sessions take a backslash in a string literal the other way from the server's default.
+
+    PostgreSQL's default is standard_conforming_strings (a backslash is itself); MySQL's and
+    MariaDB's is an escape, unless the SQL mode has NO_BACKSLASH_ESCAPES.
+    """
+    if db.kind == "postgres":
+        db.execute("ALTER ROLE CURRENT_USER SET standard_conforming_strings = off")
+        undo = "ALTER ROLE CURRENT_USER RESET standard_conforming_strings"
+    else:
+        ((saved,),) = db.query("SELECT @@GLOBAL.sql_mode")
+        db.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')")
+        undo = f"SET GLOBAL sql_mode = '{saved}'"
+    try:
+        yield
+    finally:
+        db.execute(undo)
+
+
+def _spelled(db: SourceDb, text: str) -> str:
+    """A literal of `text` that reads the same whatever the session does with backslashes."""
+    if db.kind == "postgres":
+        return "E'" + text.replace("\\", "\\\\") + "'"
+    return f"CONVERT(X'{text.encode().hex()}' USING utf8mb4)"
+
+
+def test_a_text_cursor_with_backslashes_windows_exactly_however_the_server_reads_them(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """A bound misread past newer rows lost them, in the Spark window and the no-JVM check.
+
+    Escaping, 'a\\z' reads as 'az' (PostgreSQL); not escaping, 'a\\\\!' reads as 'a\\\\!' (MySQL).
+    """
+    binary = {"postgres": 'text COLLATE "C"', "mariadb": "varchar(20) CHARACTER SET utf8mb4"}
+    db.execute(
+        f"CREATE TABLE items (id int PRIMARY KEY, code {binary[db.kind]} NOT NULL)"
+        + (" COLLATE utf8mb4_bin" if db.kind == "mariadb" else "")
+    )
+    project = make_project(db, DEFAULTS, cursor="code")
+    # Each value is past the bound before it, and below it as the other reading would take it.
+    codes = ["a\\!", 'a\\"', "a\\z", "a]"]
+    runs = []
+    with _backslashes_read_the_other_way(db):
+        for id_, code in enumerate(codes, start=1):
+            db.execute(f"INSERT INTO items VALUES ({id_}, {_spelled(db, code)})")
+            runs.append(materialize(project, "items", instance, spark_resource))
+
+    for run in runs:
+        assert run.success, run.failure
+    lake = rows_by(read_lake(tmp_path / "lake", "items"), ["id", "code"])
+    assert lake == list(enumerate(codes, start=1))
 
 
 @pytest.mark.parametrize("tolerance", ["0s", "36500d"])

@@ -46,8 +46,8 @@ PREDICATES = [
         "\"c\" <= TIMESTAMPTZ '2025-01-02 03:04:05.000006+00:00'",
         "`c` <= TIMESTAMP_LTZ '2025-01-02 03:04:05.000006+00:00'",
     ),
-    (CursorType.STRING, "it's", None, "\"c\" >= 'it''s'", "`c` >= 'it\\'s'"),
-    (CursorType.STRING, "a\\b", None, "\"c\" >= 'a\\b'", "`c` >= 'a\\\\b'"),
+    (CursorType.STRING, "it's", None, "\"c\" >= E'it''s'", "`c` >= 'it\\'s'"),
+    (CursorType.STRING, "a\\b", None, "\"c\" >= E'a\\\\b'", "`c` >= 'a\\\\b'"),
 ]
 
 
