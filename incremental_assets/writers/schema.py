@@ -22,7 +22,13 @@ from pyspark.sql import types as T
 
 from incremental_assets.errors import WriteError
 
-_INTEGRAL_ORDER: list[type[T.DataType]] = [T.ByteType, T.ShortType, T.IntegerType, T.LongType]
+# Each integral type by the decimal digits its largest value has, narrowest first.
+_INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
+    T.ByteType: 3,
+    T.ShortType: 5,
+    T.IntegerType: 10,
+    T.LongType: 19,
+}
 _BOOKKEEPING = "_"
 
 
@@ -87,8 +93,12 @@ def plan_schema_change(
 
 
 def _widens(old: T.DataType, new: T.DataType) -> bool:
-    if type(old) in _INTEGRAL_ORDER and type(new) in _INTEGRAL_ORDER:
-        return _INTEGRAL_ORDER.index(type(new)) > _INTEGRAL_ORDER.index(type(old))
+    digits = _INTEGRAL_DIGITS.get(type(old))
+    if digits is not None and type(new) in _INTEGRAL_DIGITS:
+        return _INTEGRAL_DIGITS[type(new)] > digits
+    if digits is not None and isinstance(new, T.DecimalType):
+        # BIGINT -> BIGINT UNSIGNED (decimal(20,0)) on MySQL, integer -> numeric on PostgreSQL.
+        return new.precision - new.scale >= digits
     if isinstance(old, T.FloatType) and isinstance(new, T.DoubleType):
         return True
     if isinstance(old, T.DecimalType) and isinstance(new, T.DecimalType):

@@ -108,9 +108,14 @@ WIDENINGS = [
     ("integer", "bigint"),
     ("real", "double precision"),
 ]
-# On MariaDB, the two that change how Spark types the key (REAL is already DOUBLE there, and
-# the other integer and scale widenings take the same path).
-MARIADB_WIDENINGS = [("numeric(12,0)", "numeric(20,0)"), ("integer", "bigint")]
+# On MariaDB, the ones that change how Spark types the key (REAL is already DOUBLE there, and
+# the other integer and scale widenings take the same path); BIGINT UNSIGNED is a decimal.
+MARIADB_WIDENINGS = [
+    ("numeric(12,0)", "numeric(20,0)"),
+    ("integer", "bigint"),
+    ("integer", "integer unsigned"),
+    ("bigint", "bigint unsigned"),
+]
 
 
 @pytest.mark.parametrize(

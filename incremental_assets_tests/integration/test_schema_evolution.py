@@ -127,3 +127,31 @@ def test_a_merge_run_that_only_changes_the_schema_applies_it(
     else:
         assert lake.schema.field("qty").type == pa.int64()
         assert rows_by(lake, ["id", "qty"]) == [(1, 1), (2, 2)]
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_an_integer_cursor_widened_to_a_decimal_carries_on_past_bigint(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    mode: str,
+) -> None:
+    """BIGINT -> BIGINT UNSIGNED (MySQL) or numeric(20,0): a widening, not a full refresh."""
+    db.execute("CREATE TABLE items (id int PRIMARY KEY, at bigint NOT NULL)")
+    db.execute("INSERT INTO items VALUES (1, 10), (2, 20)")
+    project = make_project(db, DEFAULTS, mode=mode)
+    assert materialize(project, "items", instance, spark_resource).success
+    wide = "bigint unsigned" if db.kind == "mariadb" else "numeric(20,0)"
+    db.execute(db.alter_type("items", "at", wide))
+    db.execute(f"INSERT INTO items VALUES (3, {2**63 + 5}), (4, 30)")
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert run.metadata["cursor"] == str(2**63 + 5)
+    assert "widened at bigint -> decimal(20,0)" in run.metadata["schema_change"]
+    lake = read_lake(tmp_path / "lake", "items")
+    assert lake.schema.field("at").type == pa.decimal128(20, 0)
+    assert rows_by(lake, ["id", "at"]) == [(1, 10), (2, 20), (3, 2**63 + 5), (4, 30)]

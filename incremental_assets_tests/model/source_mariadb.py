@@ -37,6 +37,7 @@ _LAKE_TYPES = {
     "smallint": pa.int16(),
     "int": pa.int32(),
     "bigint": pa.int64(),
+    "bigint unsigned": pa.decimal128(20, 0),
     "float": pa.float32(),
     "double": pa.float64(),
     "text": pa.string(),
@@ -52,6 +53,7 @@ class MariaDbTable(SourceTable):
     WIDER: ClassVar[dict[str, str]] = {
         "smallint": "int",
         "int": "bigint",
+        "bigint": "bigint unsigned",  # a decimal(20,0) in the lake
         "decimal(12,0)": "decimal(20,0)",
         "float": "double",
         "varchar(10)": "varchar(50)",

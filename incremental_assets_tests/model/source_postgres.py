@@ -27,6 +27,7 @@ class PostgresTable(SourceTable):
     WIDER: ClassVar[dict[str, str]] = {
         "smallint": "integer",
         "integer": "bigint",
+        "bigint": "numeric(20,0)",
         "numeric(12,0)": "numeric(20,0)",
         "real": "double precision",
         "character varying(10)": "character varying(50)",
