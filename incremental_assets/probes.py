@@ -104,8 +104,8 @@ def _table_changes(
     """A table without a cursor: the database's own record of changes to it."""
     if table.query is not None:
         return None if stored.run_id else "first"
-    changes = fetch_row(conn, database.table_changes_sql(table))["changes"]
-    if changes is None:
+    row = fetch_row(conn, database.table_changes_sql(table))
+    if row["changes"] is None:
         raise SourceError(
             TableProblem(
                 table.name,
@@ -114,7 +114,7 @@ def _table_changes(
                 "name the table as schema.table (database.table on MySQL), or stop the sensor.",
             )
         )
-    return f"changes:{changes}"
+    return f"changes:{row['changes']}" if row["settled"] else None
 
 
 def _probe_files(

@@ -70,7 +70,11 @@ class Database(Protocol):
     def primary_key_sql(self, table: TableSpec) -> str: ...
 
     def table_changes_sql(self, table: TableSpec) -> str:
-        """A value (`changes`) that changes when the table's rows do: for tables without a cursor."""
+        """A value (`changes`) that changes when the table's rows do: for tables without a cursor.
+
+        `settled` is false while more changes could still leave `changes` as it is (a marker
+        that counts whole seconds, in the second it names); no run is asked for until it is true.
+        """
         ...
 
     def cursor_type(self, type_code: Any) -> CursorType:

@@ -172,10 +172,12 @@ class MySqlDatabase:
 
     def table_changes_sql(self, table: TableSpec) -> str:
         # InnoDB sets UPDATE_TIME at each commit that changes the table (NULL after a restart,
-        # until the next change).
+        # until the next change), to the second: a run asked for within that second could miss
+        # a change committed later in it, which leaves UPDATE_TIME as it is.
         schema, _, name = str(table.table).rpartition(".")
         return (
-            "SELECT CAST(COALESCE(UPDATE_TIME, 'unknown') AS CHAR) AS changes FROM "
+            "SELECT CAST(COALESCE(UPDATE_TIME, 'unknown') AS CHAR) AS changes, "
+            "UPDATE_TIME IS NULL OR UPDATE_TIME < NOW() AS settled FROM "
             f"information_schema.TABLES WHERE {_schema_is(schema)} AND TABLE_NAME = {sql_string(name)}"
         )
 

@@ -143,7 +143,8 @@ class PostgresDatabase:
 
     def table_changes_sql(self, table: TableSpec) -> str:
         return (
-            "SELECT n_tup_ins + n_tup_upd + n_tup_del AS changes FROM pg_stat_user_tables "
+            "SELECT n_tup_ins + n_tup_upd + n_tup_del AS changes, TRUE AS settled "
+            "FROM pg_stat_user_tables "
             f"WHERE relid = CAST({sql_string(str(table.table))} AS regclass)"
         )
 

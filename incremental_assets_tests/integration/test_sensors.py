@@ -22,6 +22,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import ProjectBuilder, materialize, write_project
 
@@ -79,6 +80,40 @@ def test_a_table_without_a_cursor_is_watched_through_its_change_counters(
     db.execute("UPDATE orders SET code = 'b'")
     _flush_change_counters(db)
     assert _requested(evaluate(instance, table, key, marker)) not in (None, marker)
+
+
+def test_a_mysql_change_asks_for_a_run_once_its_second_has_passed(
+    make_project: ProjectBuilder, my: Database, instance: dg.DagsterInstance
+) -> None:
+    """UPDATE_TIME counts whole seconds: a run asked for inside one would miss a change committed
+    later in it, which leaves UPDATE_TIME, and so the run key, as they were."""
+    my.execute("CREATE TABLE orders (code varchar(10) PRIMARY KEY)")
+    project = make_project(my, DEFAULTS, mode="full_refresh")
+    table, key = project.table("orders"), dg.AssetKey("orders")
+    for _ in range(5):  # until a change and a tick fall in the same second
+        (fraction,) = my.query("SELECT MICROSECOND(NOW(6))")[0]
+        time.sleep((1_000_000 - fraction) / 1e6 + 0.05)
+        my.execute("REPLACE INTO orders VALUES ('a')")
+        early = _requested(evaluate(instance, table, key, None))
+        ((changed, now),) = my.query(
+            "SELECT UPDATE_TIME, NOW() FROM information_schema.TABLES "
+            f"WHERE TABLE_SCHEMA = '{my.name}' AND TABLE_NAME = 'orders'"
+        )
+        if changed == now:
+            break
+    assert changed == now, "no tick fell in the second of its change"
+    assert early is None
+    time.sleep(1.1)
+    assert _requested(evaluate(instance, table, key, None)) == f"orders:changes:{changed}"
+
+
+def test_a_missing_table_without_a_cursor_fails_the_tick_naming_it(
+    make_project: ProjectBuilder, db: SourceDb, instance: dg.DagsterInstance
+) -> None:
+    project = make_project(db, DEFAULTS, mode="full_refresh")
+
+    with pytest.raises(SourceError, match=r"Table 'orders'.*orders.*the sensor"):
+        evaluate(instance, project.table("orders"), dg.AssetKey("orders"), None)
 
 
 def test_a_files_source_is_watched_through_modification_times(
