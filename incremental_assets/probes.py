@@ -105,6 +105,17 @@ def _table_changes(
     if table.query is not None:
         return None if stored.run_id else "first"
     row = fetch_row(conn, database.table_changes_sql(table))
+    if row["unrecorded"]:
+        raise SourceError(
+            TableProblem(
+                table.name,
+                f"the source keeps no record of its changes to {table.table} (a view, or a "
+                "partitioned table on PostgreSQL), so the sensor can't tell when it changed.",
+                "cursor",
+                "give the table a `cursor:` (a column that grows with each change), point "
+                "`table:` at the base table, or load it on a schedule and stop the sensor.",
+            )
+        )
     if row["changes"] is None:
         raise SourceError(
             TableProblem(

@@ -74,6 +74,8 @@ class Database(Protocol):
 
         `settled` is false while more changes could still leave `changes` as it is (a marker
         that counts whole seconds, in the second it names); no run is asked for until it is true.
+        `unrecorded` is true for a relation the database keeps no such value for (a view); every
+        column is NULL for a table the catalog doesn't list.
         """
         ...
 

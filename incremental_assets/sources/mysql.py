@@ -177,7 +177,8 @@ class MySqlDatabase:
         schema, _, name = str(table.table).rpartition(".")
         return (
             "SELECT CAST(COALESCE(UPDATE_TIME, 'unknown') AS CHAR) AS changes, "
-            "UPDATE_TIME IS NULL OR UPDATE_TIME < NOW() AS settled FROM "
+            "UPDATE_TIME IS NULL OR UPDATE_TIME < NOW() AS settled, "
+            "TABLE_TYPE <> 'BASE TABLE' AS unrecorded FROM "
             f"information_schema.TABLES WHERE {_schema_is(schema)} AND TABLE_NAME = {sql_string(name)}"
         )
 

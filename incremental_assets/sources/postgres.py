@@ -142,10 +142,12 @@ class PostgresDatabase:
         )
 
     def table_changes_sql(self, table: TableSpec) -> str:
+        # Views and partitioned tables (whose rows are counted in their partitions) have no row.
         return (
-            "SELECT n_tup_ins + n_tup_upd + n_tup_del AS changes, TRUE AS settled "
-            "FROM pg_stat_user_tables "
-            f"WHERE relid = CAST({sql_string(str(table.table))} AS regclass)"
+            "SELECT s.n_tup_ins + s.n_tup_upd + s.n_tup_del AS changes, TRUE AS settled, "
+            "s.relid IS NULL AS unrecorded "
+            f"FROM (SELECT CAST({sql_string(str(table.table))} AS regclass) AS oid) AS r "
+            "LEFT JOIN pg_stat_user_tables AS s ON s.relid = r.oid"
         )
 
     def cursor_type(self, type_code: Any) -> CursorType:

@@ -116,6 +116,20 @@ def test_a_missing_table_without_a_cursor_fails_the_tick_naming_it(
         evaluate(instance, project.table("orders"), dg.AssetKey("orders"), None)
 
 
+def test_a_view_without_a_cursor_fails_the_tick_saying_how_to_watch_it(
+    make_project: ProjectBuilder, db: SourceDb, instance: dg.DagsterInstance
+) -> None:
+    """A view has no change record: MySQL's UPDATE_TIME is NULL, which once asked for one run."""
+    db.execute(
+        "CREATE TABLE orders (code {key_text} PRIMARY KEY)",
+        "CREATE VIEW recent AS SELECT * FROM orders",
+    )
+    project = make_project(db, {**DEFAULTS, "name": "recent"}, mode="full_refresh")
+
+    with pytest.raises(SourceError, match=r"Table 'recent'.*no record of its changes.*cursor"):
+        evaluate(instance, project.table("recent"), dg.AssetKey("recent"), None)
+
+
 def test_a_files_source_is_watched_through_modification_times(
     tmp_path: Path, instance: dg.DagsterInstance
 ) -> None:
