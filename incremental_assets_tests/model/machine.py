@@ -214,6 +214,7 @@ class LakeMachine(RuleBasedStateMachine):
     def _run(self, full_refresh: bool = False, lag_elapsed: bool = False) -> Outcome:
         """Run the asset in this process and check the run and the lake against the model."""
         before = None if self.after_kill else len(self._lake().rows)
+        self.source.settle()
         snapshot = self.source.snapshot()
         outcome = self.runner.run(full_refresh)
         if not outcome.success:
@@ -555,6 +556,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.cursor_commands += 1
         value, text = self._replay_point(pick)
         before = None if self.after_kill else len(self._lake().rows)
+        self.source.settle()
         snapshot = self.source.snapshot()
         recorded = self.runner.materializations()
         results: list[tuple[int, str]] = []
@@ -618,6 +620,7 @@ class LakeMachine(RuleBasedStateMachine):
         """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
         self.kills += 1
         before = None if self.after_kill else len(self._lake().rows)
+        self.source.settle()
         snapshot = self.source.snapshot()
         outcome = self.runner.killed_run(point, full_refresh)
         if outcome.killed:

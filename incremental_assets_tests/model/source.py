@@ -111,6 +111,11 @@ class SourceTable(ABC):
         """The type a column of this type has in the lake (the README's type table)."""
 
     @abstractmethod
+    def settle(self) -> None:
+        """Wait, before a run, until what the run would hold back by design has committed long
+        enough ago (MariaDB's cap reads the clock a second early)."""
+
+    @abstractmethod
     def rows(self) -> list[tuple[RowRef, Row]]:
         """(handle, row) of every committed row, the row as the model sees it."""
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pymysql
 from pymysql.cursors import DictCursor
 
+from incremental_assets.sources.mysql import READ_MARGIN_SECONDS
 from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, SourceTable
 from incremental_assets_tests.model.table import CURSOR, DELETED, TABLE, CursorValue, TableConfig
 from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
@@ -83,6 +84,7 @@ class MariaDbTable(SourceTable):
         self.server = server
         self.conn = self._connect(autocommit=True)
         self.spellings = 0
+        self.stamped = float("-inf")  # when the clock last stamped a cursor (time.monotonic)
 
     def _connect(self, autocommit: bool) -> pymysql.Connection:
         conn = self.server.connect(self.schema, autocommit=autocommit)
@@ -161,7 +163,19 @@ class MariaDbTable(SourceTable):
         assert len(rows) == 1, f"{len(rows)} rows hold the note {note}"
         return rows[0]
 
+    def settle(self) -> None:
+        # The cap counts its read of innodb_trx as READ_MARGIN_SECONDS older than the clock:
+        # a row the clock stamped within that margin is held back until a later run.
+        wait = self.stamped + READ_MARGIN_SECONDS + 0.05 - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _stamp(self, cursor: Any) -> None:
+        if isinstance(cursor, Clock):
+            self.stamped = time.monotonic()
+
     def _insert(self, conn: Any, values: dict[str, Any], cursor: Any) -> None:
+        self._stamp(cursor)
         names = ", ".join([CURSOR, *values])
         marks = ", ".join([_mark(cursor), *["%s"] * len(values)])
         self._execute(
@@ -186,6 +200,7 @@ class MariaDbTable(SourceTable):
             # The key respelled: one the database holds equal, which the lake must match.
             keys = zip(self.config.key, where, strict=True)
             values |= {c: self.respell(v) for c, v in keys if isinstance(v, str)}
+        self._stamp(cursor)
         assignments = ", ".join([f"{CURSOR} = {_mark(cursor)}", *(f"{n} = %s" for n in values)])
         condition, condition_params = self._where(where)
         changed = self._execute(

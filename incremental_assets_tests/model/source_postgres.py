@@ -81,6 +81,9 @@ class PostgresTable(SourceTable):
     def lake_type(self, kind: str) -> pa.DataType:
         return arrow_type(kind)
 
+    def settle(self) -> None:
+        return None  # the cap is the start of the oldest open transaction, or the clock itself
+
     def rows(self) -> list[tuple[Any, Row]]:
         with self.conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(f"SELECT ctid::text AS __ctid, * FROM {TABLE}").fetchall()
