@@ -178,8 +178,11 @@ class MySqlDialect:
             return f"DATE '{text}'"
         if cursor_type is CursorType.TIMESTAMP:
             return f"TIMESTAMP '{text.replace('T', ' ')}'"
-        # Backslashes escape in MySQL strings unless NO_BACKSLASH_ESCAPES is set.
-        return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+        # A backslash escapes in MySQL strings unless the SQL mode has NO_BACKSLASH_ESCAPES, which
+        # the server's users' queries may rely on: such text travels as hex, read the same either way.
+        if "\\" in text or "\0" in text:
+            return f"_utf8mb4 X'{text.encode().hex()}'"
+        return sql_string(text)
 
     def wire(self, cursor_type: CursorType, expression: str) -> str:
         if cursor_type.is_temporal:

@@ -2,8 +2,7 @@
 
 * Sessions (the JDBC reader's and the probes') are pinned to `time_zone = '+00:00'`, so a
   TIMESTAMP reads as its instant and the server's clock is UTC_TIMESTAMP(6), and drop the SQL
-  modes NO_BACKSLASH_ESCAPES (literals are written with backslash escapes) and
-  PAD_CHAR_TO_FULL_LENGTH (CHAR reads unpadded) if the server sets them.
+  mode PAD_CHAR_TO_FULL_LENGTH (CHAR reads unpadded) if the server sets it.
 * Open transactions come from `information_schema.innodb_trx`: the oldest `trx_started` of the
   other sessions' transactions that may write (read-only ones, such as this loader's own reads,
   can't). It is kept in the server's system time zone and to the second; it is converted to an

@@ -15,11 +15,10 @@ import pymysql
 from incremental_assets.config import JdbcSourceSpec
 from incremental_assets.sources.database import APPLICATION_NAME
 
-# Every session, the JDBC reader's and the probes': TIMESTAMP read as its instant, literals
-# escaped as the dialect writes them, CHAR unpadded, whatever the server's own SQL mode.
+# Every session, the JDBC reader's and the probes': TIMESTAMP read as its instant, CHAR
+# unpadded whatever the server's own SQL mode.
 SESSION_SETUP = (
-    "SET time_zone = '+00:00', sql_mode = "
-    "REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'PAD_CHAR_TO_FULL_LENGTH', '')"
+    "SET time_zone = '+00:00', sql_mode = REPLACE(@@sql_mode, 'PAD_CHAR_TO_FULL_LENGTH', '')"
 )
 
 

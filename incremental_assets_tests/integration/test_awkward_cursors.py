@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -146,27 +146,26 @@ def _spelled(db: SourceDb, text: str) -> str:
     return f"CONVERT(X'{text.encode().hex()}' USING utf8mb4)"
 
 
+@pytest.mark.parametrize("reading", ["default", "the_other_way"])
 def test_a_text_cursor_with_backslashes_windows_exactly_however_the_server_reads_them(
     make_project: ProjectBuilder,
     tmp_path: Path,
     db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    reading: str,
 ) -> None:
     """A bound misread past newer rows lost them, in the Spark window and the no-JVM check.
 
     Escaping, 'a\\z' reads as 'az' (PostgreSQL); not escaping, 'a\\\\!' reads as 'a\\\\!' (MySQL).
     """
-    binary = {"postgres": 'text COLLATE "C"', "mariadb": "varchar(20) CHARACTER SET utf8mb4"}
-    db.execute(
-        f"CREATE TABLE items (id int PRIMARY KEY, code {binary[db.kind]} NOT NULL)"
-        + (" COLLATE utf8mb4_bin" if db.kind == "mariadb" else "")
-    )
+    binary = {"postgres": 'text COLLATE "C"', "mariadb": "varchar(20) COLLATE utf8mb4_bin"}
+    db.execute(f"CREATE TABLE items (id int PRIMARY KEY, code {binary[db.kind]} NOT NULL)")
     project = make_project(db, DEFAULTS, cursor="code")
     # Each value is past the bound before it, and below it as the other reading would take it.
     codes = ["a\\!", 'a\\"', "a\\z", "a]"]
     runs = []
-    with _backslashes_read_the_other_way(db):
+    with _backslashes_read_the_other_way(db) if reading == "the_other_way" else nullcontext():
         for id_, code in enumerate(codes, start=1):
             db.execute(f"INSERT INTO items VALUES ({id_}, {_spelled(db, code)})")
             runs.append(materialize(project, "items", instance, spark_resource))
