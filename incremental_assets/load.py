@@ -39,7 +39,7 @@ from incremental_assets.sources.failures import engine_error, root_messages, sou
 from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
 from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
-from incremental_assets.writers.base import Staged, WritePlan, column_types
+from incremental_assets.writers.base import ClashingVersions, Staged, WritePlan, column_types
 from incremental_assets.writers.lake import (
     KEY,
     DataFile,
@@ -240,18 +240,25 @@ def _repeat_unrecorded_refresh(
 
 def _refuse_null_keys(table: TableSpec, staged: Staged) -> None:
     if staged.null_keys:
-        raise WriteError(
-            TableProblem(
-                table.name,
-                f"{staged.null_keys} of the rows read have NULL in a key column "
-                f"({', '.join(table.primary_key)}). A merge keeps one row per key, and rows "
-                "whose key is NULL can't be told apart, so nothing was written and the cursor "
-                "did not move.",
-                "primary_key",
-                "name key columns that are never NULL, filter or COALESCE them in `query:`, "
-                "or load the table in append mode.",
-            )
+        raise _key_error(
+            table,
+            f"{staged.null_keys} of the rows read have NULL in a key column",
+            "rows whose key is NULL can't be told apart",
+            "name key columns that are never NULL, filter or COALESCE them in `query:`, "
+            "or load the table in append mode.",
         )
+
+
+def _key_error(table: TableSpec, found: str, why: str, fix: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            table.name,
+            f"{found} ({', '.join(table.primary_key)}). A merge keeps one row per key, and {why}, "
+            "so nothing was written and the cursor did not move.",
+            "primary_key",
+            fix,
+        )
+    )
 
 
 def _weighed_by(table: TableSpec, lake: LakeTable, source: Source) -> dict[str, str]:
@@ -353,6 +360,15 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
         return unfinished_commit_error(table.name, lake.uri, txn, root_messages(exc)[-1])
     if isinstance(exc, IncrementalAssetsError):
         return exc
+    if isinstance(exc, ClashingVersions):
+        return _key_error(
+            table,
+            f"{exc.rows} of the rows read share their key and cursor value with a different row",
+            "which of them is the row is anyone's guess (the source doesn't enforce the key: "
+            "a view, or a `query:`?)",
+            "name key columns that identify one row, deduplicate in `query:`, or load the "
+            "table in append mode.",
+        )
     gone = engine_error(table, exc, "the load ran")
     if gone is not None:
         return gone

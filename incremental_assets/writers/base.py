@@ -79,6 +79,14 @@ class Staged:
     null_keys: int = 0  # merge: rows with NULL in a key column, which no key can tell apart
 
 
+class ClashingVersions(Exception):
+    """Rows read now that share their key and cursor value but differ: nothing was committed."""
+
+    def __init__(self, rows: int) -> None:
+        super().__init__(f"{rows} rows share their key and cursor value with a different row")
+        self.rows = rows
+
+
 class Writer(Protocol):
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged: ...
 

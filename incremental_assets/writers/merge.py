@@ -2,8 +2,9 @@
 
 Each data file belongs to one bucket, `pmod(xxhash64(key), buckets)`, named in the file name. A
 merge reads the staged delta, finds the buckets it touches, reads only those buckets' files, and
-rewrites them: per key, the latest version by cursor wins (the delta wins a tie with the lake, and
-a hash of the row breaks any tie left), and rows whose delete column is set are removed. Buckets
+rewrites them: per key, the latest version by cursor wins (the delta wins a tie with the lake;
+two different rows read with one key and cursor value fail the commit), and rows whose delete
+column is set are removed. Buckets
 the delta doesn't touch are not read or rewritten. A text cursor read over JDBC is ordered by the
 database's collation, which Spark can't reproduce: there the delta, read now, beats the lake.
 
@@ -29,6 +30,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.results import MergeCounts, WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
+    ClashingVersions,
     Staged,
     WritePlan,
     column_types,
@@ -166,6 +168,8 @@ class MergeWriter:
         else:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
             strategy = f"merge {strategy}: every version ranked"
+        if written.clashes:
+            raise ClashingVersions(written.clashes)
         adds = _named_adds(plan, scheme)
         key = {"columns": list(plan.row_key), "weighed_by": dict(plan.weighed_by)}
         commit_replacing(self.spark, plan, adds, replaced, {KEY: key})
@@ -195,7 +199,10 @@ class MergeWriter:
         # The merge already clustered the rows by bucket: one task writes each bucket.
         write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=BUCKET)
         return _Written(
-            _counts(counts), observed(rewritten), column_types(merged.drop(BUCKET).schema)
+            _counts(counts),
+            observed(rewritten),
+            column_types(merged.drop(BUCKET).schema),
+            observed(counts, "clashes"),
         )
 
     def _patch_buckets(
@@ -234,7 +241,10 @@ class MergeWriter:
                 merged.drop(BUCKET), f"{self._staged(plan, _MERGED)}/{BUCKET}={bucket}", plan
             )
             return _Written(
-                _counts(counts), observed(rewritten), column_types(merged.drop(BUCKET).schema)
+                _counts(counts),
+                observed(rewritten),
+                column_types(merged.drop(BUCKET).schema),
+                observed(counts, "clashes"),
             )
 
         with ThreadPoolExecutor(max_workers=PATCH_JOBS) as pool:
@@ -248,6 +258,7 @@ class MergeWriter:
             ),
             sum(r.rows for r in results),
             results[0].columns,
+            sum(r.clashes for r in results),
         )
 
     def _staged(self, plan: WritePlan, subdir: str) -> str:
@@ -357,6 +368,7 @@ class _Written:
     merge: MergeCounts
     rows: int  # rows written to the new files
     columns: tuple[tuple[str, str], ...]
+    clashes: int  # rows read now that share a key and cursor value but differ, winners included
 
 
 def _counts(observation: Observation) -> MergeCounts:

@@ -1,14 +1,15 @@
 """Which version of each key a merge keeps, and which keys it removes.
 
 The delta and the lake rows of the touched buckets are ranked per key: the latest version by
-cursor wins (the delta wins a tie with the lake, and a hash of the row breaks any tie left); with
+cursor wins (the delta wins a tie with the lake; rows read now that tie with their key's winner
+but differ are counted as clashes, which fail the commit, and identical copies are one row); with
 a text cursor read over JDBC, or a snapshot, the delta always wins. Rows whose delete column is
 set, keys gone from the source, and (for a snapshot) keys missing from it are removed.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, WindowSpec
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -16,7 +17,7 @@ from pyspark.sql import types as T
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
 
 BUCKET = "__bucket"
-SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE = (
+SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE, CLASHES = (
     "__src",
     "__h",
     "__rn",
@@ -24,6 +25,7 @@ SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE = (
     "__in_delta",
     "__lake_h",
     "__gone",
+    "__clashes",
 )
 
 
@@ -45,12 +47,15 @@ def ranked_merge(
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(BUCKET)
     by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
+    in_order = by_key.orderBy(*precedence(plan))
     ranked = (
-        combined.withColumn(RANK, F.row_number().over(by_key.orderBy(*precedence(plan))))
+        combined.withColumn(RANK, F.row_number().over(in_order))
         .withColumn(IN_LAKE, F.max((F.col(SOURCE) == 0).cast("int")).over(by_key))
         .withColumn(IN_DELTA, F.max(F.col(SOURCE)).over(by_key))
         .withColumn(LAKE_HASH, F.max(F.when(F.col(SOURCE) == 0, F.col(HASH))).over(by_key))
+        .withColumn(CLASHES, _clashes_with_the_winner(plan, in_order))
     )
+    ranked = ranked.withColumn(CLASHES, F.sum(F.col(CLASHES)).over(by_key))
     winners = ranked.where(F.col(RANK) == 1)
     deleted = deleted_rows(winners, plan)
     from_delta, in_lake = F.col(SOURCE) == 1, F.col(IN_LAKE) == 1
@@ -62,6 +67,8 @@ def ranked_merge(
             (from_delta & in_lake & ~deleted & (F.col(HASH) != F.col(LAKE_HASH))).cast("long")
         ).alias("updated"),
         F.sum((deleted & in_lake).cast("long")).alias("deleted"),
+        # The rows that differ from their key's winner, and those winners.
+        F.sum(F.col(CLASHES) + (F.col(CLASHES) > 0).cast("long")).alias("clashes"),
     )
     kept = winners.where(~deleted)
     ordered = [c for c in kept.columns if not c.startswith("__") and c != BATCH_COLUMN] + [
@@ -88,6 +95,18 @@ def patched_merge(
     winners, counts = ranked_merge(delta, contested, gone, plan)
     columns = [F.col(f"`{c}`") for c in winners.columns]
     return untouched.select(*columns).unionByName(winners), counts
+
+
+def _clashes_with_the_winner(plan: WritePlan, in_order: WindowSpec) -> Column:
+    """1 for a row read now that differs from its key's winner, also read now, at the same cursor
+    value: the key doesn't identify one row of the source, and which one wins is arbitrary."""
+    winner = [F.first(F.col(SOURCE)).over(in_order) == 1, F.first(F.col(HASH)).over(in_order)]
+    same_cursor = F.lit(True)
+    if plan.cursor_column:
+        cursor = F.col(f"`{plan.cursor_column}`")
+        same_cursor = cursor.eqNullSafe(F.first(cursor).over(in_order))
+    clash = (F.col(SOURCE) == 1) & winner[0] & (F.col(HASH) != winner[1]) & same_cursor
+    return clash.cast("long")
 
 
 def row_hash(columns: list[str]) -> Column:

@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.writers import merge
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -235,6 +236,41 @@ def test_a_merge_key_with_null_values_is_refused_and_loses_nothing(
     )
     assert _lake(tmp_path, ["id", "code"]) == [(1, "a"), (2, "b")]
     assert latest_metadata(instance, "items")["cursor"] == first.metadata["cursor"]
+
+
+@pytest.mark.parametrize("patched", [False, True], ids=["merged", "patched"])
+def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_nothing(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    patched: bool,
+) -> None:
+    """A configured key the source doesn't enforce (a view, a `query:`): one of two rows was
+    dropped by a hash. Identical copies, and versions at different cursor values, still merge."""
+    if patched:
+        monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0)
+    db.execute("CREATE TABLE items (id int NOT NULL, v {text} NOT NULL, at int NOT NULL)")
+    db.insert("items", [(1, "a", 1), (2, "c", 1)])
+    project = make_project(db, "items", mode="merge", cursor="at", primary_key=["id"])
+    first = materialize(project, "items", instance, spark_resource)
+    db.insert("items", [(1, "b", 1), (3, "d", 2)])  # tied with the cursor: read with (1, 'a')
+
+    refused = materialize(project, "items", instance, spark_resource)
+    db.execute("DELETE FROM items WHERE v = 'b'")
+    db.insert("items", [(3, "d", 2), (4, "x", 3), (4, "y", 4)])
+    later = materialize(project, "items", instance, spark_resource)
+
+    assert first.success, first.failure
+    assert not refused.success
+    assert "field 'primary_key': 2 of the rows read share their key and cursor value" in (
+        refused.failure or ""
+    )
+    assert later.success, later.failure
+    assert latest_metadata(instance, "items")["cursor"] == "4"
+    assert _lake(tmp_path, ["id", "v"]) == [(1, "a"), (2, "c"), (3, "d"), (4, "y")]
 
 
 def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
