@@ -113,7 +113,8 @@ def run_incremental_load(
     listing = files_listing(request.table)
     source = open_source(spark, request.table)
     run = _Run(request, lake, source.dialect, time.monotonic())
-    if request.table.mode is Mode.MERGE and not request.table.primary_key:
+    named_key = bool(request.table.primary_key)
+    if request.table.mode is Mode.MERGE and not named_key:
         key = {"primary_key": _key_from_source(request.table, source)}
         request = replace(request, table=request.table.model_copy(update=key))
         run, source = replace(run, request=request), open_source(spark, request.table)
@@ -135,7 +136,11 @@ def run_incremental_load(
     if plan.nothing_new:
         outcome = WriteOutcome(0, 0, 0, 0, None, column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
-    write = replace(_write_plan(run, source, plan, change), weighed_by=tuple(weighed_by.items()))
+    write = replace(
+        _write_plan(run, source, plan, change),
+        weighed_by=tuple(weighed_by.items()),
+        key_enforced=_key_enforced(run.table, source, named_key),
+    )
     writer = writer_for(run.table.mode, spark)
     try:
         source_keys = source.read_keys() if write.reconcile else None
@@ -192,6 +197,15 @@ def _write_plan(run: _Run, source: Source, plan: WindowPlan, change: SchemaChang
         delta_beats_lake=collated_cursor(plan, source),
         match_key=source.match_key() if table.mode is Mode.MERGE else (),
     )
+
+
+def _key_enforced(table: TableSpec, source: Source, named: bool) -> bool:
+    """Whether the merge key is the source table's own primary key, which no two rows share."""
+    if table.mode is not Mode.MERGE or table.query is not None:
+        return False
+    if not isinstance(table.source, JdbcSourceSpec):
+        return False
+    return not named or set(source.primary_key()) == set(table.primary_key)
 
 
 def _key_from_source(table: TableSpec, source: Source) -> tuple[str, ...]:
@@ -363,7 +377,8 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
     if isinstance(exc, ClashingVersions):
         return _key_error(
             table,
-            f"{exc.rows} of the rows read share their key and cursor value with a different row",
+            f"{exc.rows} of the rows read differ from another row read with the same key and "
+            "cursor value",
             "which of them is the row is anyone's guess (the source doesn't enforce the key: "
             "a view, or a `query:`?)",
             "name key columns that identify one row, deduplicate in `query:`, or load the "

@@ -46,6 +46,9 @@ class WritePlan:
     # and the collation each weight among them is weighed by (`Source.weighed_by`).
     match_key: tuple[str, ...] = ()
     weighed_by: tuple[tuple[str, str], ...] = ()
+    # The key is the source's own primary key, read from its catalog: no two rows read share it,
+    # so a merge needn't look for rows that do (`ClashingVersions`).
+    key_enforced: bool = False
 
     @property
     def row_key(self) -> tuple[str, ...]:
@@ -80,10 +83,11 @@ class Staged:
 
 
 class ClashingVersions(Exception):
-    """Rows read now that share their key and cursor value but differ: nothing was committed."""
+    """Rows read now that differ from another row with their key and cursor value: nothing was
+    committed."""
 
     def __init__(self, rows: int) -> None:
-        super().__init__(f"{rows} rows share their key and cursor value with a different row")
+        super().__init__(f"{rows} rows differ from another row with their key and cursor value")
         self.rows = rows
 
 

@@ -368,7 +368,7 @@ class _Written:
     merge: MergeCounts
     rows: int  # rows written to the new files
     columns: tuple[tuple[str, str], ...]
-    clashes: int  # rows read now that share a key and cursor value but differ, winners included
+    clashes: int  # rows read now that differ from their key's winner at its cursor value
 
 
 def _counts(observation: Observation) -> MergeCounts:

@@ -53,23 +53,22 @@ def ranked_merge(
         .withColumn(IN_LAKE, F.max((F.col(SOURCE) == 0).cast("int")).over(by_key))
         .withColumn(IN_DELTA, F.max(F.col(SOURCE)).over(by_key))
         .withColumn(LAKE_HASH, F.max(F.when(F.col(SOURCE) == 0, F.col(HASH))).over(by_key))
-        .withColumn(CLASHES, _clashes_with_the_winner(plan, in_order))
+        .withColumn(CLASHES, F.lit(0) if plan.key_enforced else _clashes(plan, in_order))
     )
-    ranked = ranked.withColumn(CLASHES, F.sum(F.col(CLASHES)).over(by_key))
-    winners = ranked.where(F.col(RANK) == 1)
-    deleted = deleted_rows(winners, plan)
-    from_delta, in_lake = F.col(SOURCE) == 1, F.col(IN_LAKE) == 1
+    # Observed before the winners are picked, so that the losing rows' clashes are counted too.
+    winner, deleted = F.col(RANK) == 1, deleted_rows(ranked, plan)
+    from_delta, in_lake = winner & (F.col(SOURCE) == 1), F.col(IN_LAKE) == 1
     counts = Observation("merge")
-    winners = winners.observe(
+    ranked = ranked.observe(
         counts,
         F.sum((from_delta & ~in_lake & ~deleted).cast("long")).alias("inserted"),
         F.sum(
             (from_delta & in_lake & ~deleted & (F.col(HASH) != F.col(LAKE_HASH))).cast("long")
         ).alias("updated"),
-        F.sum((deleted & in_lake).cast("long")).alias("deleted"),
-        # The rows that differ from their key's winner, and those winners.
-        F.sum(F.col(CLASHES) + (F.col(CLASHES) > 0).cast("long")).alias("clashes"),
+        F.sum((winner & deleted & in_lake).cast("long")).alias("deleted"),
+        F.sum(F.col(CLASHES)).alias("clashes"),
     )
+    winners = ranked.where(winner)
     kept = winners.where(~deleted)
     ordered = [c for c in kept.columns if not c.startswith("__") and c != BATCH_COLUMN] + [
         BATCH_COLUMN,
@@ -97,16 +96,17 @@ def patched_merge(
     return untouched.select(*columns).unionByName(winners), counts
 
 
-def _clashes_with_the_winner(plan: WritePlan, in_order: WindowSpec) -> Column:
-    """1 for a row read now that differs from its key's winner, also read now, at the same cursor
-    value: the key doesn't identify one row of the source, and which one wins is arbitrary."""
-    winner = [F.first(F.col(SOURCE)).over(in_order) == 1, F.first(F.col(HASH)).over(in_order)]
+def _clashes(plan: WritePlan, in_order: WindowSpec) -> Column:
+    """1 for a row read now that differs from the one ranked just above it, also read now, at the
+    same cursor value: the key doesn't identify one row of the source, and which one wins is
+    arbitrary. (Versions rank by cursor, then by hash: identical copies sit together.)"""
+    above = [F.lag(F.col(SOURCE)).over(in_order) == 1, F.lag(F.col(HASH)).over(in_order)]
     same_cursor = F.lit(True)
     if plan.cursor_column:
         cursor = F.col(f"`{plan.cursor_column}`")
-        same_cursor = cursor.eqNullSafe(F.first(cursor).over(in_order))
-    clash = (F.col(SOURCE) == 1) & winner[0] & (F.col(HASH) != winner[1]) & same_cursor
-    return clash.cast("long")
+        same_cursor = cursor.eqNullSafe(F.lag(cursor).over(in_order))
+    clash = (F.col(SOURCE) == 1) & above[0] & (F.col(HASH) != above[1]) & same_cursor
+    return F.coalesce(clash, F.lit(False)).cast("long")
 
 
 def row_hash(columns: list[str]) -> Column:

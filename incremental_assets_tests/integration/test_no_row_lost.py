@@ -249,23 +249,27 @@ def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_
     patched: bool,
 ) -> None:
     """A configured key the source doesn't enforce (a view, a `query:`): one of two rows was
-    dropped by a hash. Identical copies, and versions at different cursor values, still merge."""
+    dropped by a hash. Versions at different cursor values still merge (identical copies are
+    one row: test_writers)."""
     if patched:
         monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0)
-    db.execute("CREATE TABLE items (id int NOT NULL, v {text} NOT NULL, at int NOT NULL)")
-    db.insert("items", [(1, "a", 1), (2, "c", 1)])
+    # The table's own key is n; the one named for the merge isn't enforced.
+    db.execute(
+        "CREATE TABLE items (n int PRIMARY KEY, id int NOT NULL, v {text} NOT NULL, at int NOT NULL)"
+    )
+    db.insert("items", [(1, 1, "a", 1), (2, 2, "c", 1)])
     project = make_project(db, "items", mode="merge", cursor="at", primary_key=["id"])
     first = materialize(project, "items", instance, spark_resource)
-    db.insert("items", [(1, "b", 1), (3, "d", 2)])  # tied with the cursor: read with (1, 'a')
+    db.insert("items", [(3, 1, "b", 1), (4, 3, "d", 2)])  # tied with the cursor: read with 'a'
 
     refused = materialize(project, "items", instance, spark_resource)
     db.execute("DELETE FROM items WHERE v = 'b'")
-    db.insert("items", [(3, "d", 2), (4, "x", 3), (4, "y", 4)])
+    db.insert("items", [(6, 4, "x", 3), (7, 4, "y", 4)])
     later = materialize(project, "items", instance, spark_resource)
 
     assert first.success, first.failure
     assert not refused.success
-    assert "field 'primary_key': 2 of the rows read share their key and cursor value" in (
+    assert "field 'primary_key': 1 of the rows read differ from another row read with the same" in (
         refused.failure or ""
     )
     assert later.success, later.failure

@@ -16,7 +16,7 @@ from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
 from incremental_assets.writers import merge
 from incremental_assets.writers.append import AppendWriter
-from incremental_assets.writers.base import WritePlan
+from incremental_assets.writers.base import ClashingVersions, WritePlan
 from incremental_assets.writers.lake import LakeTable, new_txn
 from incremental_assets.writers.merge import MergeWriter
 
@@ -158,20 +158,17 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
     assertDataFrameEqual(_lake(spark, lake), expected)
 
 
-def test_merge_breaks_ties_the_same_way_whatever_the_input_order(
+def test_merge_refuses_different_rows_tied_on_key_and_cursor_whatever_the_input_order(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    rows = [(1, "x", 10, None), (1, "y", 10, None), (1, "z", 10, None)]
-    winners = set()
-    for attempt, order in enumerate([rows, rows[::-1], [rows[1], rows[2], rows[0]]]):
+    """Either row could be key 1's: the merge used to keep one by a hash. Key 2's copies are one."""
+    rows = [(1, "x", 10, None), (1, "y", 10, None), (2, "z", 10, None), (2, "z", 10, None)]
+    for attempt, order in enumerate([rows, rows[::-1]]):
         lake = LakeTable(str(tmp_path / f"t{attempt}"))
-        _write(
-            MergeWriter(spark),
-            spark.createDataFrame(order, SCHEMA),
-            _plan(lake, 1, replace_all=True),
-        )
-        winners.add(_lake(spark, lake).collect()[0].v)
-    assert len(winners) == 1
+        with pytest.raises(ClashingVersions) as raised:
+            _write(MergeWriter(spark), spark.createDataFrame(order, SCHEMA), _plan(lake, 1))
+        assert raised.value.rows == 1
+        assert lake.data_files() == []
 
 
 def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> MergeWriter:
