@@ -119,8 +119,10 @@ def run_incremental_load(
         request = replace(request, table=request.table.model_copy(update=key))
         run, source = replace(run, request=request), open_source(spark, request.table)
     check_columns(run.table, source.schema())
-    weighed_by = _weighed_by(request.table, lake, source)
-    request, unmatched = _read_whole_for_weights(request, lake, source, weighed_by)
+    recorded = _recorded_weights(request.table, lake)
+    merge = request.table.mode is Mode.MERGE
+    weighed_by = (source.weighed_by() or recorded) if merge else {}
+    request, unmatched = _read_whole_for_weights(request, lake, source, weighed_by, recorded)
     run = replace(run, request=request)
     plan = _plan(run, source)
     fingerprint = next_fingerprint(run.table, plan, listing)
@@ -136,10 +138,8 @@ def run_incremental_load(
     if plan.nothing_new:
         outcome = WriteOutcome(0, 0, 0, 0, None, column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
-    write = replace(
-        _write_plan(run, source, plan, change),
-        weighed_by=tuple(weighed_by.items()),
-        key_enforced=_key_enforced(run.table, source, named_key),
+    write = _write_plan(
+        run, source, plan, change, weighed_by, _key_enforced(run.table, source, named_key)
     )
     writer = writer_for(run.table.mode, spark)
     try:
@@ -176,7 +176,14 @@ def _plan(run: _Run, source: Source) -> WindowPlan:
     return plan
 
 
-def _write_plan(run: _Run, source: Source, plan: WindowPlan, change: SchemaChange) -> WritePlan:
+def _write_plan(
+    run: _Run,
+    source: Source,
+    plan: WindowPlan,
+    change: SchemaChange,
+    weighed_by: dict[str, str],
+    key_enforced: bool,
+) -> WritePlan:
     table, lake = run.table, run.request.lake
     batch = run.request.stored.batch + 1
     return WritePlan(
@@ -196,6 +203,8 @@ def _write_plan(run: _Run, source: Source, plan: WindowPlan, change: SchemaChang
         reconcile=plan.reconcile,
         delta_beats_lake=collated_cursor(plan, source),
         match_key=source.match_key() if table.mode is Mode.MERGE else (),
+        weighed_by=tuple(weighed_by.items()),
+        key_enforced=key_enforced,
     )
 
 
@@ -275,16 +284,19 @@ def _key_error(table: TableSpec, found: str, why: str, fix: str) -> WriteError:
     )
 
 
-def _weighed_by(table: TableSpec, lake: LakeTable, source: Source) -> dict[str, str]:
-    """The collation of each weight the key is matched on; the lake's when the source is empty."""
+def _recorded_weights(table: TableSpec, lake: LakeTable) -> dict[str, str]:
+    """The collation each weight in the lake was taken under (its `_key` record)."""
     if table.mode is not Mode.MERGE:
         return {}
-    recorded = lake.record(KEY) or {}
-    return source.weighed_by() or dict(recorded.get("weighed_by", {}))
+    return dict((lake.record(KEY) or {}).get("weighed_by", {}))
 
 
 def _read_whole_for_weights(
-    request: LoadRequest, lake: LakeTable, source: Source, weighed_by: dict[str, str]
+    request: LoadRequest,
+    lake: LakeTable,
+    source: Source,
+    weighed_by: dict[str, str],
+    recorded: dict[str, str],
 ) -> tuple[LoadRequest, str | None]:
     """Make this run a full refresh if the lake's rows lack a weight the key is now matched on.
 
@@ -298,7 +310,6 @@ def _read_whole_for_weights(
         return request, None
     held = set(lake.spark_schema(files[-1]).fieldNames())
     missing = [c for c in source.match_key() if c not in held]
-    recorded = dict((lake.record(KEY) or {}).get("weighed_by", {}))
     changed = [
         f"{name} from {recorded[name]} to {collation}"
         for name, collation in weighed_by.items()

@@ -12,6 +12,7 @@ import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -128,22 +129,14 @@ def _backslashes_read_the_other_way(db: SourceDb) -> Iterator[None]:
     """
     if db.kind == "postgres":
         db.execute("ALTER ROLE CURRENT_USER SET standard_conforming_strings = off")
-        undo = "ALTER ROLE CURRENT_USER RESET standard_conforming_strings"
+        try:
+            yield
+        finally:
+            db.execute("ALTER ROLE CURRENT_USER RESET standard_conforming_strings")
     else:
-        ((saved,),) = db.query("SELECT @@GLOBAL.sql_mode")
-        db.execute("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')")
-        undo = f"SET GLOBAL sql_mode = '{saved}'"
-    try:
-        yield
-    finally:
-        db.execute(undo)
-
-
-def _spelled(db: SourceDb, text: str) -> str:
-    """A literal of `text` that reads the same whatever the session does with backslashes."""
-    if db.kind == "postgres":
-        return "E'" + text.replace("\\", "\\\\") + "'"
-    return f"CONVERT(X'{text.encode().hex()}' USING utf8mb4)"
+        assert isinstance(db.handle, Database)
+        with db.handle.sql_mode("NO_BACKSLASH_ESCAPES"):
+            yield
 
 
 @pytest.mark.parametrize("reading", ["default", "the_other_way"])
@@ -167,7 +160,7 @@ def test_a_text_cursor_with_backslashes_windows_exactly_however_the_server_reads
     runs = []
     with _backslashes_read_the_other_way(db) if reading == "the_other_way" else nullcontext():
         for id_, code in enumerate(codes, start=1):
-            db.execute(f"INSERT INTO items VALUES ({id_}, {_spelled(db, code)})")
+            db.insert("items", [(id_, code)])
             runs.append(materialize(project, "items", instance, spark_resource))
 
     for run in runs:

@@ -589,17 +589,6 @@ def _general_log(my: Database) -> Iterator[Callable[[], list[str]]]:
         my.execute("SET GLOBAL general_log = 0")
 
 
-@contextmanager
-def _server_sql_mode(my: Database, mode: str) -> Iterator[None]:
-    """New sessions start in this extra SQL mode while the block is open."""
-    ((saved,),) = my.query("SELECT @@GLOBAL.sql_mode")
-    my.execute(f"SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',{mode}')")
-    try:
-        yield
-    finally:
-        my.execute(f"SET GLOBAL sql_mode = '{saved}'")
-
-
 def test_a_query_is_read_in_the_servers_own_sql_mode(
     make_project: ProjectBuilder,
     tmp_path: Path,
@@ -612,7 +601,7 @@ def test_a_query_is_read_in_the_servers_own_sql_mode(
         "CREATE TABLE things (id INT PRIMARY KEY, tag VARCHAR(10) NOT NULL, at INT NOT NULL)"
     )
     my.execute("INSERT INTO things VALUES (1, CONCAT('a', CHAR(92), 'b'), 1), (2, 'ab', 1)")
-    with _server_sql_mode(my, "NO_BACKSLASH_ESCAPES"):
+    with my.sql_mode("NO_BACKSLASH_ESCAPES"):
         query = "SELECT * FROM things WHERE tag <> 'a\\b'"
         run = _load(make_project, my, instance, spark_resource, query=query, cursor="at")
 
@@ -630,7 +619,7 @@ def test_char_arrives_unpadded_whatever_the_servers_sql_mode(
     """PAD_CHAR_TO_FULL_LENGTH in the server's SQL mode padded CHAR values (and merge keys)."""
     my.execute("CREATE TABLE things (id CHAR(5) PRIMARY KEY, at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES ('ab', 1)")
-    with _server_sql_mode(my, "PAD_CHAR_TO_FULL_LENGTH"):
+    with my.sql_mode("PAD_CHAR_TO_FULL_LENGTH"):
         run = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
 
     assert run.success, run.failure

@@ -133,7 +133,11 @@ def _literal(kind: Kind, value: Any) -> str:
         return "TRUE" if value else "FALSE"
     if isinstance(value, int | float):
         return repr(value)
-    text = str(value).replace("'", "''")
-    if kind == "mariadb":
-        text = text.replace("\\", "\\\\")
-    return f"'{text}'"
+    text = str(value)
+    if "\\" not in text:
+        return "'" + text.replace("'", "''") + "'"
+    # Read the same however the session takes backslashes (standard_conforming_strings,
+    # NO_BACKSLASH_ESCAPES).
+    if kind == "postgres":
+        return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    return f"CONVERT(X'{text.encode().hex()}' USING utf8mb4)"

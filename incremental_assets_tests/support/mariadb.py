@@ -79,6 +79,16 @@ class Database:
             cursor.execute(sql)
             return list(cursor.fetchall())
 
+    @contextmanager
+    def sql_mode(self, mode: str) -> Iterator[None]:
+        """New sessions on the server start in this extra SQL mode while the block is open."""
+        ((saved,),) = self.query("SELECT @@GLOBAL.sql_mode")
+        self.execute(f"SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',{mode}')")
+        try:
+            yield
+        finally:
+            self.execute(f"SET GLOBAL sql_mode = '{saved}'")
+
     def source(self, **extra: Any) -> dict[str, Any]:
         return {
             "type": "jdbc",
