@@ -1,7 +1,10 @@
 """Asset checks that run with every materialization and show on the asset's page.
 
 * `primary_key_unique` (merge): no key appears twice. A key always lands in the same bucket, so
-  checking the bucket files this run wrote covers the whole table.
+  checking the bucket files a run wrote covers the whole table. With a materialization it checks
+  what that run wrote, and is not run (Dagster shows it skipped, the materialization's metadata
+  says why) when the run wrote no file: it never passes over files it didn't read. Executed on
+  its own (the UI's "Execute", `checks.key_audit`'s schedule), it checks every file.
 * `cursor_not_backwards`: the new cursor is not below the one the run started from. Incremental
   runs keep the later of the two by construction, so a failure there (ERROR) is a bug; a full
   refresh lands lower when the source lost its newest rows (WARN). String cursors are ordered
@@ -30,11 +33,11 @@ from pyspark.sql import functions as F
 
 from incremental_assets.config import Mode, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
+from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import KEY, LakeTable
 from incremental_assets.writers.versions import soft_deleted
 
 KEY_UNIQUE = "primary_key_unique"
@@ -82,15 +85,18 @@ def evaluate_checks(
     result: LoadResult,
     stored: StoredState,
     log: Callable[[str], None],
+    selected: Callable[[str], bool] = lambda _: True,
 ) -> list[dg.AssetCheckResult]:
-    """Every check of the table, each one failing on its own if it raises.
+    """The checks `selected` names that can say something about this run, each failing on its own
+    if it raises.
 
-    `spark` gives the session when a check needs one; a run that wrote nothing starts none.
+    `spark` gives the session when a check needs one; a run that wrote nothing starts none, and
+    `primary_key_unique` is left out then (`not_examined` says why).
     """
     planned: list[tuple[str, Callable[[], dg.AssetCheckResult]]] = [
         (CURSOR_FORWARD, lambda: cursor_not_backwards(result, stored))
     ]
-    if table.mode is Mode.MERGE:
+    if table.mode is Mode.MERGE and not_examined(table, result) is None:
         key = result.primary_key or table.primary_key
         planned.append((KEY_UNIQUE, lambda: primary_key_unique(spark, key, lake, result)))
     if table.freshness is not None:
@@ -102,7 +108,27 @@ def evaluate_checks(
                 lambda: row_counts_match(table, result, live_source_rows(spark(), table, result)),
             )
         )
-    return [_guarded(table, name, check, log) for name, check in planned]
+    return [_guarded(table, name, check, log) for name, check in planned if selected(name)]
+
+
+def not_examined(table: TableSpec, result: LoadResult) -> str | None:
+    """Why `primary_key_unique` has nothing to examine in this run, if it hasn't."""
+    if table.mode is not Mode.MERGE or result.full_refresh or result.files:
+        return None
+    return f"{KEY_UNIQUE}: this run wrote no file, so there was nothing to check"
+
+
+def audit(
+    spark: Callable[[], SparkSession], table: TableSpec, lake: LakeTable, selected: set[str]
+) -> list[dg.AssetCheckResult]:
+    """The checks executed without a materialization: `primary_key_unique` over every file.
+
+    The others say something about a run only, and are not run without one.
+    """
+    if table.mode is not Mode.MERGE or KEY_UNIQUE not in selected:
+        return []
+    check = lambda: primary_key_unique(spark, table.primary_key, lake, None)  # noqa: E731
+    return [_guarded(table, KEY_UNIQUE, check, lambda _: None)]
 
 
 def _guarded(
@@ -130,15 +156,24 @@ def _guarded(
 
 
 def primary_key_unique(
-    spark: Callable[[], SparkSession], key: tuple[str, ...], lake: LakeTable, result: LoadResult
+    spark: Callable[[], SparkSession],
+    key: tuple[str, ...],
+    lake: LakeTable,
+    result: LoadResult | None,
 ) -> dg.AssetCheckResult:
-    files = list(result.files) if not result.full_refresh else [f.name for f in lake.data_files()]
+    """Keys held twice in the files `result` wrote (every file after a full refresh, or with no
+    result)."""
+    facts = lake.facts()
+    files = list(facts.files)
+    if result is not None and not result.full_refresh:
+        written = set(result.files)
+        files = [f for f in files if f.name in written]
+    # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
+    matched = facts.key_columns or list(key)
     duplicates = 0
     if files:
-        # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
-        matched = lake.record(KEY)
-        keys = [F.col(f"`{c}`") for c in (matched["columns"] if matched else key)]
-        rows = spark().read.parquet(*[lake.spark_uri(f) for f in files]).groupBy(*keys).count()
+        keys = [F.col(f"`{c}`") for c in matched]
+        rows = spark().read.parquet(*lake.file_uris(files)).groupBy(*keys).count()
         duplicates = rows.where(F.col("count") > 1).count()
     return dg.AssetCheckResult(
         check_name=KEY_UNIQUE,
@@ -147,7 +182,7 @@ def primary_key_unique(
         metadata={
             "duplicate_keys": duplicates,
             "files_checked": len(files),
-            "primary_key": ", ".join(key),
+            "primary_key": ", ".join(key or matched),
         },
     )
 

@@ -18,6 +18,7 @@ from incremental_assets import checks
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
+from incremental_assets.lake import open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
@@ -28,7 +29,6 @@ from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
 from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
-from incremental_assets.writers.lake import LakeTable
 
 ALLOW_TEMPORARY_INSTANCE = "INCREMENTAL_ASSETS_ALLOW_TEMPORARY_INSTANCE"
 _TEMPORARY_HOME_PREFIX = ".tmp_dagster_home_"
@@ -59,37 +59,63 @@ def build_table_asset(
         check_specs=checks.check_specs(table, spec.key),
         name=translator.op_name(table),
         pool=translator.pool(table),
+        # A check may run without the materialization (`primary_key_unique` over every file),
+        # and a run that wrote nothing leaves out the checks with nothing to examine.
+        can_subset=True,
     )
     def load_table(
         context: dg.AssetExecutionContext, config: TableRunConfig, spark: IncrementalSparkResource
-    ) -> Iterator[dg.MaterializeResult]:
-        lake = LakeTable(project.lake.table_uri(table.name))
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        lake = open_lake(project.lake, table.name, translator.lake_table_name(table))
+        selected = {key.name for key in context.selected_asset_check_keys}
         with failing_cleanly():
             ensure_persistent_instance(context.instance, table.name)
+            if spec.key not in context.selected_asset_keys:
+                with lake.lock(
+                    table.name, f"check by run {context.run_id}", project.lake.lock_timeout
+                ):
+                    yield from checks.audit(lambda: spark.spark_session, table, lake, selected)
+                return
             with lake.lock(table.name, f"run {context.run_id}", project.lake.lock_timeout):
                 stored = read_stored_state(context.instance, spec.key)
                 request = LoadRequest(
-                    table,
-                    project.lake,
-                    stored,
-                    config.full_refresh,
-                    _backfill(table, config, stored),
+                    table=table,
+                    lake=project.lake,
+                    stored=stored,
+                    full_refresh=config.full_refresh,
+                    backfill=_backfill(table, config, stored),
+                    lake_name=translator.lake_table_name(table),
                 )
                 result = load_without_spark(request, log=context.log.info)
                 if result is None:
                     session = _session(spark, table)
                     pause_point("session")
                     context.log.info(f"{table.name}: Spark: {spark.description}")
+                    if spark.log_file is not None:
+                        context.log.info(f"{table.name}: Spark's own log: {spark.log_file}")
                     with spark_progress(session, context.log.info):
                         result = run_incremental_load(session, request, log=context.log.info)
                     result = replace(result, report=replace(result.report, spark=spark.description))
                 pause_point("committed")
                 _log_result(context, table, result)
                 check_results = checks.evaluate_checks(
-                    lambda: spark.spark_session, table, lake, result, stored, context.log.warning
+                    lambda: spark.spark_session,
+                    table,
+                    lake,
+                    result,
+                    stored,
+                    context.log.warning,
+                    selected=lambda name: name in selected,
                 )
+                skipped = (
+                    checks.not_examined(table, result) if checks.KEY_UNIQUE in selected else None
+                )
+                if skipped:
+                    context.log.info(f"{table.name}: {skipped}")
                 yield dg.MaterializeResult(
-                    asset_key=spec.key, metadata=metadata_for(result), check_results=check_results
+                    asset_key=spec.key,
+                    metadata=metadata_for(result, checks_not_run=skipped),
+                    check_results=check_results,
                 )
 
     return load_table

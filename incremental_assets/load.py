@@ -1,6 +1,7 @@
 """One incremental load of one table: no Dagster here, so it can be driven from anything.
 
-    previous state -> plan (window, frozen bound, new cursor) -> read -> stage -> commit -> result
+    lake facts + source facts -> kind of run -> plan (window, frozen bound, new cursor)
+    -> read -> stage -> commit -> result
 
 The caller holds the table's lock and records the result; until it does, the stored cursor is the
 old one, and a rerun reproduces this run's batch or merge idempotently.
@@ -15,13 +16,20 @@ from dataclasses import dataclass, replace
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
-from incremental_assets.dialects import SPARK_SQL, Dialect
-from incremental_assets.errors import (
-    ConfigError,
-    IncrementalAssetsError,
-    TableProblem,
-    WriteError,
+from incremental_assets.cursor import format_cursor
+from incremental_assets.decisions import (
+    RunKind,
+    RunRequest,
+    SourceFacts,
+    check_lake_fits,
+    key_enforced,
+    kind_of_run,
 )
+from incremental_assets.dialects import SPARK_SQL, Dialect
+from incremental_assets.errors import ConfigError, IncrementalAssetsError, TableProblem, WriteError
+from incremental_assets.lake import LakeFacts, LakeTable, open_lake
+from incremental_assets.lake.names import new_txn
+from incremental_assets.lake.table import lake_error, unfinished_commit_error
 from incremental_assets.pause_points import pause_point
 from incremental_assets.plan import (
     PlanInputs,
@@ -33,6 +41,7 @@ from incremental_assets.plan import (
     plan_window,
 )
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
+from incremental_assets.settings import changed_settings, describe_changes, settings_text
 from incremental_assets.sources import database_of, open_source
 from incremental_assets.sources.base import Source, check_columns
 from incremental_assets.sources.failures import engine_error, root_messages, source_error
@@ -40,156 +49,227 @@ from incremental_assets.unchanged import files_listing, next_fingerprint, prove_
 from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import ClashingVersions, Staged, WritePlan, column_types
-from incremental_assets.writers.lake import (
-    KEY,
-    DataFile,
-    LakeTable,
-    lake_error,
-    new_txn,
-    unfinished_commit_error,
-)
 from incremental_assets.writers.schema import SchemaChange, plan_schema_change
 
 Log = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadRequest:
+    """One run of one table: what it loads, into which lake, from which stored state."""
+
     table: TableSpec
     lake: LakeSpec
     stored: StoredState
     full_refresh: bool = False
     # Re-extract [from, to) in the cursor's text form, leaving the cursor where it is.
     backfill: tuple[str, str] | None = None
+    lake_name: str | None = None  # the Iceberg table's identifier (the translator's)
+
+    def open_lake(self) -> LakeTable:
+        return open_lake(self.lake, self.table.name, self.lake_name)
+
+    @property
+    def settings(self) -> str:
+        """The lake-shaping settings this run runs under (`settings.py`)."""
+        return settings_text(self.table, self.lake)
+
+    def asked(self) -> RunRequest:
+        return RunRequest(
+            full_refresh=self.full_refresh,
+            backfill=self.backfill is not None,
+            settings=self.settings,
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Run:
-    """One load under way: what it reads from and writes to, and when it started."""
+    """One load under way: its table (the key read from the source, if it wasn't named), its
+    lake as found, and when it started."""
 
     request: LoadRequest
+    table: TableSpec
     lake: LakeTable
+    facts: LakeFacts
     dialect: Dialect
     started: float
 
-    @property
-    def table(self) -> TableSpec:
-        return self.request.table
-
 
 def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadResult | None:
-    """The run's result when it can prove, without Spark, that it would find nothing new."""
+    """The run's result when it can prove, without Spark, that it would find nothing new.
+
+    None when it can't: the run then goes through `run_incremental_load`. A lake that is not the
+    table the stored cursor describes is refused here as it would be there.
+    """
     if request.backfill:
         return None
     started = time.monotonic()
-    lake = LakeTable(request.lake.table_uri(request.table.name))
-    proof = prove_unchanged(request.table, request.stored, lake, request.full_refresh)
+    lake = request.open_lake()
+    facts = lake.facts()
+    proof = prove_unchanged(request.table, request.stored, facts, request.asked())
     if proof is None:
         return None
     plan = proof.plan
     report = replace(
         plan.report, window_fingerprint=proof.fingerprint, spark="not started (nothing new)"
     )
-    plan = replace(plan, report=report)
     source = request.table.source
     dialect = database_of(source).dialect if isinstance(source, JdbcSourceSpec) else SPARK_SQL
-    run = _Run(request, lake, dialect, started)
-    files = lake.data_files()
-    columns = column_types(lake.spark_schema(files[-1])) if files else ()
-    log(
-        f"{run.table.name}: nothing new past the cursor, and the rows it would read again are unchanged: Spark not started"
+    run = _Run(
+        request=request,
+        table=request.table,
+        lake=lake,
+        facts=facts,
+        dialect=dialect,
+        started=started,
     )
-    outcome = WriteOutcome(0, 0, 0, 0, None, columns)
-    return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
+    log(
+        f"{run.table.name}: nothing new past the cursor, and the rows it would read again are "
+        "unchanged: Spark not started"
+    )
+    columns = column_types(facts.schema) if facts.schema is not None else ()
+    return _result(run, replace(plan, report=report), _nothing(columns), request.stored.batch, None)
 
 
 def run_incremental_load(
     spark: SparkSession, request: LoadRequest, log: Log = lambda _: None
 ) -> LoadResult:
-    lake = LakeTable(request.lake.table_uri(request.table.name))
-    for note in lake.recover():
-        log(f"{request.table.name}: {note}")
-    request, repeat = _repeat_unrecorded_refresh(request, lake)
+    """One load of one table with Spark, from the stored state to a committed lake.
+
+    It finishes what a dead run left in the lake, reads the lake's facts and the source's once,
+    decides what kind of run this is (`decisions.py`), freezes the window's upper bound and
+    plans the cursor (`plan.py`), takes the fingerprint the next run checks without Spark,
+    reads the window, stages it and commits it. Nothing is written when a check refuses the run.
+    The caller holds the table's lock and records the result: until then the stored cursor is
+    the old one.
+
+        lake = LakeSpec(path="/lake")
+        result = run_incremental_load(spark, LoadRequest(table=t, lake=lake, stored=stored))
+    """
+    lake = request.open_lake()
+    recovered = [f"{request.table.name}: {note}" for note in lake.recover()]
+    for note in recovered:
+        log(note)
+    facts = lake.facts()
     listing = files_listing(request.table)
-    source = open_source(spark, request.table)
-    run = _Run(request, lake, source.dialect, time.monotonic())
-    named_key = bool(request.table.primary_key)
-    if request.table.mode is Mode.MERGE and not named_key:
-        key = {"primary_key": _key_from_source(request.table, source)}
-        request = replace(request, table=request.table.model_copy(update=key))
-        run, source = replace(run, request=request), open_source(spark, request.table)
-    check_columns(run.table, source.schema())
-    recorded = _recorded_weights(request.table, lake)
-    merge = request.table.mode is Mode.MERGE
-    weighed_by = (source.weighed_by() or recorded) if merge else {}
-    request, unmatched = _read_whole_for_weights(request, lake, source, weighed_by, recorded)
-    run = replace(run, request=request)
-    plan = _plan(run, source)
-    fingerprint = next_fingerprint(run.table, plan, listing)
-    plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
-    for warning in (repeat, unmatched):
-        if warning:
-            log(f"{run.table.name}: {warning}")
-            plan = plan.warned(warning)
-    if plan.window is not None and plan.bounds is not None:
-        window = render_window(plan.window, run.dialect)
-        log(f"{run.table.name}: window {window}; {describe_bounds(plan.bounds)}")
+    table, source = _keyed_source(spark, request.table)
+    check_columns(table, source.schema())
+    source_facts = _source_facts(table, source, named_key=bool(request.table.primary_key))
+    kind = kind_of_run(table, request.asked(), request.stored, facts, source_facts)
+    run = _Run(
+        request=request,
+        table=table,
+        lake=lake,
+        facts=facts,
+        dialect=source.dialect,
+        started=time.monotonic(),
+    )
+    plan = _plan(run, source, kind, listing, log)
     change = _schema_change(run, source, plan.replace_all)
     if plan.nothing_new:
-        outcome = WriteOutcome(0, 0, 0, 0, None, column_types(change.target, with_batch=True))
-        return _result(run, plan, outcome, batch=request.stored.batch, extracted_at=None)
-    write = _write_plan(
-        run, source, plan, change, weighed_by, _key_enforced(run.table, source, named_key)
-    )
-    writer = writer_for(run.table.mode, spark)
+        outcome = _nothing(column_types(change.target, with_batch=True))
+        return _result(run, plan, outcome, request.stored.batch, None)
+    write = _write_plan(run, source, plan, change, source_facts)
+    writer = writer_for(table.mode, spark)
     try:
         source_keys = source.read_keys() if write.reconcile else None
         delta = source.read(plan.window, plan.bounds, plan.partitioning)
         staged = writer.stage(delta, write, source_keys)
-        _refuse_null_keys(run.table, staged)
+        _refuse_null_keys(table, staged)
         pause_point("staged")
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
     except Exception as exc:
         raise _failed_write(run, write.txn, exc) from None
-    plan = replace(
-        plan,
-        report=replace(
-            plan.report,
-            schema_change=change.describe() or None,
-            deletes_reconciled=True if write.reconcile else None,
-        ),
+    report = replace(
+        plan.report,
+        schema_change=change.describe() or None,
+        deletes_reconciled=True if write.reconcile else None,
     )
-    return _result(run, plan, outcome, batch=write.batch, extracted_at=extracted_at)
+    return _result(run, replace(plan, report=report), outcome, write.batch, extracted_at)
 
 
-def _plan(run: _Run, source: Source) -> WindowPlan:
+def _nothing(columns: tuple[tuple[str, str], ...]) -> WriteOutcome:
+    """What a run that writes nothing did."""
+    return WriteOutcome(
+        rows_extracted=0,
+        rows_written=0,
+        files_written=0,
+        rows_rewritten=0,
+        merge=None,
+        columns=columns,
+    )
+
+
+def _keyed_source(spark: SparkSession, table: TableSpec) -> tuple[TableSpec, Source]:
+    """The table and its source, with the key read from the database for a merge that names none."""
+    source = open_source(spark, table)
+    if table.mode is not Mode.MERGE or table.primary_key:
+        return table, source
+    keyed = table.model_copy(update={"primary_key": _key_from_source(table, source)})
+    return keyed, open_source(spark, keyed)
+
+
+def _source_facts(table: TableSpec, source: Source, named_key: bool) -> SourceFacts:
+    merge = table.mode is Mode.MERGE
+    catalog_key = None
+    if merge and table.query is None and isinstance(table.source, JdbcSourceSpec):
+        # A key read from the catalog is the catalog's; a named one is checked against it.
+        catalog_key = source.primary_key() if named_key else table.primary_key
+    return SourceFacts(
+        schema=source.schema(),
+        match_key=source.match_key() if merge else (),
+        weighed_by=source.weighed_by() if merge else {},
+        catalog_key=catalog_key,
+    )
+
+
+def _plan(run: _Run, source: Source, kind: RunKind, listing: str | None, log: Log) -> WindowPlan:
+    """The window, the frozen bound and the cursor to record; the lake checked to fit."""
     request = run.request
-    files = run.lake.data_files()
-    inputs = PlanInputs(run.table, source, request.stored, request.full_refresh, bool(files))
+    inputs = PlanInputs(
+        table=run.table,
+        source=source,
+        stored=request.stored,
+        full_refresh=kind.full_refresh,
+        lake_has_files=bool(run.facts.files),
+    )
     if request.backfill:
-        check_lake_fits(run.table, run.lake, request.stored, files)
-        return plan_backfill(inputs, request.backfill)
-    plan = plan_window(inputs)
-    if not plan.replace_all:
-        check_lake_fits(run.table, run.lake, request.stored, files)
-    return plan
+        check_lake_fits(run.table, request.stored, run.facts)
+        plan = plan_backfill(inputs, request.backfill)
+    else:
+        plan = plan_window(inputs)
+        if not plan.replace_all:
+            check_lake_fits(run.table, request.stored, run.facts)
+    fingerprint = next_fingerprint(run.table, plan, listing)
+    changes = describe_changes(changed_settings(request.stored.settings, request.settings))
+    report = replace(plan.report, window_fingerprint=fingerprint, settings_changed=changes or None)
+    warnings = [*kind.warnings]
+    if changes:
+        warnings.append(f"settings changed since the last run: {changes}")
+    for warning in warnings:
+        log(f"{run.table.name}: {warning}")
+    if plan.window is not None and plan.bounds is not None:
+        window = render_window(plan.window, run.dialect)
+        log(f"{run.table.name}: window {window}; {describe_bounds(plan.bounds)}")
+    return replace(plan, report=report).warned(*warnings)
 
 
 def _write_plan(
-    run: _Run,
-    source: Source,
-    plan: WindowPlan,
-    change: SchemaChange,
-    weighed_by: dict[str, str],
-    key_enforced: bool,
+    run: _Run, source: Source, plan: WindowPlan, change: SchemaChange, facts: SourceFacts
 ) -> WritePlan:
     table, lake = run.table, run.request.lake
     batch = run.request.stored.batch + 1
+    merge = table.mode is Mode.MERGE
+    recorded = plan.recorded_cursor
     return WritePlan(
         lake=run.lake,
+        facts=run.facts,
         txn=new_txn(),
         batch=batch,
+        cursor=None
+        if recorded is None or plan.cursor is None
+        else format_cursor(plan.cursor.type, recorded),
         replace_all=plan.replace_all,
         primary_key=table.primary_key,
         cursor_column=plan.cursor.column if plan.cursor else None,
@@ -202,19 +282,12 @@ def _write_plan(
         schema=change,
         reconcile=plan.reconcile,
         delta_beats_lake=collated_cursor(plan, source),
-        match_key=source.match_key() if table.mode is Mode.MERGE else (),
-        weighed_by=tuple(weighed_by.items()),
-        key_enforced=key_enforced,
+        match_key=facts.match_key,
+        weighed_by=tuple((dict(facts.weighed_by or {}) or run.facts.weighed_by).items())
+        if merge
+        else (),
+        key_enforced=key_enforced(table, facts),
     )
-
-
-def _key_enforced(table: TableSpec, source: Source, named: bool) -> bool:
-    """Whether the merge key is the source table's own primary key, which no two rows share."""
-    if table.mode is not Mode.MERGE or table.query is not None:
-        return False
-    if not isinstance(table.source, JdbcSourceSpec):
-        return False
-    return not named or set(source.primary_key()) == set(table.primary_key)
 
 
 def _key_from_source(table: TableSpec, source: Source) -> tuple[str, ...]:
@@ -229,36 +302,6 @@ def _key_from_source(table: TableSpec, source: Source) -> tuple[str, ...]:
             )
         )
     return keys
-
-
-def _repeat_unrecorded_refresh(
-    request: LoadRequest, lake: LakeTable
-) -> tuple[LoadRequest, str | None]:
-    """Make this run a full refresh if the lake holds a replacement the stored state doesn't know.
-
-    A run that replaced the table as batch N and died before its materialization was recorded
-    leaves a stored cursor from before that snapshot, and this run would reuse batch N: an
-    incremental run would then overwrite the snapshot with a delta.
-    """
-    snapshot = lake.snapshot_batch()
-    if request.full_refresh or snapshot is None or snapshot <= request.stored.batch:
-        return request, None
-    if request.backfill:
-        raise WriteError(
-            TableProblem(
-                request.table.name,
-                f"a full refresh replaced the lake table {lake.uri} as batch {snapshot}, but its "
-                f"run was never recorded (the last recorded batch is {request.stored.batch}), so a "
-                "backfill would overwrite that snapshot. Nothing was written.",
-                fix="run the table once without backfill_from and backfill_to (it repeats the "
-                "full refresh), then run the backfill.",
-            )
-        )
-    note = (
-        f"a full refresh replaced the lake table as batch {snapshot} but its run was never "
-        "recorded; this run repeats the full refresh"
-    )
-    return replace(request, full_refresh=True), note
 
 
 def _refuse_null_keys(table: TableSpec, staged: Staged) -> None:
@@ -284,98 +327,9 @@ def _key_error(table: TableSpec, found: str, why: str, fix: str) -> WriteError:
     )
 
 
-def _recorded_weights(table: TableSpec, lake: LakeTable) -> dict[str, str]:
-    """The collation each weight in the lake was taken under (its `_key` record)."""
-    if table.mode is not Mode.MERGE:
-        return {}
-    return dict((lake.record(KEY) or {}).get("weighed_by", {}))
-
-
-def _read_whole_for_weights(
-    request: LoadRequest,
-    lake: LakeTable,
-    source: Source,
-    weighed_by: dict[str, str],
-    recorded: dict[str, str],
-) -> tuple[LoadRequest, str | None]:
-    """Make this run a full refresh if the lake's rows lack a weight the key is now matched on.
-
-    A text key the database compares by collation is matched on its weight, which only the
-    database computes: lake rows written without it (the key became text, or came to include a
-    text column), or under another collation (the column was converted to another collation or
-    character set), can't be matched, so this run reads the whole table instead.
-    """
-    files = lake.data_files()
-    if request.table.mode is not Mode.MERGE or request.full_refresh or not files:
-        return request, None
-    held = set(lake.spark_schema(files[-1]).fieldNames())
-    missing = [c for c in source.match_key() if c not in held]
-    changed = [
-        f"{name} from {recorded[name]} to {collation}"
-        for name, collation in weighed_by.items()
-        if recorded.get(name, collation) != collation
-    ]
-    if missing:
-        problem = (
-            f"the lake's rows don't carry {', '.join(missing)}, the weight of a text key column "
-            "the database compares by its collation ('a' = 'A ')"
-        )
-    elif changed:
-        problem = (
-            f"the collation of the key's weight changed ({'; '.join(changed)}), so the lake's "
-            "weights no longer match the source's"
-        )
-    else:
-        return request, None
-    if request.backfill:
-        raise WriteError(
-            TableProblem(
-                request.table.name,
-                f"{problem}, so a backfill can't match them. Nothing was written.",
-                fix="run the table once without backfill_from and backfill_to (it reads the "
-                "whole table), then run the backfill.",
-            )
-        )
-    note = f"{problem}: this run reads the whole table (a full refresh)"
-    return replace(request, full_refresh=True), note
-
-
-def check_lake_fits(
-    table: TableSpec, lake: LakeTable, stored: StoredState, files: list[DataFile]
-) -> None:
-    """An incremental run adds to the lake table: it must be there, and in this table's layout."""
-    if stored.row_count and not files:
-        raise WriteError(
-            TableProblem(
-                table.name,
-                f"the lake table {lake.uri} has no data files, but run {stored.run_id} recorded "
-                f"{stored.row_count} rows in it. An incremental run would only add the newest rows.",
-                fix="run a full refresh (asset config full_refresh: true) to rebuild it.",
-            )
-        )
-    # Append tables (and full_refresh ones) hold batches; merge tables hold buckets of the key.
-    foreign = next((f for f in files if (f.bucket is None) == (table.mode is Mode.MERGE)), None)
-    if foreign is not None:
-        written = "merge" if foreign.bucket is not None else "append (or full_refresh)"
-        raise ConfigError(
-            TableProblem(
-                table.name,
-                f"the lake table {lake.uri} was written in {written} mode ({foreign.name}), but "
-                f"the table is now mode {table.mode.value}. Loading into it incrementally would "
-                "leave duplicate keys, so nothing was written and the cursor did not move.",
-                "mode",
-                "run a full refresh once (asset config full_refresh: true, or "
-                f"`incremental-assets run {table.name} --full`) to rebuild it in "
-                f"{table.mode.value} mode, or set mode back to {written}.",
-            )
-        )
-
-
 def _schema_change(run: _Run, source: Source, replace_all: bool) -> SchemaChange:
-    files = run.lake.data_files()
-    if replace_all or not files:
-        return plan_schema_change(run.table.name, None, source.schema())
-    return plan_schema_change(run.table.name, run.lake.spark_schema(files[-1]), source.schema())
+    lake = None if replace_all else run.facts.schema
+    return plan_schema_change(run.table.name, lake, source.schema())
 
 
 def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError:
@@ -406,7 +360,11 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
 
 
 def _result(
-    run: _Run, plan: WindowPlan, outcome: WriteOutcome, batch: int, extracted_at: float | None
+    run: _Run,
+    plan: WindowPlan,
+    outcome: WriteOutcome,
+    batch: int,
+    extracted_at: float | None,
 ) -> LoadResult:
     table = run.table
     merge = outcome.merge
@@ -418,6 +376,7 @@ def _result(
         )
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
+    committed = outcome.head is not None
     return LoadResult(
         mode=table.mode,
         cursor_column=plan.cursor.column if plan.cursor else None,
@@ -431,7 +390,7 @@ def _result(
         rows_written=outcome.rows_written,
         files_written=outcome.files_written,
         merge=merge,
-        row_count=run.lake.count_rows(),
+        row_count=run.lake.count_rows() if committed else _rows_held(run),
         columns=outcome.columns,
         uri=run.lake.uri,
         extract_seconds=extracted_at - run.started,
@@ -440,4 +399,21 @@ def _result(
         report=report,
         files=outcome.files,
         primary_key=table.primary_key,
+        head=outcome.head or run.facts.head,
+        settings=run.request.settings,
+        table_name=run.lake.identifier,
     )
+
+
+def _rows_held(run: _Run) -> int:
+    """The lake's rows when this run committed nothing: as the last recorded run counted them,
+    when the lake is still at the commit it recorded."""
+    stored, head = run.request.stored, run.facts.head
+    if (
+        stored.row_count is not None
+        and head is not None
+        and stored.lake_commit == head.txn
+        and stored.lake_table_id == head.table_id
+    ):
+        return stored.row_count
+    return run.lake.count_rows()

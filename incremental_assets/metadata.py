@@ -55,11 +55,21 @@ class TableMetadata(BaseModel):
     window_fingerprint: str | None = None
     spark: str | None = None
     merge_strategy: str | None = None
+    settings_changed: str | None = None
+    # The lake-shaping settings the run ran under (`settings.py`), as JSON.
+    settings: str | None = None
+    # The lake table's identity and its last commit when the run ended: the next run adds to
+    # that table, at that commit, or refuses.
+    lake_table_id: str | None = None
+    lake_commit: str | None = None
+    checks_not_run: str | None = None  # the checks left out of the run, and why
+    iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
     warnings: str | None = None  # markdown, one line per warning
     cursor_action: str | None = None  # `set` or `reset`, on a hand-set cursor's observation
     note: str | None = None
     row_count: int | None = Field(None, alias="dagster/row_count")
     uri: str | None = Field(None, alias="dagster/uri")
+    table_name: str | None = Field(None, alias="dagster/table_name")
     column_schema: dg.TableSchema | None = Field(None, alias="dagster/column_schema")
 
     @classmethod
@@ -85,6 +95,9 @@ class TableMetadata(BaseModel):
             run_id=run_id,
             row_count=self.row_count,
             window_fingerprint=self.window_fingerprint,
+            lake_table_id=self.lake_table_id,
+            lake_commit=self.lake_commit,
+            settings=self.settings,
         )
 
 
@@ -108,7 +121,9 @@ def _text(cursor_type: CursorType | None, value: CursorValue | None) -> str | No
     return None if value is None or cursor_type is None else format_cursor(cursor_type, value)
 
 
-def metadata_for(result: LoadResult) -> dict[str, dg.MetadataValue]:
+def metadata_for(
+    result: LoadResult, checks_not_run: str | None = None
+) -> dict[str, dg.MetadataValue]:
     """The materialization metadata for one load. The key names are a public contract."""
     kind, merge = result.cursor_type, result.merge
     record = TableMetadata(
@@ -134,6 +149,12 @@ def metadata_for(result: LoadResult) -> dict[str, dg.MetadataValue]:
         column_schema=dg.TableSchema(
             columns=[dg.TableColumn(name=name, type=type_) for name, type_ in result.columns]
         ),
+        settings=result.settings,
+        lake_table_id=result.head.table_id if result.head else None,
+        lake_commit=result.head.txn if result.head else None,
+        checks_not_run=checks_not_run,
+        iceberg_snapshot_id=result.head.snapshot_id if result.head else None,
+        table_name=result.table_name,
         **vars(result.report),
     )
     return record.as_metadata()
@@ -156,5 +177,8 @@ def override_metadata(
         cursor_action="set" if cursor is not None else "reset",
         note=note,
         row_count=previous.row_count,
+        settings=previous.settings,
+        lake_table_id=previous.lake_table_id,
+        lake_commit=previous.lake_commit,
     )
     return record.as_metadata()

@@ -13,15 +13,14 @@ from datetime import UTC, datetime, timedelta
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.config.rules import time_limits
-from incremental_assets.cursor import CursorType, decode_wire, format_cursor, parse_cursor
+from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import SourceError, TableProblem
 from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.database import Connection, Database, described, fetch_row
-from incremental_assets.sources.freeze_sql import newest_sql, relation_of
+from incremental_assets.sources.freeze_sql import newest_loadable, relation_of
 from incremental_assets.sources.listing import source_files
-from incremental_assets.sources.transactions import cap_limits
 
 
 def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | None) -> str | None:
@@ -75,17 +74,10 @@ def _newest_cursor(
     previous = None
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
-    limits = time_limits(table, kind)
-    database.check_session(table, lambda sql: fetch_row(conn, sql))
-    open_ = None
-    if limits.transaction_cap:
-        open_ = database.read_open_transactions(lambda sql: fetch_row(conn, sql))
-        cap_limits(table, open_)
     request = FreezeRequest(
-        Cursor(table.cursor.column, kind), previous, table.timezone, None, limits
+        Cursor(table.cursor.column, kind), previous, table.timezone, None, time_limits(table, kind)
     )
-    wire = fetch_row(conn, newest_sql(database.dialect, relation, request, open_))["newest"]
-    newest = None if wire is None else decode_wire(kind, str(wire))
+    newest = newest_loadable(table, database, request, lambda sql: fetch_row(conn, sql))
     return None if newest is None or newest == previous else format_cursor(kind, newest)
 
 

@@ -9,6 +9,9 @@ is left running.
 from __future__ import annotations
 
 import os
+import tempfile
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -27,6 +30,36 @@ SPARK_DEFAULTS = {
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
 }
+
+
+_LOG_CONFIG = "spark_log4j2.properties"
+
+
+def spark_log_path() -> Path:
+    """Where local sessions keep Spark's own log: under $DAGSTER_HOME, else the temporary folder."""
+    home = os.environ.get("DAGSTER_HOME")
+    root = Path(home) / "incremental_assets" / "logs" if home else Path(tempfile.gettempdir())
+    return root / "spark.log"
+
+
+def with_quiet_log(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with Spark's log sent to `spark_log_path()` instead of the console.
+
+    Spark logs a task's failure at every level it passes (the executor, the task set, the job),
+    each with the message the run then fails with once. A log4j2 configuration of the user's own
+    in `spark.driver.extraJavaOptions` is kept as it is.
+    """
+    options = str(config.get("spark.driver.extraJavaOptions", ""))
+    if "log4j2.configurationFile" in options:
+        return config
+    log = spark_log_path()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    properties = resources.files("incremental_assets") / _LOG_CONFIG
+    ours = (
+        f"-Dlog4j2.configurationFile=file:{properties} -Dincremental_assets.spark_log={log} "
+        f"-Dincremental_assets.pid={os.getpid()}"
+    )
+    return {**config, "spark.driver.extraJavaOptions": f"{options} {ours}".strip()}
 
 
 # The client's default retries wait out a dead server for ten minutes or more. These ride out a
@@ -72,6 +105,13 @@ class IncrementalSparkResource(LazyPySparkResource):
         return self._spark_session  # type: ignore[no-any-return]
 
     @property
+    def log_file(self) -> Path | None:
+        """Where Spark's own log goes, for a session this process started; None for others."""
+        if self._spark_session is None or self._connected:
+            return None
+        return spark_log_path()
+
+    @property
     def description(self) -> str:
         """Which Spark the session is: for the run's log and its `spark` metadata."""
         return self._description
@@ -92,11 +132,9 @@ class IncrementalSparkResource(LazyPySparkResource):
     def _start_local(self) -> SparkSession:
         self._owns_session = SparkSession.getActiveSession() is None
         builder = SparkSession.builder
-        for key, value in self.spark_config.items():
+        for key, value in with_quiet_log(self.spark_config).items():
             builder = builder.config(key, str(value))
-        session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("WARN")
-        return session
+        return builder.getOrCreate()
 
     def _connect(self, url: str) -> SparkSession:
         # Only session settings travel to a Connect server; the rest was fixed when it started.

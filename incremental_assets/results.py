@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue
+from incremental_assets.lake import LakeHead
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,7 @@ class MergeCounts:
     deleted: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteOutcome:
     rows_extracted: int
     rows_written: int
@@ -25,6 +26,7 @@ class WriteOutcome:
     columns: tuple[tuple[str, str], ...]
     files: tuple[str, ...] = ()  # the data files the commit added
     strategy: str | None = None  # merge: how the delta was applied
+    head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,10 @@ class Report:
     window_fingerprint: str | None = None
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
     merge_strategy: str | None = None  # which buckets a merge rewrote, and how
+    settings_changed: str | None = None  # the lake-shaping settings changed since the last run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadResult:
     mode: Mode
     cursor_column: str | None
@@ -70,9 +73,12 @@ class LoadResult:
     report: Report = field(default_factory=Report)
     files: tuple[str, ...] = ()  # the data files this run added to the lake
     primary_key: tuple[str, ...] = ()  # as configured, or as read from the database
+    head: LakeHead | None = None  # the lake's head after the run (its identity, its last commit)
+    settings: str | None = None  # the lake-shaping settings the run ran under (`settings.py`)
+    table_name: str | None = None  # the lake table's name in its catalog (Iceberg)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredState:
     """What the last successful materialization recorded, as text straight from metadata."""
 
@@ -83,7 +89,10 @@ class StoredState:
     run_id: str | None
     row_count: int | None = None
     window_fingerprint: str | None = None
+    lake_table_id: str | None = None  # the identity of the lake table the run committed to
+    lake_commit: str | None = None  # the lake's last commit when the run ended
+    settings: str | None = None  # the lake-shaping settings the run ran under, as JSON
 
     @staticmethod
     def initial() -> StoredState:
-        return StoredState(None, None, None, 0, None)
+        return StoredState(cursor=None, cursor_column=None, cursor_type=None, batch=0, run_id=None)

@@ -15,6 +15,7 @@ import dagster as dg
 
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, Project, TableSpec
 from incremental_assets.errors import ConfigError, Problem
+from incremental_assets.settings import settings_digest
 
 ALL_TABLES_JOB = "incremental_assets_all"
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
@@ -28,18 +29,32 @@ class IncrementalAssetsTranslator:
         self.suffix = suffix
 
     def get_asset_spec(self, table: TableSpec) -> dg.AssetSpec:
+        """The table's asset: the one override point for keys, groups, kinds, tags, metadata.
+
+        Subclass it and name the subclass in the configuration (`translator: pkg.MyTranslator`)
+        so the assets and the `incremental-assets` command agree:
+
+            class MyTranslator(IncrementalAssetsTranslator):
+                def get_asset_spec(self, table: TableSpec) -> dg.AssetSpec:
+                    spec = super().get_asset_spec(table)
+                    return spec.replace_attributes(key=spec.key.with_prefix("raw"))
+        """
+        metadata: dict[str, dg.MetadataValue | str] = {
+            "dagster/uri": dg.MetadataValue.text(self.lake.table_uri(table.name)),
+            "mode": table.mode.value,
+            "cursor_column": table.cursor.column if table.cursor else "",
+            "source": self.source_text(table),
+            TABLE_METADATA_KEY: table.name,
+        }
+        if self.lake.format == "iceberg":
+            metadata["dagster/table_name"] = dg.MetadataValue.text(self.lake_table_name(table))
         return dg.AssetSpec(
             key=dg.AssetKey(list(table.asset_key_path)),
             group_name=table.source.name,
-            kinds={"spark", table.source.kind, "parquet"},
+            kinds={"spark", table.source.kind, self.lake.format},
             description=table.description or self.describe(table),
-            metadata={
-                "dagster/uri": dg.MetadataValue.text(self.lake.table_uri(table.name)),
-                "mode": table.mode.value,
-                "cursor_column": table.cursor.column if table.cursor else "",
-                "source": self.source_text(table),
-                TABLE_METADATA_KEY: table.name,
-            },
+            code_version=settings_digest(table, self.lake),
+            metadata=metadata,
             tags={"incremental_assets/mode": table.mode.value},
             automation_condition=self.automation_condition(table),
             freshness_policy=(
@@ -48,6 +63,11 @@ class IncrementalAssetsTranslator:
                 else None
             ),
         )
+
+    def lake_table_name(self, table: TableSpec) -> str:
+        """The table's identifier in the Iceberg catalog: `<lake.namespace>.<name>`, the name
+        joining the asset key's parts with `__` (the op name)."""
+        return f"{self.lake.namespace}.{'__'.join(table.asset_key_path)}"
 
     def asset_key(self, table: TableSpec) -> dg.AssetKey:
         return self.get_asset_spec(table).key
@@ -108,8 +128,9 @@ class IncrementalAssetsTranslator:
             Mode.MERGE: f"merge on key ({', '.join(table.primary_key) or 'read from the database'})",
             Mode.FULL_REFRESH: "full refresh",
         }[table.mode]
+        lake = "Iceberg table" if self.lake.format == "iceberg" else "Parquet lake"
         return (
-            f"{how} from {self.source_text(table)} into the Parquet lake at "
+            f"{how} from {self.source_text(table)} into the {lake} at "
             f"{self.lake.table_uri(table.name)}; mode: {mode}."
         )
 

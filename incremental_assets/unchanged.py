@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.config.rules import check_cursor_rules, time_limits
 from incremental_assets.cursor import CursorValue, parse_cursor
+from incremental_assets.decisions import RunRequest, check_lake_fits, kind_of_run
 from incremental_assets.errors import CursorError
+from incremental_assets.lake import LakeFacts
 from incremental_assets.plan import (
     WindowPlan,
     check_null_cursors,
@@ -33,10 +35,10 @@ from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Bounds, Cursor, FreezeRequest
 from incremental_assets.sources.database import Connection, Database, described, fetch_row
-from incremental_assets.sources.freeze_sql import bounds_from_row, bounds_sql, relation_of
+from incremental_assets.sources.freeze_sql import freeze, relation_of
+from incremental_assets.sources.jdbc import refuse_session_names
 from incremental_assets.sources.listing import listing_fingerprint
 from incremental_assets.window import Window, render_window
-from incremental_assets.writers.lake import LakeTable
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,13 @@ def next_fingerprint(table: TableSpec, plan: WindowPlan, listing: str | None) ->
 
 
 def prove_unchanged(
-    table: TableSpec, stored: StoredState, lake: LakeTable, full_refresh: bool
+    table: TableSpec, stored: StoredState, lake: LakeFacts, asked: RunRequest
 ) -> Unchanged | None:
     """The proof that a run would find nothing new, or None when it can't be given."""
-    cursor = _checkable(table, stored, lake, full_refresh)
-    if cursor is None:
+    cursor = _checkable(table, stored, lake, asked)
+    if cursor is None or kind_of_run(table, asked, stored, lake, source=None).full_refresh:
         return None
+    check_lake_fits(table, stored, lake)
     try:
         previous = parse_cursor(cursor.type, str(stored.cursor))
     except CursorError:
@@ -90,11 +93,12 @@ def prove_unchanged(
 
 
 def _checkable(
-    table: TableSpec, stored: StoredState, lake: LakeTable, full_refresh: bool
+    table: TableSpec, stored: StoredState, lake: LakeFacts, asked: RunRequest
 ) -> Cursor | None:
     """The cursor to check against, when nothing else already says that Spark must run."""
     if (
-        full_refresh
+        asked.full_refresh
+        or asked.backfill
         or table.mode is Mode.FULL_REFRESH
         or table.cursor is None
         or table.reconcile_tolerance is not None  # the check counts the source with Spark
@@ -102,8 +106,9 @@ def _checkable(
         or stored.cursor_type is None
         or stored.window_fingerprint is None
         or stored.cursor_column != table.cursor.column
-        or lake.has_pending_commit()
-        or (lake.snapshot_batch() or 0) > stored.batch
+        or stored.settings != asked.settings  # a change goes through the run with Spark
+        or lake.pending
+        or (lake.head is not None and lake.head.txn != stored.lake_commit)  # unrecorded
     ):
         return None
     return Cursor(table.cursor.column, stored.cursor_type)
@@ -113,22 +118,16 @@ def _prove_rows(
     table: TableSpec, stored: StoredState, cursor: Cursor, previous: CursorValue
 ) -> Unchanged | None:
     assert isinstance(table.source, JdbcSourceSpec)
+    database = database_of(table.source)
+    refuse_session_names(table, table.source, database)
     lower, _ = lower_bound_of(table, cursor, previous, replace_all=False)
     request = FreezeRequest(cursor, lower, table.timezone, None, time_limits(table, cursor.type))
-    relation = relation_of(table)
-    database = database_of(table.source)
     try:
         conn = database.connect(table.source)
         try:
-            query = lambda sql: fetch_row(conn, sql)  # noqa: E731
-            database.check_session(table, query)
-            open_ = None
-            if request.limits.transaction_cap:
-                open_ = database.read_open_transactions(query)
-            row = query(bounds_sql(database.dialect, relation, request, open_))
-            bounds = bounds_from_row(table, request, row, open_)
+            bounds = freeze(table, database, request, lambda sql: fetch_row(conn, sql))
             window = _window(table, cursor, previous)
-            fingerprint = _fetch_fingerprint(conn, database, relation, window)
+            fingerprint = _fetch_fingerprint(conn, database, relation_of(table), window)
         finally:
             conn.close()
     except database.driver_errors:

@@ -1,7 +1,7 @@
 """`incremental-assets` (or `python -m incremental_assets`): operate the tables from a shell.
 
     incremental-assets validate
-    incremental-assets status [--json] [TABLE ...]
+    incremental-assets status [--json] [--history] [TABLE ...]
     incremental-assets cursor set TABLE VALUE --reason TEXT
     incremental-assets cursor reset TABLE --reason TEXT
     incremental-assets run TABLE ... [--full]
@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     shown = commands.add_parser("status", help="cursor, last run, row counts and mode per table")
     shown.add_argument("tables", nargs="*", metavar="TABLE")
     shown.add_argument("--json", action="store_true", help="machine-readable output")
+    shown.add_argument(
+        "--history",
+        action="store_true",
+        help="every materialization, with the lake snapshot it left (Iceberg time travel)",
+    )
     shown.set_defaults(handler=status.show_status)
 
     cursor = commands.add_parser("cursor", help="move a table's cursor by hand").add_subparsers(

@@ -13,8 +13,8 @@ import dagster as dg
 
 from incremental_assets.config import Project, TableSpec, load_project
 from incremental_assets.errors import CursorError, InstanceError
+from incremental_assets.lake import open_lake
 from incremental_assets.translator import translator_for
-from incremental_assets.writers.lake import LakeTable
 
 
 def project_of(args: argparse.Namespace) -> Project:
@@ -71,5 +71,5 @@ def actor() -> str:
 
 def table_lock(project: Project, table: TableSpec, action: str) -> AbstractContextManager[None]:
     """The table's lake lock: a cursor moved by hand must not race a run recording its own."""
-    lake = LakeTable(project.lake.table_uri(table.name))
+    lake = open_lake(project.lake, table.name)
     return lake.lock(table.name, f"{action} by {actor()}", project.lake.lock_timeout)

@@ -84,6 +84,9 @@ def _print_summary(
         for check in (e for e in evaluations if e.asset_key == translator.asset_key(table)):
             print(f"    check {check.check_name}: {_check_text(check)}")
             failed += not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+        for skipped in row["checks_not_run"]:
+            name, _, why = skipped.partition(": ")
+            print(f"    check {name}: not run: {why}")
     return failed
 
 

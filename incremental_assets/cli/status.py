@@ -47,6 +47,9 @@ def table_status(
         "rows_written": last.rows_written,
         "cursor_override": _override(records.override),
         "lake_uri": project.lake.table_uri(table.name),
+        "lake_table": last.table_name,
+        "iceberg_snapshot_id": last.iceberg_snapshot_id,
+        "checks_not_run": (last.checks_not_run or "").splitlines(),
     }
 
 
@@ -71,6 +74,8 @@ def _override(record: dg.EventLogRecord | None) -> dict[str, Any] | None:
 def show_status(args: argparse.Namespace) -> int:
     project = project_of(args)
     with open_instance() as instance:
+        if args.history:
+            return _show_history(instance, project, tables_of(project, args.tables), args.json)
         rows = [table_status(instance, project, table) for table in tables_of(project, args.tables)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -89,4 +94,50 @@ def show_status(args: argparse.Namespace) -> int:
                 f"{'':<16}cursor {override['action']} at {override['at'][:19].replace('T', ' ')}: "
                 f"the next run {start} (was {override['previous_cursor']}); {override['note']}"
             )
+        if row["iceberg_snapshot_id"] is not None:
+            print(
+                f"{'':<16}Iceberg table {row['lake_table']} at snapshot "
+                f"{row['iceberg_snapshot_id']}; every run's: incremental-assets status --history "
+                f"{row['table']}"
+            )
+    return 0
+
+
+def _show_history(
+    instance: dg.DagsterInstance, project: Project, tables: list[TableSpec], as_json: bool
+) -> int:
+    """Each materialization, newest first: when, the cursor, the rows, and the lake's snapshot,
+    which any Iceberg reader can read the table as of."""
+    rows = []
+    for table in tables:
+        records = instance.fetch_materializations(asset_key(project, table), limit=1000).records
+        for record in records:
+            metadata = record_of(record)
+            rows.append(
+                {
+                    "table": table.name,
+                    "run_id": record.run_id,
+                    "at": _when(record),
+                    "cursor": metadata.cursor,
+                    "rows_in_lake": metadata.row_count,
+                    "lake_table": metadata.table_name,
+                    "iceberg_snapshot_id": metadata.iceberg_snapshot_id,
+                }
+            )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'table':<16}{'at':<21}{'rows':>9}  {'snapshot':<21}cursor")
+    for row in rows:
+        when = str(row["at"])[:19].replace("T", " ")
+        snapshot = row["iceberg_snapshot_id"] if row["iceberg_snapshot_id"] is not None else "-"
+        rows_in_lake = "-" if row["rows_in_lake"] is None else row["rows_in_lake"]
+        print(f"{row['table']:<16}{when:<21}{rows_in_lake:>9}  {snapshot!s:<21}{row['cursor']}")
+    iceberg = next((r for r in rows if r["iceberg_snapshot_id"] is not None), None)
+    if iceberg is not None:
+        print(
+            "\nas of a snapshot, in PyIceberg: "
+            f"catalog.load_table('{iceberg['lake_table']}').scan("
+            f"snapshot_id={iceberg['iceberg_snapshot_id']}).to_arrow()  (docs/lake-format.md)"
+        )
     return 0

@@ -114,7 +114,34 @@ def _listed(value: object) -> list[str]:
 
 
 class LakeSpec(FrozenModel):
-    path: str = Field(description="Root of the Parquet lake: a local path or a Hadoop URI.")
+    path: str = Field(
+        description="Root of the lake: a local path or a Hadoop URI. Each table is the folder "
+        "<path>/<table name>."
+    )
+    format: Literal["parquet", "iceberg"] = Field(
+        "parquet",
+        description="How a table's files are committed: parquet (a folder and a journal) or "
+        "iceberg (one snapshot per run, through the Iceberg catalog).",
+    )
+    catalog: dict[str, OptionText] = Field(
+        default_factory=dict,
+        description="Iceberg: the PyIceberg catalog's properties (type, uri, ...). By default a "
+        "SQL catalog on SQLite at <path>/_catalog.db.",
+    )
+    namespace: str = Field(
+        "incremental_assets", description="Iceberg: the namespace the tables are created in."
+    )
+    keep_snapshots: int = Field(
+        100,
+        gt=0,
+        description="Iceberg: snapshots kept for time travel; older ones expire after a commit "
+        "and their files are deleted.",
+    )
+    lock: bool = Field(
+        True,
+        description="Take the table's file lock (<table>/_lock) on a POSIX file system; it does "
+        "nothing on object stores.",
+    )
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     max_rows_per_file: int = Field(5_000_000, gt=0)
     lock_timeout: Duration = Field(
@@ -125,6 +152,16 @@ class LakeSpec(FrozenModel):
     @classmethod
     def _resolved(cls, value: str, info: ValidationInfo) -> str:
         return absolute(value, info)
+
+    @model_validator(mode="after")
+    def _catalog_where_sqlite_can_be(self) -> LakeSpec:
+        if self.format == "iceberg" and not self.catalog and "://" in self.path:
+            raise ValueError(
+                f"an Iceberg lake at {self.path} needs `catalog:` (the default SQLite file only "
+                "works on a local path): for example {type: rest, uri: https://...} or "
+                "{type: sql, uri: postgresql+psycopg2://...}"
+            )
+        return self
 
     @property
     def uri(self) -> str:
@@ -137,6 +174,12 @@ class LakeSpec(FrozenModel):
 
     def table_uri(self, table_name: str) -> str:
         return f"{self.uri.rstrip('/')}/{table_name}"
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The Iceberg catalog's properties: the configured ones, or the default SQLite file."""
+        if self.catalog:
+            return {k: str(v) for k, v in self.catalog.items()}
+        return {"type": "sql", "uri": f"sqlite:///{self.path.rstrip('/')}/_catalog.db"}
 
 
 class CursorSpec(FrozenModel):

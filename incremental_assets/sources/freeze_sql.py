@@ -1,7 +1,10 @@
-"""The statements that freeze a window's upper bound, in any source database's dialect.
+"""Freezing a window's upper bound, in any source database's dialect, over any connection.
 
-A load runs them over JDBC, a sensor's probe and a run's check for nothing new over a plain
-connection: the same SQL, so they agree on what a run would load.
+`freeze` (and a sensor's `newest_loadable`) is the one sequence every caller runs: the session
+check, the other sessions' open transactions (for the transaction cap), then the bounds query.
+A load runs it over Spark's JDBC reader, a run's check for nothing new and a sensor's probe over
+a plain DB-API connection: the same statements in the same order, so a change to the cap or the
+session check reaches all three, and they agree on what a run would load.
 
 * the bounds query (`bounds_sql`): the window's max cursor, capped at now - safety_lag and below
   the transaction cap, with what else a run needs (row count, partition range, NULL cursors,
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from incremental_assets.config import TableSpec
-from incremental_assets.cursor import CursorType
+from incremental_assets.cursor import CursorType, CursorValue
 from incremental_assets.dialects import SourceDialect
 from incremental_assets.sources.base import (
     Bounds,
@@ -30,8 +33,50 @@ from incremental_assets.sources.base import (
     freeze_window,
     join_conditions,
 )
+from incremental_assets.sources.database import Database, Query
 from incremental_assets.sources.transactions import OpenTransactions, cap_limits
 from incremental_assets.window import render_window
+
+
+def freeze(table: TableSpec, database: Database, request: FreezeRequest, run: Query) -> Bounds:
+    """The window's frozen bounds: check the session, read open transactions, then the bounds."""
+    return freeze_below(
+        table, database, request, open_transactions(table, database, request, run), run
+    )
+
+
+def open_transactions(
+    table: TableSpec, database: Database, request: FreezeRequest, run: Query
+) -> OpenTransactions | None:
+    """The first half of a freeze: the session check, then (under the cap) the other sessions'
+    open transactions, read in a statement of their own before the bounds query."""
+    database.check_session(table, run)
+    if not request.limits.transaction_cap:
+        return None
+    open_ = database.read_open_transactions(run)
+    cap_limits(table, open_)  # refuses what the cap can't see, before anything is read
+    return open_
+
+
+def freeze_below(
+    table: TableSpec,
+    database: Database,
+    request: FreezeRequest,
+    open_: OpenTransactions | None,
+    run: Query,
+) -> Bounds:
+    """The second half of a freeze: the bounds query, kept below `open_` under the cap."""
+    row = run(bounds_sql(database.dialect, relation_of(table), request, open_))
+    return bounds_from_row(table, request, row, open_)
+
+
+def newest_loadable(
+    table: TableSpec, database: Database, request: FreezeRequest, run: Query
+) -> CursorValue | None:
+    """The highest cursor value a run would load now and could record (`newest_sql`)."""
+    open_ = open_transactions(table, database, request, run)
+    wire = run(newest_sql(database.dialect, relation_of(table), request, open_))["newest"]
+    return decode_upper(table, request.cursor, None if wire is None else str(wire))
 
 
 @dataclass(frozen=True)

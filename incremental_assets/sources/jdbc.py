@@ -37,7 +37,12 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.database import APPLICATION_NAME, Database
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.sources.freeze_sql import bounds_from_row, bounds_sql, relation_of
+from incremental_assets.sources.freeze_sql import (
+    freeze,
+    freeze_below,
+    open_transactions,
+    relation_of,
+)
 from incremental_assets.sources.transactions import OpenTransactions
 from incremental_assets.window import Window, render_window
 
@@ -52,7 +57,7 @@ class JdbcSource:
         self.dialect: Dialect = database.dialect
         self.relation = relation_of(table)
         self._schema: T.StructType | None = None
-        _refuse_session_names(table, self.source, database)
+        refuse_session_names(table, self.source, database)
 
     def describe(self) -> str:
         return f"{self.table.source_object} in {self.source.redacted_url()}"
@@ -127,22 +132,18 @@ class JdbcSource:
             )
 
     def freeze(self, request: FreezeRequest) -> Bounds:
-        self.database.check_session(self.table, self._row)
-        capped = request.limits.transaction_cap
-        return self.freeze_below(request, self.open_transactions() if capped else None)
+        return freeze(self.table, self.database, request, self._row)
 
-    def open_transactions(self) -> OpenTransactions:
-        """Other sessions' open transactions, read in a statement of its own."""
-        return self.database.read_open_transactions(self._row)
-
-    def _row(self, sql: str) -> dict[str, Any]:
-        return self._query(sql, "reading the session's state")[0].asDict()
+    def open_transactions(self, request: FreezeRequest) -> OpenTransactions | None:
+        """The freeze's first half, for a test to act between the two."""
+        return open_transactions(self.table, self.database, request, self._row)
 
     def freeze_below(self, request: FreezeRequest, open_: OpenTransactions | None) -> Bounds:
-        """The bounds query, kept below `open_` (read before it) when the transaction cap applies."""
-        sql = bounds_sql(self.database.dialect, self.relation, request, open_)
-        row = self._query(sql, "the bounds query")[0]
-        return bounds_from_row(self.table, request, row.asDict(), open_)
+        """The freeze's second half: the bounds query, kept below `open_`."""
+        return freeze_below(self.table, self.database, request, open_, self._row)
+
+    def _row(self, sql: str) -> dict[str, Any]:
+        return self._query(sql, "the freeze")[0].asDict()
 
     def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None
@@ -230,7 +231,7 @@ class JdbcSource:
         return f"{column} >= {low} AND {column} < {high}"
 
 
-def _refuse_session_names(table: TableSpec, source: JdbcSourceSpec, database: Database) -> None:
+def refuse_session_names(table: TableSpec, source: JdbcSourceSpec, database: Database) -> None:
     """Refuse settings our sessions pin: the name the cap knows our reads by, the time zone."""
     settings = [*source.properties, *(k for k, _ in parse_qsl(urlparse(source.url).query))]
     named = [name for name in settings if name.lower() in database.pinned_settings]

@@ -9,7 +9,7 @@ import re
 import pyarrow.fs as pafs
 
 from incremental_assets.config import FilesSourceSpec
-from incremental_assets.writers.lake import arrow_uri
+from incremental_assets.lake.files import arrow_uri
 
 _GLOB_CHARACTERS = re.compile(r"[*?\[{]")
 

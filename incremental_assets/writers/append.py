@@ -18,6 +18,8 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
 from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.lake.facts import COLUMNS
+from incremental_assets.lake.names import batch_group, data_file_name
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
@@ -32,7 +34,6 @@ from incremental_assets.writers.base import (
     observed,
     write_parquet,
 )
-from incremental_assets.writers.lake import COLUMNS, batch_group
 from incremental_assets.writers.schema import ColumnHistory
 
 _SUBDIR = "data"
@@ -51,7 +52,12 @@ class AppendWriter:
             frame.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")), "written"
         )
         write_parquet(frame, f"{plan.lake.staging_uri(plan.txn)}/{_SUBDIR}", plan)
-        return Staged(observed(extracted), observed(written), _SUBDIR, column_types(frame.schema))
+        return Staged(
+            rows_extracted=observed(extracted),
+            rows_written=observed(written),
+            subdir=_SUBDIR,
+            columns=column_types(frame.schema),
+        )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         group = batch_group(plan.batch)
@@ -59,11 +65,11 @@ class AppendWriter:
         if staged.rows_written == 0 and not plan.replace_all:
             files = []  # keep the table free of empty files; a replaced table keeps one for its schema
         adds = [
-            (f"{staged.subdir}/{f}", f"part-{group}-{plan.txn}-{i:05d}.parquet")
+            (f"{staged.subdir}/{f}", data_file_name(group, plan.txn, i))
             for i, f in enumerate(files)
         ]
-        replaced = [f for f in plan.lake.data_files() if plan.replace_all or f.group == group]
-        commit_replacing(self.spark, plan, adds, replaced, _column_history(plan))
+        replaced = [f for f in plan.facts.files if plan.replace_all or f.group == group]
+        head = commit_replacing(self.spark, plan, adds, replaced, _column_history(plan))
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,
@@ -72,6 +78,7 @@ class AppendWriter:
             merge=None,
             columns=staged.columns,
             files=tuple(final for _, final in adds),
+            head=head,
         )
 
 
@@ -79,7 +86,7 @@ def _column_history(plan: WritePlan) -> dict[str, object]:
     """The lake's `_columns` record after this commit, when it changes."""
     if plan.schema is None:
         return {}
-    lake = ColumnHistory.from_record(plan.lake.record(COLUMNS))
+    lake = ColumnHistory.from_record(plan.facts.columns)
     before = ColumnHistory() if plan.replace_all else lake
     after = before.after(plan.schema, plan.batch)
     return {COLUMNS: after.to_record()} if plan.replace_all or after != before else {}
@@ -87,7 +94,7 @@ def _column_history(plan: WritePlan) -> dict[str, object]:
 
 def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
     assert plan.boundary is not None
-    earlier = [f for f in plan.lake.data_files() if f.batch is not None and f.batch < plan.batch]
+    earlier = [f for f in plan.facts.files if f.batch is not None and f.batch < plan.batch]
     # A text cursor the database compares by its collation ('c1' = 'C1 ' in MySQL's default):
     # Spark can't tell which lake rows the window holds, so it compares every earlier row.
     windowed = not plan.delta_beats_lake
@@ -113,7 +120,7 @@ def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
 def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: int) -> list[str]:
     if plan.schema is None or plan.schema.lake is None:
         return [c for c in frame.columns if c != BATCH_COLUMN]
-    history = ColumnHistory.from_record(plan.lake.record(COLUMNS))
+    history = ColumnHistory.from_record(plan.facts.columns)
     return history.comparable(plan.schema, earliest_batch)
 
 

@@ -9,19 +9,22 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
+from incremental_assets.lake.names import data_file_name
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers.lake import SNAPSHOT, BucketScheme, DataFile, LakeTable
 from incremental_assets.writers.schema import SchemaChange, conform
 
 BATCH_COLUMN = "_batch"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WritePlan:
     lake: LakeTable
+    facts: LakeFacts  # the lake as the run found it; the commit applies to exactly this
     txn: str
     batch: int
+    cursor: str | None  # the cursor the run is to record, kept with its commit
     # Replace the whole table (full refresh, first run, or a table without a cursor).
     replace_all: bool
     primary_key: tuple[str, ...]
@@ -55,16 +58,8 @@ class WritePlan:
         """What identifies a row in the lake: the key's columns, as the source compares them."""
         return self.match_key or self.primary_key
 
-    def records(self) -> dict[str, Any]:
-        """The lake records every commit of this plan writes: `_snapshot` when it replaces the table.
 
-        The lake remembers the batch of its last replacement, so a rerun that doesn't know the
-        replacing run finished can tell.
-        """
-        return {SNAPSHOT: {"batch": self.batch, "txn": self.txn}} if self.replace_all else {}
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Staged:
     """A run's rows, written under `_staging/<txn>/` and not yet visible to readers."""
 
@@ -150,12 +145,20 @@ def commit_replacing(
     adds: list[tuple[str, str]],
     replaced: list[DataFile],
     records: dict[str, Any],
-) -> None:
+) -> LakeHead:
     """Commit `adds` in place of `replaced`, with the lake's other files rewritten to a new schema."""
-    rest = [f for f in plan.lake.data_files() if f not in replaced]
+    rest = [f for f in plan.facts.files if f not in replaced]
     evolved, rewritten = rewrite_to_schema(spark, plan, rest)
-    removes = [f.name for f in replaced] + rewritten
-    plan.lake.commit(plan.txn, adds + evolved, removes, {**plan.records(), **records})
+    commit = Commit(
+        txn=plan.txn,
+        batch=plan.batch,
+        replace_all=plan.replace_all,
+        cursor=plan.cursor,
+        adds=adds + evolved,
+        removes=[f.name for f in replaced] + rewritten,
+        records=records,
+    )
+    return plan.lake.commit(commit, plan.facts)
 
 
 def rewrite_to_schema(
@@ -173,5 +176,5 @@ def rewrite_to_schema(
     adds = []
     for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _EVOLVED)):
         group = path.split("/", 1)[0].split("=", 1)[1]
-        adds.append((f"{_EVOLVED}/{path}", f"part-{group}-{plan.txn}-{i:05d}.parquet"))
+        adds.append((f"{_EVOLVED}/{path}", data_file_name(group, plan.txn, i)))
     return adds, [f.name for f in files]

@@ -11,8 +11,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.writers.base import WritePlan
-from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
 
 
 def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
@@ -32,8 +32,8 @@ def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
 
 def key_changed(plan: WritePlan) -> bool:
     """Whether the key's columns differ from the ones the lake's buckets hash (its `_key`)."""
-    recorded = plan.lake.record(KEY)
-    return recorded is not None and recorded["columns"] != list(plan.row_key)
+    recorded = plan.facts.key_columns
+    return recorded is not None and recorded != list(plan.row_key)
 
 
 def scheme_of(existing: list[DataFile]) -> BucketScheme | None:

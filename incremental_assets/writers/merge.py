@@ -27,6 +27,9 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.lake import BucketScheme, DataFile
+from incremental_assets.lake.facts import KEY
+from incremental_assets.lake.names import data_file_name
 from incremental_assets.results import MergeCounts, WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
@@ -49,7 +52,6 @@ from incremental_assets.writers.buckets import (
     rewrites_every_bucket,
     scheme_of,
 )
-from incremental_assets.writers.lake import KEY, BucketScheme, DataFile
 from incremental_assets.writers.versions import (
     BUCKET,
     GONE,
@@ -84,7 +86,7 @@ class MergeWriter:
         # on the way, at no extra pass.
         # A new key needs a new scheme (a range of its first column may not exist any more).
         keep_scheme = not (plan.replace_all or key_changed(plan))
-        scheme = scheme_of(plan.lake.data_files()) if keep_scheme else None
+        scheme = scheme_of(list(plan.facts.files)) if keep_scheme else None
         reread = _reread(plan)
         null_key = F.lit(False)
         for column in plan.primary_key:
@@ -119,9 +121,9 @@ class MergeWriter:
             low, high = key_ranges[0][1:] if integer_key(delta, plan) else (None, None)
             scheme = choose_scheme(plan, rows, low, high)
         return Staged(
-            rows,
-            rows,
-            _DELTA,
+            rows_extracted=rows,
+            rows_written=rows,
+            subdir=_DELTA,
             columns=column_types(delta.schema),
             buckets=frozenset(int(b) for b in seen.get("buckets") or []),
             scheme=scheme,
@@ -132,7 +134,7 @@ class MergeWriter:
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
-        existing = plan.lake.data_files()
+        existing = list(plan.facts.files)
         scheme = staged.scheme
         assert scheme is not None
         schema = ", ".join(f"`{name}` {kind}" for name, kind in staged.columns)
@@ -172,7 +174,7 @@ class MergeWriter:
             raise ClashingVersions(written.clashes)
         adds = _named_adds(plan, scheme)
         key = {"columns": list(plan.row_key), "weighed_by": dict(plan.weighed_by)}
-        commit_replacing(self.spark, plan, adds, replaced, {KEY: key})
+        head = commit_replacing(self.spark, plan, adds, replaced, {KEY: key})
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=written.merge.inserted + written.merge.updated,
@@ -182,6 +184,7 @@ class MergeWriter:
             columns=written.columns,
             files=tuple(final for _, final in adds),
             strategy=strategy,
+            head=head,
         )
 
     def _merge_buckets(
@@ -386,6 +389,5 @@ def _named_adds(plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:
     adds = []
     for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _MERGED)):
         bucket = int(path.split("/", 1)[0].split("=", 1)[1])
-        name = f"part-{scheme.group(bucket)}-{plan.txn}-{i:05d}.parquet"
-        adds.append((f"{_MERGED}/{path}", name))
+        adds.append((f"{_MERGED}/{path}", data_file_name(scheme.group(bucket), plan.txn, i)))
     return adds

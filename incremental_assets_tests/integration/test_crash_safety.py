@@ -192,7 +192,7 @@ def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(
     assert first.success, first.failure
     old_files = set(lake_files(tmp_path / "lake", "orders"))
     _change(pg)
-    _fail_at(monkeypatch, "writers.lake", "mid-commit")  # right after the first rename
+    _fail_at(monkeypatch, "lake.journal", "mid-commit")  # right after the first rename
 
     failed = materialize(project, "orders", instance, spark_resource, full_refresh)
 

@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 import pytest
 
 from incremental_assets.config import Project
+from incremental_assets.lake import open_lake
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -359,7 +359,7 @@ def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
     project = make_project(
         pg, "orders", lake={"lock_timeout": "1s"}, mode="append", cursor="updated_at"
     )
-    table = LakeTable(project.lake.table_uri("orders"))
+    table = open_lake(project.lake, "orders")
 
     with table.lock("orders", "run 1234-other", timedelta(seconds=1)):
         blocked = materialize(project, "orders", instance, spark_resource)

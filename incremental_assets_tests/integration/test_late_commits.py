@@ -304,10 +304,10 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
     )
     if between == "commits":
         writer, started = _begin_writer(postgres, pg, 1000)
-        open_transactions = source.open_transactions()
+        open_transactions = source.open_transactions(request)
         writer.commit()
     else:
-        open_transactions = source.open_transactions()
+        open_transactions = source.open_transactions(request)
         writer, started = _begin_writer(postgres, pg, 1000)
     pg.execute("INSERT INTO events (id, note) VALUES (2, 'newer, committed')")
 

@@ -10,18 +10,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
 from incremental_assets.checks import cursor_not_backwards, primary_key_unique
 from incremental_assets.cursor import CursorType
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import LoadResult, StoredState
-from incremental_assets.writers.lake import LakeTable
 from incremental_assets_tests.support.load_results import load_result
 
 JANUARY = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _stored(cursor: str, column: str = "updated_at", kind: CursorType | None = None) -> StoredState:
-    return StoredState(cursor, column, kind or CursorType.TIMESTAMPTZ, 3, "run-1")
+    return StoredState(
+        cursor=cursor,
+        cursor_column=column,
+        cursor_type=kind or CursorType.TIMESTAMPTZ,
+        batch=3,
+        run_id="run-1",
+    )
 
 
 @pytest.mark.parametrize(
@@ -66,8 +73,15 @@ def test_a_cursor_at_or_past_the_stored_one_passes() -> None:
 
 
 def _lake_file(lake: Path, name: str, ids: list[int]) -> str:
+    """A data file as Spark writes it: its schema kept in the footer."""
     file = f"part-h00001of00016-{name}-00000.parquet"
-    pq.write_table(pa.table({"id": ids, "v": ["x"] * len(ids)}), lake / file)
+    spark_schema = T.StructType(
+        [T.StructField("id", T.LongType()), T.StructField("v", T.StringType())]
+    )
+    table = pa.table({"id": ids, "v": ["x"] * len(ids)}).replace_schema_metadata(
+        {"org.apache.spark.sql.parquet.row.metadata": spark_schema.json()}
+    )
+    pq.write_table(table, lake / file)
     return file
 
 
@@ -78,7 +92,7 @@ def test_duplicate_keys_in_the_files_a_run_wrote_fail_the_key_check(
     lake.mkdir()
     first = _lake_file(lake, "20250101T000000aaaa0001", [1, 2, 3])
     second = _lake_file(lake, "20250101T000000aaaa0002", [3, 4])
-    table = LakeTable(str(lake))
+    table = ParquetLake(str(lake))
 
     clean = primary_key_unique(
         lambda: spark, ("id",), table, load_result(full_refresh=False, files=(first,))

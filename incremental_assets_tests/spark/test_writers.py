@@ -5,20 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.dataset as pads
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from incremental_assets.config import LakeSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
+from incremental_assets.lake import LakeTable, open_lake
+from incremental_assets.lake.names import new_txn
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
 from incremental_assets.writers import merge
 from incremental_assets.writers.append import AppendWriter
 from incremental_assets.writers.base import ClashingVersions, WritePlan
-from incremental_assets.writers.lake import LakeTable, new_txn
 from incremental_assets.writers.merge import MergeWriter
+from incremental_assets_tests.support.project import read_lake
 
 SCHEMA = "id long, v string, c long, gone boolean"
 
@@ -26,7 +29,9 @@ SCHEMA = "id long, v string, c long, gone boolean"
 def _plan(lake: LakeTable, batch: int, **changes: object) -> WritePlan:
     values: dict[str, object] = {
         "lake": lake,
+        "facts": lake.facts(),
         "txn": new_txn(),
+        "cursor": None,
         "batch": batch,
         "replace_all": False,
         "primary_key": ("id",),
@@ -46,12 +51,14 @@ def _write(writer: AppendWriter | MergeWriter, frame: DataFrame, plan: WritePlan
 
 
 def _lake(spark: SparkSession, lake: LakeTable) -> DataFrame:
-    return spark.read.parquet(lake.uri).select("id", "v", "c")
+    """The table's rows, read from the files its last commit made the table."""
+    return spark.read.parquet(*lake.file_uris(list(lake.facts().files))).select("id", "v", "c")
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> LakeTable:
-    return LakeTable(str(tmp_path / "orders"))
+@pytest.fixture(params=["parquet", "iceberg"])
+def lake(tmp_path: Path, request: pytest.FixtureRequest) -> LakeTable:
+    """The table in each lake format: a journaled folder, or an Iceberg table (SQLite catalog)."""
+    return open_lake(LakeSpec(path=str(tmp_path), format=request.param), "orders")
 
 
 @pytest.fixture(params=["patch", "merge"])
@@ -164,11 +171,11 @@ def test_merge_refuses_different_rows_tied_on_key_and_cursor_whatever_the_input_
     """Either row could be key 1's: the merge used to keep one by a hash. Key 2's copies are one."""
     rows = [(1, "x", 10, None), (1, "y", 10, None), (2, "z", 10, None), (2, "z", 10, None)]
     for attempt, order in enumerate([rows, rows[::-1]]):
-        lake = LakeTable(str(tmp_path / f"t{attempt}"))
+        lake = ParquetLake(str(tmp_path / f"t{attempt}"))
         with pytest.raises(ClashingVersions) as raised:
             _write(MergeWriter(spark), spark.createDataFrame(order, SCHEMA), _plan(lake, 1))
         assert raised.value.rows == 1
-        assert lake.data_files() == []
+        assert list(lake.facts().files) == []
 
 
 def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> MergeWriter:
@@ -183,7 +190,7 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
     spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = _merged_200_keys(spark, lake)
-    before = {f.group: f.name for f in lake.data_files()}
+    before = {f.group: f.name for f in list(lake.facts().files)}
     assert len(before) == 4
 
     outcome = _write(
@@ -191,7 +198,7 @@ def test_merge_rewrites_only_the_buckets_the_delta_touches(
     )
 
     assert outcome.strategy is not None and outcome.strategy.startswith(merge_path)
-    after = {f.group: f.name for f in lake.data_files()}
+    after = {f.group: f.name for f in list(lake.facts().files)}
     changed = [group for group in before if before[group] != after[group]]
     assert len(changed) == 1
     assert outcome.rows_rewritten < 200
@@ -202,7 +209,7 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
     spark: SparkSession, lake: LakeTable, merge_path: str
 ) -> None:
     writer = _merged_200_keys(spark, lake)
-    files = lake.data_files()
+    files = list(lake.facts().files)
     # The rows tied with the cursor, read again; and a deleted key the lake never held.
     repeat = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v", 1, None), (999, "x", 1, True)], SCHEMA
@@ -222,8 +229,8 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
         idle.merge.updated,
         idle.merge.deleted,
     ) == (0, 0, 0)
-    assert lake.data_files() == files
-    assert not list(Path(lake.path, "_staging").iterdir())
+    assert list(lake.facts().files) == files
+    assert not list(Path(lake.folder.path, "_staging").iterdir())
     # The same keys with one real change, and a delete of a key the lake holds, still land.
     changed = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
@@ -276,7 +283,7 @@ def test_full_refresh_merge_replaces_the_table_and_counts_removed_keys(
 
 
 def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
-    spark: SparkSession, lake: LakeTable
+    spark: SparkSession, lake: LakeTable, tmp_path: Path
 ) -> None:
     writer = AppendWriter(spark)
     _write(
@@ -286,22 +293,22 @@ def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
     )
     _write(writer, spark.createDataFrame([(2, "b", 11, None)], SCHEMA), _plan(lake, 2))
     # Leftovers a crashed run may leave must stay invisible to readers.
-    Path(lake.path, "_staging", "dead").mkdir(parents=True)
+    Path(lake.folder.path, "_staging", "dead").mkdir(parents=True)
     spark.createDataFrame([(99, "ghost", 0, None)], SCHEMA).write.parquet(
-        str(Path(lake.path, "_staging", "dead", "x"))
+        str(Path(lake.folder.path, "_staging", "dead", "x"))
     )
 
-    arrow = pads.dataset(lake.path, partitioning="hive", format="parquet").to_table()
+    arrow = read_lake(tmp_path, "orders")
     assert sorted(arrow["id"].to_pylist()) == [1, 2]
     assert sorted(arrow["_batch"].to_pylist()) == [1, 2]
-    assert sorted(r.id for r in spark.read.parquet(lake.uri).collect()) == [1, 2]
+    assert sorted(r.id for r in _lake(spark, lake).collect()) == [1, 2]
 
 
 def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging(
     tmp_path: Path,
 ) -> None:
-    lake = LakeTable(str(tmp_path / "t"))
-    root = Path(lake.path)
+    lake = ParquetLake(str(tmp_path / "t"))
+    root = Path(lake.folder.path)
     (root / "_staging" / "tx1" / "data").mkdir(parents=True)
     (root / "_staging" / "tx1" / "data" / "a.parquet").write_bytes(b"new")
     (root / "_staging" / "tx2").mkdir(parents=True)
@@ -317,8 +324,11 @@ def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging
 
     notes = lake.recover()
 
-    assert lake.snapshot_batch() == 1  # the commit replaced the table as batch 1
-    assert [f.name for f in lake.data_files()] == ["part-b000000000001-tx1-00000.parquet"]
+    # The commit replaced the table as batch 1.
+    assert json.loads((root / "_snapshot").read_text())["batch"] == 1
+    assert [f.name for f in lake.folder.list_data_files()] == [
+        "part-b000000000001-tx1-00000.parquet"
+    ]
     assert (root / "part-b000000000001-tx1-00000.parquet").read_bytes() == b"new"
     assert not list((root / "_journal").iterdir()) and not list((root / "_staging").iterdir())
     assert notes == ["rolled forward commit tx1", "removed uncommitted staging tx2"]
@@ -327,7 +337,7 @@ def test_recovery_rolls_a_journaled_commit_forward_and_drops_unjournaled_staging
 def test_integer_keys_are_bucketed_by_range_and_other_keys_by_hash(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    ranged, hashed = LakeTable(str(tmp_path / "ranged")), LakeTable(str(tmp_path / "hashed"))
+    ranged, hashed = ParquetLake(str(tmp_path / "ranged")), ParquetLake(str(tmp_path / "hashed"))
     rows = [(i, "v", 1, None) for i in range(200)]
     _write(
         MergeWriter(spark), spark.createDataFrame(rows, SCHEMA), _plan(ranged, 1, replace_all=True)
@@ -337,14 +347,14 @@ def test_integer_keys_are_bucketed_by_range_and_other_keys_by_hash(
     )
     _write(MergeWriter(spark), as_text, _plan(hashed, 1, replace_all=True))
 
-    assert sorted(f.group for f in ranged.data_files()) == [f"rp{i:012d}w50" for i in range(4)]
-    assert {f.group for f in hashed.data_files()} <= {f"h{i:05d}of00004" for i in range(4)}
+    assert sorted(f.group for f in ranged.facts().files) == [f"rp{i:012d}w50" for i in range(4)]
+    assert {f.group for f in hashed.facts().files} <= {f"h{i:05d}of00004" for i in range(4)}
     # New keys past the end land in a new range; the ranges holding old keys are not rewritten.
-    before = {f.name for f in ranged.data_files()}
+    before = {f.name for f in ranged.facts().files}
     _write(
         MergeWriter(spark), spark.createDataFrame([(250, "new", 2, None)], SCHEMA), _plan(ranged, 2)
     )
-    assert before < {f.name for f in ranged.data_files()}
+    assert before < {f.name for f in ranged.facts().files}
 
 
 def _journaled_commit(root: Path, staged: bool) -> None:
@@ -363,21 +373,25 @@ def _journaled_commit(root: Path, staged: bool) -> None:
 
 
 def test_a_journaled_commit_keeps_its_staging_when_its_run_fails(tmp_path: Path) -> None:
-    lake = LakeTable(str(tmp_path / "t"))
-    _journaled_commit(Path(lake.path), staged=True)
+    lake = ParquetLake(str(tmp_path / "t"))
+    _journaled_commit(Path(lake.folder.path), staged=True)
 
     assert lake.discard("tx1") is False
     lake.recover()
 
-    assert [f.name for f in lake.data_files()] == ["part-b000000000002-tx1-00000.parquet"]
+    assert [f.name for f in lake.folder.list_data_files()] == [
+        "part-b000000000002-tx1-00000.parquet"
+    ]
 
 
 def test_recovery_refuses_a_commit_whose_new_files_are_gone(tmp_path: Path) -> None:
-    lake = LakeTable(str(tmp_path / "t"))
-    _journaled_commit(Path(lake.path), staged=False)
+    lake = ParquetLake(str(tmp_path / "t"))
+    _journaled_commit(Path(lake.folder.path), staged=False)
 
     with pytest.raises(WriteError, match=r"staged file _staging/tx1/data/a.parquet is missing"):
         lake.recover()
 
     # Finishing it would have removed the old file and added nothing.
-    assert [f.name for f in lake.data_files()] == ["part-b000000000001-tx0-00000.parquet"]
+    assert [f.name for f in lake.folder.list_data_files()] == [
+        "part-b000000000001-tx0-00000.parquet"
+    ]

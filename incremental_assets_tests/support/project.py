@@ -85,8 +85,19 @@ def latest_metadata(instance: dg.DagsterInstance, table: str) -> dict[str, Any]:
 
 
 def read_lake(lake_dir: Path, table: str) -> pa.Table:
-    """The table as any pyarrow user reads it."""
+    """The table as its readers read it: a plain Parquet folder with pyarrow, an Iceberg table
+    (one whose folder holds `metadata/`) with PyIceberg through the lake's default catalog."""
+    if (lake_dir / table / "metadata").is_dir():
+        return iceberg_table(lake_dir, table).scan().to_arrow()
     return pads.dataset(str(lake_dir / table), partitioning="hive", format="parquet").to_table()
+
+
+def iceberg_table(lake_dir: Path, table: str) -> Any:
+    """The PyIceberg table of `table` in the lake's default catalog (SQLite in the lake)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("incremental_assets", uri=f"sqlite:///{lake_dir}/_catalog.db")
+    return catalog.load_table(f"incremental_assets.{table}")
 
 
 def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
@@ -95,6 +106,10 @@ def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
 
 
 def lake_files(lake_dir: Path, table: str) -> list[str]:
+    """The names of the table's data files: those in the folder, or in the Iceberg snapshot."""
+    if (lake_dir / table / "metadata").is_dir():
+        paths = iceberg_table(lake_dir, table).inspect.files()["file_path"].to_pylist()
+        return sorted(Path(p).name for p in paths)
     return sorted(p.name for p in (lake_dir / table).glob("part-*.parquet"))
 
 

@@ -5,9 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts
+from incremental_assets.lake.names import parse_bucket
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.writers.base import WritePlan
 from incremental_assets.writers.buckets import choose_scheme
-from incremental_assets.writers.lake import BucketScheme, DataFile, LakeTable, parse_bucket
 
 
 @pytest.mark.parametrize(
@@ -31,7 +33,19 @@ def test_bucket_groups_round_trip_through_file_names(
 
 def _plan() -> WritePlan:
     return WritePlan(
-        LakeTable("/tmp/x"), "t", 1, True, ("id",), "c", None, 16, 1_000_000, "zstd", 10
+        lake=ParquetLake("/tmp/x"),
+        facts=LakeFacts(uri="/tmp/x"),
+        txn="t",
+        batch=1,
+        cursor=None,
+        replace_all=True,
+        primary_key=("id",),
+        cursor_column="c",
+        delete_column=None,
+        buckets=16,
+        bucket_rows=1_000_000,
+        compression="zstd",
+        max_rows_per_file=10,
     )
 
 
@@ -68,7 +82,7 @@ def test_the_scheme_follows_the_key(
 def test_data_files_are_found_however_long_their_numbers_grow(tmp_path: Path, name: str) -> None:
     (tmp_path / name).write_bytes(b"")
 
-    assert [f.name for f in LakeTable(str(tmp_path)).data_files()] == [name]
+    assert [f.name for f in ParquetLake(str(tmp_path)).folder.list_data_files()] == [name]
 
 
 def test_range_groups_of_keys_near_two_to_the_63_round_trip() -> None:
@@ -119,10 +133,18 @@ def test_a_commit_makes_new_files_durable_before_its_journal_and_its_renames_bef
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    lake = LakeTable(str(table))
-    lake.fs = _Recorded(lake.fs, events)  # type: ignore[assignment]
+    lake = ParquetLake(str(table))
+    lake.folder.fs = _Recorded(lake.folder.fs, events)  # type: ignore[assignment]
 
-    lake.commit(txn, [("data/x.parquet", new)], [old.name])
+    commit = Commit(
+        txn=txn,
+        batch=2,
+        replace_all=False,
+        cursor=None,
+        adds=[("data/x.parquet", new)],
+        removes=[old.name],
+    )
+    lake.commit(commit, LakeFacts(uri=lake.uri, files=(DataFile(old.name, "b000000000001"),)))
 
     journal = next(i for i, e in enumerate(events) if e[0] == "replace" and "_journal" in e[1])
     assert ("fsync", str(staged / "x.parquet")) in events[:journal]

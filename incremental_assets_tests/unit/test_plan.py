@@ -121,7 +121,9 @@ def stored(
 ) -> StoredState:
     if cursor is None:
         return StoredState.initial()
-    return StoredState(cursor, column, kind, batch, "run-7")
+    return StoredState(
+        cursor=cursor, cursor_column=column, cursor_type=kind, batch=batch, run_id="run-7"
+    )
 
 
 def plan_of(

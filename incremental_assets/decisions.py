@@ -1,0 +1,272 @@
+"""What kind of run a load is, decided before anything is read: pure functions of the request,
+the lake's facts (`lake/facts.py`) and the source's facts.
+
+* `kind_of_run`: whether this run must replace the table instead of adding to it (a full refresh
+  the lake holds but the stored state doesn't know, key weights the lake's rows lack or took
+  under another collation, a changed delete column), and the warnings that say why;
+* `check_lake_fits`: an incremental run adds to exactly the table its stored cursor describes
+  (the same identity, at the last commit recorded, or one commit past it) and in its layout;
+* `key_enforced`: whether the source itself keeps the merge key unique.
+
+The run with Spark (`load.py`) and the check without it (`unchanged.py`) both call these, so the
+two paths refuse the same lakes with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
+from incremental_assets.errors import ConfigError, TableProblem, WriteError
+from incremental_assets.lake import LakeFacts
+from incremental_assets.lake.facts import files_digest
+from incremental_assets.results import StoredState
+from incremental_assets.settings import changed_settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceFacts:
+    """What a run learned about its source before planning."""
+
+    schema: T.StructType
+    match_key: tuple[str, ...] = ()  # the columns rows are matched on (`Source.match_key`)
+    weighed_by: Mapping[str, str] | None = None  # the collation each weight is taken under
+    catalog_key: tuple[str, ...] | None = None  # the source table's own primary key, if read
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunKind:
+    full_refresh: bool  # this run replaces the table
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """What was asked for: a plain run, a full refresh or a bounded backfill, under `settings`."""
+
+    full_refresh: bool
+    backfill: bool
+    settings: str  # the lake-shaping settings now (`settings.settings_text`)
+
+
+def kind_of_run(
+    table: TableSpec,
+    asked: RunRequest,
+    stored: StoredState,
+    lake: LakeFacts,
+    source: SourceFacts | None,
+) -> RunKind:
+    """A full refresh when asked for, or when the lake can't take this run's rows incrementally.
+
+    `source` is None where the source hasn't been read (the check without Spark): what depends on
+    it (the key's weights) is then left to the run that reads it.
+    """
+    reasons = [
+        unrecorded_refresh(table, asked, stored, lake),
+        changed_delete_column(table, asked, stored, lake),
+    ]
+    if source is not None:
+        reasons.append(unmatched_weights(table, asked, lake, source))
+    warnings = tuple(r for r in reasons if r is not None)
+    return RunKind(full_refresh=asked.full_refresh or bool(warnings), warnings=warnings)
+
+
+def unrecorded_refresh(
+    table: TableSpec, asked: RunRequest, stored: StoredState, lake: LakeFacts
+) -> str | None:
+    """Why this run repeats a full refresh the lake holds but the stored state doesn't know.
+
+    A run that replaced the table as batch N and died before its materialization was recorded
+    leaves a stored cursor from before that snapshot, and this run would reuse batch N: an
+    incremental run would then overwrite the snapshot with a delta.
+    """
+    replaced = lake.replaced_batch
+    if asked.full_refresh or replaced is None or replaced <= stored.batch:
+        return None
+    if asked.backfill:
+        raise WriteError(
+            TableProblem(
+                table.name,
+                f"a full refresh replaced the lake table {lake.uri} as batch {replaced}, but its "
+                f"run was never recorded (the last recorded batch is {stored.batch}), so a "
+                "backfill would overwrite that snapshot. Nothing was written.",
+                fix="run the table once without backfill_from and backfill_to (it repeats the "
+                "full refresh), then run the backfill.",
+            )
+        )
+    return (
+        f"a full refresh replaced the lake table as batch {replaced} but its run was never "
+        "recorded; this run repeats the full refresh"
+    )
+
+
+def changed_delete_column(
+    table: TableSpec, asked: RunRequest, stored: StoredState, lake: LakeFacts
+) -> str | None:
+    """Why a merge reads the whole table after its `delete_column` changed.
+
+    The lake's rows were kept or removed by the old column: rows the new one deletes are still
+    there, and rows only the old one deleted are missing. Only the whole source tells.
+    """
+    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.files:
+        return None
+    change = changed_settings(stored.settings, asked.settings).get("delete_column")
+    if change is None:
+        return None
+    problem = f"delete_column changed from {change[0]} to {change[1]} since the last run"
+    if asked.backfill:
+        raise _whole_before_backfill(table, problem)
+    return f"{problem}: this run reads the whole table (a full refresh)"
+
+
+def unmatched_weights(
+    table: TableSpec, asked: RunRequest, lake: LakeFacts, source: SourceFacts
+) -> str | None:
+    """Why a merge reads the whole table because the lake's rows lack a weight the key needs.
+
+    A text key the database compares by collation is matched on its weight, which only the
+    database computes: lake rows written without it (the key became text, or came to include a
+    text column), or under another collation (the column was converted to another collation or
+    character set), can't be matched, so this run reads the whole table instead.
+    """
+    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.files:
+        return None
+    recorded = lake.weighed_by
+    weighed_by = dict(source.weighed_by or recorded)
+    held = set(lake.schema.fieldNames()) if lake.schema is not None else set()
+    missing = [c for c in source.match_key if c not in held]
+    changed = [
+        f"{name} from {recorded[name]} to {collation}"
+        for name, collation in weighed_by.items()
+        if recorded.get(name, collation) != collation
+    ]
+    if missing:
+        problem = (
+            f"the lake's rows don't carry {', '.join(missing)}, the weight of a text key column "
+            "the database compares by its collation ('a' = 'A ')"
+        )
+    elif changed:
+        problem = (
+            f"the collation of the key's weight changed ({'; '.join(changed)}), so the lake's "
+            "weights no longer match the source's"
+        )
+    else:
+        return None
+    if asked.backfill:
+        raise _whole_before_backfill(table, f"{problem}, so a backfill can't match them")
+    return f"{problem}: this run reads the whole table (a full refresh)"
+
+
+def _whole_before_backfill(table: TableSpec, problem: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            table.name,
+            f"{problem}. Nothing was written.",
+            fix="run the table once without backfill_from and backfill_to (it reads the whole "
+            "table), then run the backfill.",
+        )
+    )
+
+
+def check_lake_fits(table: TableSpec, stored: StoredState, lake: LakeFacts) -> None:
+    """An incremental run adds to the lake table its stored cursor describes, in its layout."""
+    check_lake_matches(table, stored, lake)
+    # Append tables (and full_refresh ones) hold batches; merge tables hold buckets of the key.
+    foreign = next(
+        (f for f in lake.files if (f.bucket is None) == (table.mode is Mode.MERGE)), None
+    )
+    if foreign is not None:
+        written = "merge" if foreign.bucket is not None else "append (or full_refresh)"
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"the lake table {lake.uri} was written in {written} mode ({foreign.name}), but "
+                f"the table is now mode {table.mode.value}. Loading into it incrementally would "
+                "leave duplicate keys, so nothing was written and the cursor did not move.",
+                "mode",
+                "run a full refresh once (asset config full_refresh: true, or "
+                f"`incremental-assets run {table.name} --full`) to rebuild it in "
+                f"{table.mode.value} mode, or set mode back to {written}.",
+            )
+        )
+
+
+def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -> None:
+    """The lake holds the table the stored cursor describes: the same identity, and the commit
+    the last run recorded (or the one after it, a run that committed but was not recorded).
+
+    A folder deleted or restored from an older copy, a `lake.path` or `lake.format` changed under
+    a kept Dagster instance, or a second instance writing the same lake: an incremental run would
+    add only the newest rows to a table that lacks the older ones, or has others.
+    """
+    recorded = f"run {stored.run_id} recorded the cursor {stored.cursor!r}"
+    if stored.lake_table_id is None:
+        # Recorded before lake tables had an identity: only an emptied lake can be told.
+        if stored.row_count and not lake.files:
+            raise _not_the_table(
+                table,
+                lake,
+                f"it has no data files, but {recorded} with {stored.row_count} rows in it",
+            )
+        return
+    head = lake.head
+    where = f"with {stored.row_count} rows in lake table {stored.lake_table_id}"
+    if head is None:
+        found = (
+            "it holds no table (deleted, moved, or lake.path or lake.format changed)"
+            if not lake.files
+            else "it holds data files but no record of the table's identity and commits "
+            "(restored from a copy older than that record, or written by another tool)"
+        )
+        raise _not_the_table(table, lake, f"{found}, but {recorded} {where}")
+    if head.table_id != stored.lake_table_id:
+        raise _not_the_table(
+            table,
+            lake,
+            f"it holds lake table {head.table_id} (written anew, or another table), but "
+            f"{recorded} {where}",
+        )
+    listed = files_digest(f.name for f in lake.files)
+    if head.files is not None and head.files != listed:
+        left, now = head.files.split(":")[0], listed.split(":")[0]
+        raise _not_the_table(
+            table,
+            lake,
+            f"its last commit ({head.txn}) left {left} data files, and the folder now holds "
+            f"{now} others (removed, added or restored behind the lake's back)",
+        )
+    if head.txn == stored.lake_commit or head.batch == stored.batch + 1:
+        return
+    raise _not_the_table(
+        table,
+        lake,
+        f"its last commit is {head.txn} (batch {head.batch}), but {recorded} after commit "
+        f"{stored.lake_commit} (batch {stored.batch}): the lake was restored from an older copy, "
+        "or another Dagster instance writes to it",
+    )
+
+
+def _not_the_table(table: TableSpec, lake: LakeFacts, found: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            table.name,
+            f"the lake at {lake.uri} is not the table the stored cursor describes: {found}. An "
+            "incremental run would leave the lake without the rows before the cursor, so nothing "
+            "was written and the cursor did not move.",
+            fix=f"rebuild the table from the source with `incremental-assets run {table.name} "
+            "--full` (or asset config full_refresh: true; `incremental-assets cursor reset "
+            f"{table.name}` makes the next run one), or put the lake back where and as it was.",
+        )
+    )
+
+
+def key_enforced(table: TableSpec, source: SourceFacts) -> bool:
+    """Whether the merge key is the source table's own primary key, which no two rows share."""
+    if table.mode is not Mode.MERGE or table.query is not None:
+        return False
+    if not isinstance(table.source, JdbcSourceSpec) or source.catalog_key is None:
+        return False
+    return set(source.catalog_key) == set(table.primary_key)
