@@ -16,6 +16,7 @@ import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
+from incremental_assets.lake import LakeHead
 from incremental_assets.results import LoadResult, StoredState
 
 # Written as a value even when there is none, so "no cursor" reads back as such.
@@ -65,7 +66,8 @@ class TableMetadata(BaseModel):
     checks_not_run: str | None = None  # the checks left out of the run, and why
     iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
     warnings: str | None = None  # markdown, one line per warning
-    cursor_action: str | None = None  # `set` or `reset`, on a hand-set cursor's observation
+    # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
+    cursor_action: str | None = None
     note: str | None = None
     row_count: int | None = Field(None, alias="dagster/row_count")
     uri: str | None = Field(None, alias="dagster/uri")
@@ -166,19 +168,25 @@ def override_metadata(
     cursor_column: str | None,
     cursor_type: CursorType | None,
     note: str,
+    converted: LakeHead | None = None,
 ) -> dict[str, dg.MetadataValue]:
-    """A hand-set cursor (None: the next run extracts everything), carried forward from `previous`."""
+    """A hand-set cursor (None: the next run extracts everything), carried forward from `previous`;
+    or, with `converted`, the same cursor over the lake table a conversion made."""
+    action = "convert" if converted is not None else "set" if cursor is not None else "reset"
+    head_id = converted.table_id if converted is not None else previous.lake_table_id
+    head_commit = converted.txn if converted is not None else previous.lake_commit
     record = TableMetadata(
         cursor=cursor,
         previous_cursor=previous.cursor,
         cursor_column=cursor_column or "",
         cursor_type=cursor_type.value if cursor_type else "",
         batch=previous.batch,
-        cursor_action="set" if cursor is not None else "reset",
+        cursor_action=action,
         note=note,
         row_count=previous.row_count,
         settings=previous.settings,
-        lake_table_id=previous.lake_table_id,
-        lake_commit=previous.lake_commit,
+        lake_table_id=head_id,
+        lake_commit=head_commit,
+        iceberg_snapshot_id=converted.snapshot_id if converted is not None else None,
     )
     return record.as_metadata()

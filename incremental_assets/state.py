@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from incremental_assets.cursor import CursorType
+from incremental_assets.lake import LakeHead
 from incremental_assets.metadata import TableMetadata, override_metadata
 from incremental_assets.results import StoredState
 
@@ -104,7 +105,9 @@ def record_cursor_override(
     cursor_column: str | None,
     cursor_type: CursorType | None,
     note: str,
+    converted: LakeHead | None = None,
 ) -> None:
-    """Record a hand-set cursor (None: the next run extracts everything) as a runless observation."""
-    metadata = override_metadata(previous, cursor, cursor_column, cursor_type, note)
+    """Record a hand-set cursor (None: the next run extracts everything), or the lake table a
+    conversion made (`converted`), as a runless observation."""
+    metadata = override_metadata(previous, cursor, cursor_column, cursor_type, note, converted)
     instance.report_runless_asset_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))

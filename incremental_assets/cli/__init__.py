@@ -7,6 +7,7 @@
     incremental-assets run TABLE ... [--full]
     incremental-assets backfill TABLE --from VALUE --to VALUE
     incremental-assets engine start|stop|status
+    incremental-assets lake convert TABLE --reason TEXT
 
 Every command reads the same configuration as Dagster (`--config`, $INCREMENTAL_ASSETS_CONFIG or
 ./incremental_assets.yaml) and the instance in $DAGSTER_HOME. Errors print one message, no
@@ -20,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from incremental_assets.cli import cursors, engine, runs, status
+from incremental_assets.cli import cursors, engine, lake, runs, status
 from incremental_assets.errors import IncrementalAssetsError
 
 
@@ -84,6 +85,17 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--from", dest="start", required=True)
     backfill.add_argument("--to", dest="end", required=True)
     backfill.set_defaults(handler=runs.run_backfill)
+    tables = commands.add_parser(
+        "lake", help="the lake's tables: convert a plain Parquet table to Iceberg"
+    ).add_subparsers(dest="action", required=True)
+    converting = tables.add_parser(
+        "convert",
+        help="make TABLE's plain Parquet files an Iceberg table in place (lake.format: iceberg), "
+        "keeping its cursor and adding no rows",
+    )
+    converting.add_argument("table")
+    converting.add_argument("--reason", default="converted", help="why, recorded with the table")
+    converting.set_defaults(handler=lake.convert)
     machine = commands.add_parser(
         "engine", help="the shared Spark engine (a Spark Connect server) under DAGSTER_HOME"
     ).add_subparsers(dest="action", required=True)

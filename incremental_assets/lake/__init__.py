@@ -1,0 +1,40 @@
+"""The lake: each table's storage behind one interface (`LakeTable`), in one of two formats.
+
+names.py    the data files' names: which batch or bucket a file holds, and its commit
+facts.py    what a run reads about its table once: files, schema, records, identity and head
+table.py    the interface every format offers the load and the writers, and the commit record
+files.py    a folder of Spark-written Parquet files on any file system pyarrow reaches
+journal.py  the plain Parquet format's journaled commit and its roll-forward
+lock.py     the writer lock on a POSIX file system
+parquet.py  the plain Parquet format
+iceberg.py  the Iceberg format: one snapshot per run, committed by the table's catalog
+"""
+
+from __future__ import annotations
+
+from incremental_assets.config import LakeSpec
+from incremental_assets.lake.facts import LakeFacts, LakeHead
+from incremental_assets.lake.names import BucketScheme, DataFile
+from incremental_assets.lake.parquet import ParquetLake
+from incremental_assets.lake.table import Commit, LakeTable
+
+__all__ = [
+    "BucketScheme",
+    "Commit",
+    "DataFile",
+    "LakeFacts",
+    "LakeHead",
+    "LakeTable",
+    "open_lake",
+]
+
+
+def open_lake(spec: LakeSpec, table_name: str, identifier: str | None = None) -> LakeTable:
+    """The lake table of `table_name`, in the lake's format; `identifier` names it in an Iceberg
+    catalog (the translator's `lake_table_name`)."""
+    if spec.format == "iceberg":
+        # Imported here: a plain Parquet lake never loads PyIceberg.
+        from incremental_assets.lake.iceberg import IcebergLake
+
+        return IcebergLake(spec, table_name, identifier or f"{spec.namespace}.{table_name}")
+    return ParquetLake(spec.table_uri(table_name), table_name)

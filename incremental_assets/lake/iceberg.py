@@ -1,0 +1,489 @@
+"""The Iceberg lake: each run's files become one snapshot of an Apache Iceberg table, committed by
+the table's catalog (PyIceberg: SQL on SQLite or PostgreSQL, REST, Glue, Hive, ...).
+
+    <lake>/<table>/                  the table's location
+      data/part-<group>-<txn>-<n>.parquet   data files, named as in the plain format (`names.py`)
+      metadata/                      Iceberg's metadata, manifests and manifest lists
+      _staging/<txn>/                Spark's output for a run that has not committed yet
+      _lock                          the writer lock, where the storage has one (`lock.py`)
+
+Spark writes the data files exactly as for the plain format; the commit moves them into `data/`
+and swaps the table's metadata in the catalog, atomically: readers see the snapshot before or
+after, never a part of it. The swap is conditional on the snapshot the run read its facts from,
+so of two writers that read the same snapshot one commits and the other fails, whatever the
+storage (PyIceberg's own retries are switched off: a merge computed against one snapshot must
+not be applied to another). Each snapshot's summary carries the run's batch, commit id and
+cursor (`incremental-assets.*`), the writers' records are table properties, and the table's
+identity is its Iceberg UUID.
+
+After each commit, snapshots beyond `lake.keep_snapshots` expire, with the files only they
+referenced, and metadata files beyond as many are deleted. Manifests are merged as they
+accumulate (`commit.manifest-merge.enabled`), so a table committed every minute keeps a bounded
+number of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import types as T
+
+from incremental_assets.config import LakeSpec
+from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
+from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, LakeFacts, LakeHead
+from incremental_assets.lake.files import STAGING, ParquetFolder
+from incremental_assets.lake.lock import folder_lock
+from incremental_assets.lake.names import DataFile, data_file
+from incremental_assets.lake.table import Commit, LakeFormat
+from incremental_assets.pause_points import pause_point
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.manifest import DataFile as IcebergFile
+    from pyiceberg.table import Table, Transaction
+
+DATA = "data"
+# Snapshot summary properties, and table properties holding the writers' records.
+SUMMARY = "incremental-assets."
+PROPERTY = "incremental-assets."
+# Without the lock (object stores), staging younger than this may be a live run's.
+ORPHAN_AGE = timedelta(days=1)
+_TABLE_PROPERTIES = {
+    # A commit is computed against the snapshot the run read: never rebased onto another.
+    "commit.retry.num-retries": "0",
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "16",
+    "write.metadata.delete-after-commit.enabled": "true",
+}
+
+
+class IcebergLake:
+    format: LakeFormat = "iceberg"
+
+    def __init__(self, spec: LakeSpec, table_name: str, identifier: str) -> None:
+        self.spec = spec
+        self.folder = ParquetFolder(spec.table_uri(table_name))
+        self.uri = self.folder.uri
+        self.table_name = table_name
+        self.name = identifier
+        self.identifier: str | None = identifier
+        self._catalog: Catalog | None = None
+        self._table: Table | None = None  # as `facts` found it: the base of the next commit
+        self._files: dict[str, IcebergFile] = {}  # the table's data files, by name
+
+    def describe(self) -> str:
+        return f"Iceberg table {self.name} at {self.uri}"
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def facts(self) -> LakeFacts:
+        table = self._load()
+        self._table, self._files = table, {}
+        pending = self.folder.has_staging()
+        if table is None:
+            return LakeFacts(uri=self.uri, pending=pending)
+        snapshot = table.current_snapshot()
+        files: list[DataFile] = []
+        if snapshot is not None:
+            for manifest in snapshot.manifests(table.io):
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    found = self._named(entry.data_file)
+                    self._files[found.name] = entry.data_file
+                    files.append(found)
+        files.sort(key=lambda f: f.name)
+        properties = table.properties
+        replaced = _json(properties.get(_property(SNAPSHOT)))
+        return LakeFacts(
+            uri=self.uri,
+            files=tuple(files),
+            schema=self.spark_schema(files[-1]) if files else None,
+            head=self._head(table),
+            replaced_batch=None if replaced is None else int(replaced["batch"]),
+            key=_json(properties.get(_property(KEY))),
+            columns=_json(properties.get(_property(COLUMNS))),
+            pending=pending,
+        )
+
+    def _named(self, file: IcebergFile) -> DataFile:
+        name = os.path.basename(file.file_path)
+        found = data_file(name, file.file_size_in_bytes)
+        if found is None:
+            raise WriteError(
+                TableProblem(
+                    self.table_name,
+                    f"the {self.describe()} holds {file.file_path}, a data file this package "
+                    "didn't write (another engine rewrote or added files), so its batches and "
+                    "buckets can't be told.",
+                    fix=f"rebuild the table with `incremental-assets run {self.table_name} "
+                    "--full`, and leave its files to this package.",
+                )
+            )
+        return found
+
+    def _head(self, table: Table) -> LakeHead | None:
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return None
+        summary = snapshot.summary
+        txn = summary[SUMMARY + "txn"] if summary is not None else None
+        batch = summary[SUMMARY + "batch"] if summary is not None else None
+        return LakeHead(
+            table_id=str(table.metadata.table_uuid),
+            # A snapshot another engine made carries no commit of ours: no run recorded it.
+            txn=str(txn) if txn is not None else f"snapshot {snapshot.snapshot_id}",
+            batch=int(batch) if batch is not None else -1,
+            cursor=summary[SUMMARY + "cursor"] if summary is not None else None,
+            snapshot_id=snapshot.snapshot_id,
+        )
+
+    def staging_uri(self, txn: str) -> str:
+        return self.folder.staging_uri(txn)
+
+    def staged_parquet(self, txn: str, subdir: str) -> list[str]:
+        return self.folder.staged_parquet(txn, subdir)
+
+    def file_uris(self, files: list[DataFile]) -> list[str]:
+        return [self._spark_path(self._files[f.name].file_path) for f in files]
+
+    def spark_schema(self, file: DataFile) -> T.StructType:
+        return self.folder.footer_schema(self._path(file))
+
+    def files_reaching(self, files: list[DataFile], column: str, lower: object) -> list[DataFile]:
+        return self.folder.reaching({self._path(f): f for f in files}, column, lower)
+
+    def count_rows(self) -> int:
+        table = self._load()
+        snapshot = table.current_snapshot() if table is not None else None
+        if snapshot is None or snapshot.summary is None:
+            return 0
+        return int(snapshot.summary["total-records"] or 0)
+
+    def _path(self, file: DataFile) -> str:
+        """A data file's path within the lake's file system."""
+        location = self._files[file.name].file_path
+        return self.folder.join(location[len(self._location()) + 1 :])
+
+    def _location(self) -> str:
+        assert self._table is not None
+        return self._table.metadata.location.rstrip("/")
+
+    def _spark_path(self, iceberg_path: str) -> str:
+        """An Iceberg file path as Spark names it (the table's location is `file:` or `s3:`...)."""
+        location = self._location()
+        return self.folder.spark_uri(iceberg_path[len(location) + 1 :])
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def lock(self, table_name: str, owner: str, timeout: timedelta) -> AbstractContextManager[None]:
+        if not self.spec.lock:
+            return contextlib.nullcontext()
+        return folder_lock(self.folder, table_name, owner, timeout)
+
+    def recover(self) -> list[str]:
+        """Drop what runs that died before their commit left: staging, and files moved for it.
+
+        Where the lock keeps other writers out, all of it; elsewhere only what is older than
+        `ORPHAN_AGE`, since a younger staging may belong to a run still under way.
+        """
+        table = self._load()
+        head = self._head(table) if table is not None else None
+        done = []
+        for txn in self._staged_txns():
+            if not self._holds_lock() and _age(txn) < ORPHAN_AGE:
+                continue
+            if head is None or head.txn != txn:
+                self._delete_moved(txn)
+            self.folder.remove_staging(txn)
+            done.append(f"removed uncommitted staging {txn}")
+        return done
+
+    def discard(self, txn: str) -> bool:
+        table = self._load()
+        head = self._head(table) if table is not None else None
+        if head is not None and head.txn == txn:
+            return False  # the snapshot landed: its files are the table's
+        self._delete_moved(txn)
+        self.folder.remove_staging(txn)
+        return True
+
+    def commit(self, commit: Commit, facts: LakeFacts) -> LakeHead:
+        """Move the staged files into `data/`, then swap the table's metadata in the catalog."""
+        adds = [(staged, f"{DATA}/{final}") for staged, final in commit.adds]
+        self.folder.sync_staged(commit.txn, [staged for staged, _ in adds])
+        self.folder.fs.create_dir(self.folder.join(DATA), recursive=True)
+        for staged, final in adds:
+            self.folder.fs.move(
+                self.folder.join(STAGING, commit.txn, staged), self.folder.join(final)
+            )
+            pause_point("mid-commit")
+        self.folder.sync_dir(self.folder.join(DATA))
+        try:
+            table = self._table if facts.head is not None else self._load()
+            if table is None:
+                table = self._create(adds)
+            snapshot = self._swap(table, commit, facts, [final for _, final in adds])
+        except Exception as exc:
+            from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+            self._delete_moved(commit.txn)
+            if isinstance(exc, CommitFailedException | ValidationException | ConcurrentRunError):
+                raise self._conflict(facts) from None
+            raise
+        self.folder.remove_staging(commit.txn)
+        self._housekeeping()
+        return LakeHead(
+            table_id=str(snapshot[0]),
+            txn=commit.txn,
+            batch=commit.batch,
+            cursor=commit.cursor,
+            snapshot_id=snapshot[1],
+        )
+
+    def adopt(self, commit: Commit, files: list[DataFile]) -> LakeHead:
+        """Make the plain Parquet table in this folder an Iceberg table: its data files, where
+        they are, become the first snapshot, with `commit`'s batch, cursor and records."""
+        if self._load() is not None:
+            raise WriteError(
+                TableProblem(
+                    self.table_name,
+                    f"{self.describe()} exists already, so there is nothing to convert.",
+                    fix="run the table: it adds to that Iceberg table.",
+                )
+            )
+        names = [f.name for f in files]
+        table = self._create([(name, name) for name in names[-1:]])
+        table_id, snapshot_id = self._swap(table, commit, LakeFacts(uri=self.uri), names)
+        return LakeHead(
+            table_id=str(table_id),
+            txn=commit.txn,
+            batch=commit.batch,
+            cursor=commit.cursor,
+            snapshot_id=snapshot_id,
+        )
+
+    def _swap(
+        self, table: Table, commit: Commit, facts: LakeFacts, added: list[str]
+    ) -> tuple[uuid.UUID, int]:
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        current = table.current_snapshot()
+        seen = facts.head.snapshot_id if facts.head is not None else None
+        if (current.snapshot_id if current is not None else None) != seen:
+            raise ConcurrentRunError("the table moved on since this run read it")
+        transaction = table.transaction()
+        if added:
+            every_file_replaced = set(commit.removes) >= set(self._files)
+            _evolve(transaction, self._arrow_schema(added[0]), every_file_replaced)
+        records = {_property(name): json.dumps(value) for name, value in commit.records.items()}
+        if commit.replace_all:
+            records[_property(SNAPSHOT)] = json.dumps({"batch": commit.batch, "txn": commit.txn})
+        transaction.set_properties({**_TABLE_PROPERTIES, **_name_mapping(transaction), **records})
+        summary = {
+            SUMMARY + "txn": commit.txn,
+            SUMMARY + "batch": str(commit.batch),
+            **({SUMMARY + "cursor": commit.cursor} if commit.cursor is not None else {}),
+        }
+        update = transaction.update_snapshot(snapshot_properties=summary)
+        producer = update.overwrite() if commit.removes else update.merge_append()
+        with producer as change:
+            for name in commit.removes:
+                change.delete_data_file(self._files[name])
+            for path in added:
+                location = f"{self._location_of(table)}/{path}"
+                change.append_data_file(
+                    parquet_file_to_data_file(table.io, transaction.table_metadata, location)
+                )
+        committed = transaction.commit_transaction()
+        snapshot = committed.current_snapshot()
+        assert snapshot is not None
+        return committed.metadata.table_uuid, snapshot.snapshot_id
+
+    def _create(self, adds: list[tuple[str, str]]) -> Table:
+        """The table, created at its location with the schema of the first file it will hold."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError
+
+        catalog = self._catalog_()
+        namespace = self.name.rsplit(".", 1)[0]
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace(namespace)
+        schema = self._arrow_schema(adds[0][1]) if adds else pa.schema([])
+        optional = pa.schema([field.with_nullable(True) for field in schema])
+        table = catalog.create_table(
+            self.name,
+            schema=optional,
+            location=self._iceberg_location(),
+            properties={**_TABLE_PROPERTIES, "format-version": "2"},
+        )
+        self._table = table
+        return table
+
+    def _conflict(self, facts: LakeFacts) -> ConcurrentRunError:
+        table = self._load()
+        now = self._head(table) if table is not None else None
+        what = f"commit {now.txn} (batch {now.batch})" if now is not None else "a change"
+        read = f"snapshot {facts.head.snapshot_id}" if facts.head is not None else "no snapshot"
+        return ConcurrentRunError(
+            TableProblem(
+                self.table_name,
+                f"another run committed {what} to the {self.describe()} after this run read it "
+                f"at {read}; the catalog refused this run's commit, so nothing was committed and "
+                "the cursor did not move.",
+                fix="run again: the next run continues from what that run recorded. To queue "
+                "runs instead, limit the table's Dagster pool to 1.",
+            )
+        )
+
+    # -- housekeeping ----------------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        """Expire snapshots beyond `keep_snapshots`, and delete the files only they referenced.
+
+        A data file, manifest or manifest list goes once no retained snapshot refers to it (the
+        oldest snapshots expire first). Failures are left for the next commit: the data is
+        committed already.
+        """
+        with contextlib.suppress(Exception):
+            table = self._load()
+            assert table is not None
+            snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+            expired = snapshots[: max(0, len(snapshots) - self.spec.keep_snapshots)]
+            if not expired:
+                return
+            retained = snapshots[len(expired) :]
+            entries: dict[str, list[str]] = {}  # a manifest's live data files, read once
+
+            def referenced(group: list[Any]) -> tuple[set[str], set[str]]:
+                manifests, files = set(), set()
+                for snapshot in group:
+                    for manifest in snapshot.manifests(table.io):
+                        manifests.add(manifest.manifest_path)
+                        if manifest.manifest_path not in entries:
+                            entries[manifest.manifest_path] = [
+                                e.data_file.file_path
+                                for e in manifest.fetch_manifest_entry(
+                                    table.io, discard_deleted=True
+                                )
+                            ]
+                        files.update(entries[manifest.manifest_path])
+                return manifests, files
+
+            old_manifests, old_files = referenced(expired)
+            kept_manifests, kept_files = referenced(retained)
+            table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+            doomed = (old_files - kept_files) | (old_manifests - kept_manifests)
+            doomed |= {s.manifest_list for s in expired}
+            for path in doomed:
+                with contextlib.suppress(Exception):
+                    table.io.delete(path)
+
+    # -- the catalog -----------------------------------------------------------------------
+
+    def _catalog_(self) -> Catalog:
+        if self._catalog is None:
+            from pyiceberg.catalog import load_catalog
+
+            properties = self.spec.catalog_properties()
+            name = properties.pop("name", "incremental_assets")
+            if not self.spec.catalog:  # the default SQLite file, in the lake's root
+                self.folder.fs.create_dir(self.spec.path, recursive=True)
+            try:
+                self._catalog = load_catalog(name, **properties)
+            except Exception as exc:
+                raise self._catalog_error(exc) from None
+        return self._catalog
+
+    def _load(self) -> Table | None:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        catalog = self._catalog_()
+        try:
+            return catalog.load_table(self.name)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        except Exception as exc:
+            raise self._catalog_error(exc) from None
+
+    def _catalog_error(self, exc: Exception) -> WriteError:
+        cause = " ".join(str(exc).split("(Background on this error")[0].split())
+        where = self.spec.catalog_properties().get("uri", "")
+        return WriteError(
+            TableProblem(
+                self.table_name,
+                f"the Iceberg catalog ({where}) could not be used to read {self.name}: {cause}. "
+                "Nothing was written and the cursor did not move.",
+                "lake.catalog",
+                "fix the catalog's properties under lake.catalog (type, uri, credentials), or "
+                "make it reachable from this process, and run again.",
+            )
+        )
+
+    def _iceberg_location(self) -> str:
+        return self.uri if "://" in self.uri else f"file://{self.uri}"
+
+    def _location_of(self, table: Table) -> str:
+        return table.metadata.location.rstrip("/")
+
+    def _arrow_schema(self, path: str) -> pa.Schema:
+        return pq.read_schema(self.folder.join(path), filesystem=self.folder.fs)
+
+    def _holds_lock(self) -> bool:
+        return self.spec.lock and self.folder.is_local
+
+    def _staged_txns(self) -> list[str]:
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.folder.join(STAGING), allow_not_found=True)
+        return [info.base_name for info in self.folder.fs.get_file_info(selector)]
+
+    def _delete_moved(self, txn: str) -> None:
+        """Delete the files a commit of `txn` moved into `data/`: no snapshot refers to them."""
+        for file in self.folder.list_data_files(DATA):
+            if f"-{txn}-" in file.name:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.folder.fs.delete_file(self.folder.join(DATA, file.name))
+
+
+def _evolve(transaction: Transaction, schema: pa.Schema, every_file_replaced: bool) -> None:
+    """The table's schema after this commit: columns added, types widened.
+
+    A type Iceberg can't promote in place (a decimal's scale, an integer to a decimal) is changed
+    only when this commit replaces every file the table holds, so that no file of the new snapshot
+    has the old type; older snapshots keep their own schema.
+    """
+    optional = pa.schema([field.with_nullable(True) for field in schema])
+    with transaction.update_schema(allow_incompatible_changes=every_file_replaced) as update:
+        update.union_by_name(optional)
+
+
+def _name_mapping(transaction: Transaction) -> dict[str, str]:
+    """Spark writes no Iceberg field ids: readers find the columns by name."""
+    if transaction.table_metadata.name_mapping() is not None:
+        return {}
+    mapping = transaction.table_metadata.schema().name_mapping
+    return {"schema.name-mapping.default": mapping.model_dump_json()}
+
+
+def _property(record: str) -> str:
+    """The table property holding a writers' record (`_key` -> `incremental-assets.key`)."""
+    return PROPERTY + record.lstrip("_")
+
+
+def _json(text: str | None) -> dict[str, Any] | None:
+    return None if not text else dict(json.loads(text))
+
+
+def _age(txn: str) -> timedelta:
+    """How old a commit id is (it starts with its UTC time)."""
+    try:
+        started = datetime.strptime(txn[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return ORPHAN_AGE
+    return datetime.now(UTC) - started

@@ -1,0 +1,103 @@
+"""The lake table: what the load and the writers need from a table's storage, in any format.
+
+A run reads the table's facts once (`facts`), lets Spark write its files under `staging_uri`,
+and makes them part of the table with one `commit`: all of them or none, with the records the
+writers keep beside the data and a new head. The plain Parquet format commits through a journal
+in the table's folder; the Iceberg format through its catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, Protocol
+
+from pyspark.sql import types as T
+
+from incremental_assets.errors import TableProblem, WriteError
+from incremental_assets.lake.facts import LakeFacts, LakeHead
+from incremental_assets.lake.names import DataFile
+
+LakeFormat = Literal["parquet", "iceberg"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Commit:
+    """One run's change to the table."""
+
+    txn: str
+    batch: int
+    replace_all: bool  # the commit replaces every file the table held
+    cursor: str | None  # the cursor the run is to record, kept with the commit
+    adds: list[tuple[str, str]]  # (path under `_staging/<txn>/`, final file name)
+    removes: list[str]  # names of the files the commit replaces
+    records: Mapping[str, Any] = field(default_factory=dict)  # `_columns`, `_key`, `_snapshot`
+
+
+class LakeTable(Protocol):
+    uri: str  # where the table's files are, as Spark names it
+    format: LakeFormat
+    identifier: str | None  # the table's name in its catalog (Iceberg), if it has one
+
+    def describe(self) -> str:
+        """The table for messages: its folder, and its catalog identifier if it has one."""
+        ...
+
+    def facts(self) -> LakeFacts: ...
+
+    def recover(self) -> list[str]:
+        """Finish or drop what a dead run left; say what was done."""
+        ...
+
+    def lock(self, table_name: str, owner: str, timeout: timedelta) -> AbstractContextManager[None]:
+        """The writer lock where the storage offers one; a no-op elsewhere."""
+        ...
+
+    def staging_uri(self, txn: str) -> str: ...
+
+    def staged_parquet(self, txn: str, subdir: str) -> list[str]: ...
+
+    def file_uris(self, files: list[DataFile]) -> list[str]: ...
+
+    def spark_schema(self, file: DataFile) -> T.StructType: ...
+
+    def files_reaching(self, files: list[DataFile], column: str, lower: object) -> list[DataFile]:
+        """The files whose statistics say `column` may reach `lower` (or can't tell)."""
+        ...
+
+    def commit(self, commit: Commit, facts: LakeFacts) -> LakeHead:
+        """Apply `commit` to the table as `facts` found it; return the new head."""
+        ...
+
+    def discard(self, txn: str) -> bool:
+        """Drop a failed run's staging unless its commit may be part applied; say whether it did."""
+        ...
+
+    def count_rows(self) -> int: ...
+
+
+def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            table_name,
+            f"writing to the lake at {uri} failed: {cause}. Nothing was committed and the cursor "
+            "did not move.",
+            fix="fix the cause and run again.",
+        )
+    )
+
+
+def unfinished_commit_error(table_name: str, uri: str, txn: str, cause: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            table_name,
+            f"the commit into the lake at {uri} failed part way: {cause}. It is journaled "
+            f"(_journal/{txn}.json) and its staged files are kept: until the next run of this "
+            "table, readers may see some of the new files next to the ones they replace. The "
+            "next run finishes this commit before anything else, then reads again from the "
+            "cursor, which did not move.",
+            fix="fix the cause and run again.",
+        )
+    )

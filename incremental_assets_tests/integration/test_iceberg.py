@@ -1,0 +1,288 @@
+"""The Iceberg lake: one snapshot per materialization, committed by the catalog.
+
+Readers that scan while runs commit see whole snapshots only; each materialization names the
+snapshot any engine can read the table as of; two writers without the lock can't both commit;
+the catalog can be the suite's PostgreSQL; a plain Parquet table converts in place; old
+snapshots expire with their files.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from incremental_assets import cli
+from incremental_assets.pause_points import ENV as PAUSE_AT
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.cli import cli_env, start_cli, write_cli_config
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.project import (
+    ProjectBuilder,
+    iceberg_table,
+    latest_metadata,
+    materialize,
+    read_lake,
+    rows_by,
+)
+
+ORDERS = (
+    "CREATE TABLE orders (id bigint PRIMARY KEY, note text NOT NULL, updated_at timestamptz "
+    "NOT NULL)"
+)
+SEED = (
+    "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL "
+    "'1 second' FROM generate_series(1, {n}) i"
+)
+MERGE = {"name": "orders", "mode": "merge", "cursor": "updated_at", "primary_key": ["id"]}
+ICEBERG = {"format": "iceberg"}
+
+
+def _change(pg: Schema, run: int, new: int = 10) -> None:
+    """Update every tenth row and add `new` rows, all dated after everything before."""
+    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
+    pg.execute(
+        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 10 = {run % 10}",
+        f"INSERT INTO orders SELECT i, 'v{run}', {at} FROM generate_series("
+        f"(SELECT max(id) + 1 FROM orders), (SELECT max(id) + {new} FROM orders)) i",
+    )
+
+
+def _source(pg: Schema) -> list[tuple[Any, ...]]:
+    return sorted(pg.query("SELECT id, note FROM orders"))
+
+
+def test_readers_see_only_whole_snapshots_while_runs_commit(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """PyIceberg and Polars scan in a loop while merges rewrite buckets: a half-seen commit would
+    show a bucket's old and new rows together (more rows than any snapshot held)."""
+    pg.execute(ORDERS, SEED.format(n=300))
+    project = make_project(pg, MERGE, lake=ICEBERG, buckets=4, bucket_rows=50)
+    assert materialize(project, "orders", instance, spark_resource).success
+    table = iceberg_table(tmp_path / "lake", "orders")
+    committed = {len(_source(pg))}
+    seen: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    def read(how: str) -> None:
+        while not done.is_set():
+            table.refresh()
+            if how == "pyiceberg":
+                seen.append((how, table.scan().to_arrow().num_rows))
+            else:
+                seen.append((how, pl.scan_iceberg(table).select(pl.len()).collect().item()))
+
+    readers = [threading.Thread(target=read, args=(how,)) for how in ("pyiceberg", "polars")]
+    for reader in readers:
+        reader.start()
+    try:
+        for run in range(1, 5):
+            _change(pg, run)
+            result = materialize(project, "orders", instance, spark_resource)
+            assert result.success, result.failure
+            committed.add(result.metadata["dagster/row_count"])
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join()
+
+    assert {how for how, _ in seen} == {"pyiceberg", "polars"}
+    assert {count for _, count in seen} <= committed, (sorted(committed), seen)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _source(pg)
+
+
+def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS, SEED.format(n=50))
+    project = make_project(pg, MERGE, lake=ICEBERG)
+    expected: dict[int, list[tuple[Any, ...]]] = {}
+    for run in range(3):
+        if run:
+            _change(pg, run)
+        result = materialize(project, "orders", instance, spark_resource)
+        assert result.success, result.failure
+        assert result.metadata["dagster/table_name"] == "incremental_assets.orders"
+        assert result.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
+        expected[result.metadata["iceberg_snapshot_id"]] = _source(pg)
+
+    table = iceberg_table(tmp_path / "lake", "orders")
+    assert len(expected) == 3
+    for snapshot, rows in expected.items():
+        as_of = table.scan(snapshot_id=snapshot).to_arrow()
+        assert rows_by(as_of, ["id", "note"]) == rows
+        summary = table.snapshot_by_id(snapshot).summary
+        assert summary["incremental-assets.txn"] and summary["incremental-assets.cursor"]
+
+
+@pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_two_writers_without_the_lock_lose_and_double_nothing(
+    tmp_path: Path,
+    pg: Schema,
+    connect: str,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    make_project: ProjectBuilder,
+    mode: str,
+) -> None:
+    """As on an object store: writer A stages its rows, writer B commits, then A's commit finds
+    the table moved on and is refused by the catalog; the next run loads what A would have.
+    Rebased onto B's snapshot, A's append would have added batch 2 a second time."""
+    pg.execute(ORDERS, SEED.format(n=100))
+    lake = {**ICEBERG, "lock": False}
+    table_spec = {**MERGE, "mode": mode}
+    project = make_project(pg, table_spec, lake=lake)
+    assert materialize(project, "orders", instance, spark_resource).success
+    _change(pg, 1)
+    home = Path(str(instance.root_directory))  # the same instance: both start from run 1
+    a_table = {**table_spec, "source": "shop", "table": f"{pg.name}.orders"}
+    config = write_cli_config(
+        tmp_path / "a",
+        {"shop": pg.source()},
+        [a_table],
+        connect,
+        path=str(tmp_path / "lake"),
+        **lake,
+    )
+    marker = tmp_path / "a-staged"
+    writer_a = start_cli(
+        tmp_path, cli_env(config, home, **{PAUSE_AT: f"staged:{marker}"}), "--select", "orders"
+    )
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        if writer_a.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"writer A never staged: {writer_a.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    b = materialize(project, "orders", instance, spark_resource)
+    assert b.success, b.failure
+    marker.unlink()  # A goes on to its commit
+    _, stderr = writer_a.communicate(timeout=300)
+
+    assert writer_a.returncode != 0
+    assert "another run committed" in stderr and "nothing was committed" in stderr
+    assert "the catalog refused this run's commit" in stderr
+    table = iceberg_table(tmp_path / "lake", "orders")
+    assert [s.summary["incremental-assets.batch"] for s in table.snapshots()] == ["1", "2"]
+    _change(pg, 2)
+    assert materialize(project, "orders", instance, spark_resource).success
+    held = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
+    assert len(held) == len(set(held))  # no version twice
+    latest = {row[0]: row[1] for row in held}  # append: the latest version of each key
+    assert sorted(latest.items()) == _source(pg)
+    assert not list((tmp_path / "lake" / "orders" / "_staging").glob("*/*"))
+    # The files A moved into data/ for its refused commit are gone: no snapshot held them.
+    assert _on_disk(tmp_path) == _held(table.refresh(), [s.snapshot_id for s in table.snapshots()])
+
+
+def test_the_catalog_can_be_the_suites_postgresql(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    postgres: PostgresServer,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS, SEED.format(n=20))
+    server = postgres
+    uri = (
+        f"postgresql+psycopg2://{server.user}:{server.password}@{server.host}:{server.port}/"
+        f"{server.dbname}"
+    )
+    catalog = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
+    project = make_project(pg, MERGE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
+    assert materialize(project, "orders", instance, spark_resource).success
+    _change(pg, 1)
+    second = materialize(project, "orders", instance, spark_resource)
+    assert second.success, second.failure
+    assert second.metadata["dagster/table_name"] == f"{pg.name}.orders"
+
+    table = SqlCatalog("incremental_assets", uri=uri).load_table(f"{pg.name}.orders")
+    assert rows_by(table.scan().to_arrow(), ["id", "note"]) == _source(pg)
+    assert not (tmp_path / "lake" / "_catalog.db").exists()
+
+
+def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pg.execute(ORDERS, SEED.format(n=100))
+    project = make_project(pg, MERGE)
+    assert materialize(project, "orders", instance, spark_resource).success
+    _change(pg, 1)
+    assert materialize(project, "orders", instance, spark_resource).success
+    before = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "_batch"])
+    cursor = latest_metadata(instance, "orders")["cursor"]
+    iceberg = make_project(pg, MERGE, lake=ICEBERG)
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+
+    code = cli.main(["--config", iceberg.path, "lake", "convert", "orders", "--reason", "test"])
+
+    assert code == 0
+    table = iceberg_table(tmp_path / "lake", "orders")
+    assert rows_by(table.scan().to_arrow(), ["id", "note", "_batch"]) == before
+    assert not (tmp_path / "lake" / "orders" / "_head").exists()
+    _change(pg, 2, new=1)
+    after = materialize(iceberg, "orders", instance, spark_resource)
+    assert after.success, after.failure
+    assert after.metadata["previous_cursor"] == cursor
+    assert after.metadata["full_refresh"] is False
+    assert after.metadata["rows_inserted"] == 1
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _source(pg)
+
+
+def test_snapshots_beyond_keep_snapshots_expire_with_the_files_only_they_held(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS, SEED.format(n=200))
+    project = make_project(
+        pg, MERGE, lake={**ICEBERG, "keep_snapshots": 2}, buckets=4, bucket_rows=50
+    )
+    snapshots = []
+    for run in range(5):
+        if run:
+            _change(pg, run)
+        result = materialize(project, "orders", instance, spark_resource)
+        assert result.success, result.failure
+        snapshots.append(result.metadata["iceberg_snapshot_id"])
+
+    table = iceberg_table(tmp_path / "lake", "orders")
+    assert [s.snapshot_id for s in table.snapshots()] == snapshots[-2:]
+    assert _on_disk(tmp_path) == _held(table, snapshots[-2:])
+    assert len(table.scan(snapshot_id=snapshots[-2]).to_arrow()) == len(_source(pg)) - 10
+
+
+def _held(table: Any, snapshots: list[int]) -> set[str]:
+    """The data files the snapshots reference."""
+    return {
+        Path(task.file.file_path).name
+        for snapshot in snapshots
+        for task in table.scan(snapshot_id=snapshot).plan_files()
+    }
+
+
+def _on_disk(tmp_path: Path) -> set[str]:
+    return {p.name for p in (tmp_path / "lake" / "orders" / "data").iterdir()}
