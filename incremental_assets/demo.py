@@ -20,6 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from incremental_assets.config import LakeSpec
+
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 _STATUSES = ["placed", "paid", "shipped", "delivered"]
 _ORDERS = pa.schema(
@@ -135,6 +137,25 @@ def report() -> None:
                     f"{table.name:<14}{number:>4} {m.rows_extracted:>10}{m.rows_written:>9}"
                     f"{m.row_count:>9}  {m.previous_cursor} -> {m.cursor}"
                 )
+        if project.lake.format == "iceberg":
+            orders = project.table("orders")
+            history = instance.fetch_materializations(translator.asset_key(orders), limit=100)
+            snapshots = [record_of(r).iceberg_snapshot_id for r in reversed(history.records)]
+            _read_back(project.lake, translator.lake_table_name(orders), snapshots)
+
+
+def _read_back(lake: LakeSpec, identifier: str, snapshots: list[int | None]) -> None:
+    """The table as of each materialization's snapshot, read through PyIceberg as any user would."""
+    from pyiceberg.catalog import load_catalog
+
+    properties = lake.catalog_properties()
+    table = load_catalog(properties.pop("name", "incremental_assets"), **properties).load_table(
+        identifier
+    )
+    print(f"\n{identifier}, read back through PyIceberg as of each materialization:")
+    for number, snapshot in enumerate(snapshots, start=1):
+        rows = table.scan(snapshot_id=snapshot).to_arrow().num_rows
+        print(f"  run {number} (snapshot {snapshot}): {rows} rows")
 
 
 def main() -> None:
