@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.config import Mode, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
+from incremental_assets.errors import TableProblem
 from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
@@ -141,10 +142,11 @@ def _guarded(
         return check()
     except Exception as exc:
         cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        message = (
-            f"Table '{table.name}': the check {name} could not run: {cause.rstrip('.')}. The load "
-            "itself is committed and recorded; the next run checks again."
-        )
+        message = TableProblem(
+            table.name,
+            f"the check {name} could not run: {cause.rstrip('.')}. The load itself is committed "
+            "and recorded; the next run checks again.",
+        ).render()
         log(message)
         return dg.AssetCheckResult(
             check_name=name,

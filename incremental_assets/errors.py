@@ -33,9 +33,11 @@ class TableProblem:
     message: str
     field: str | None = None
     fix: str | None = None
+    source: str | None = None  # the source and where it is, when the problem is reading it
 
     def render(self) -> str:
-        place = f"Table '{self.table}'" + (f", field '{self.field}'" if self.field else "")
+        place = f"Table '{self.table}'" + (f" ({self.source})" if self.source else "")
+        place += f", field '{self.field}'" if self.field else ""
         text = f"{place}: {self.message}"
         return f"{text} Fix: {self.fix}" if self.fix else text
 

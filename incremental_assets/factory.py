@@ -17,7 +17,12 @@ from pyspark.sql import SparkSession
 from incremental_assets import checks
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
-from incremental_assets.errors import ConfigError, IncrementalAssetsError, InstanceError
+from incremental_assets.errors import (
+    ConfigError,
+    IncrementalAssetsError,
+    InstanceError,
+    TableProblem,
+)
 from incremental_assets.lake import open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.metadata import metadata_for
@@ -139,8 +144,11 @@ def _backfill(
         return None
     if config.backfill_from is None or config.backfill_to is None or config.full_refresh:
         raise ConfigError(
-            f"Table '{table.name}': a backfill needs both backfill_from and backfill_to (and no "
-            "full_refresh), e.g. {backfill_from: '2025-01-01', backfill_to: '2025-02-01'}."
+            TableProblem(
+                table.name,
+                "a backfill needs both backfill_from and backfill_to, and no full_refresh.",
+                fix="give both, e.g. {backfill_from: '2025-01-01', backfill_to: '2025-02-01'}.",
+            )
         )
     window = (config.backfill_from, config.backfill_to)
     check_backfill_window(table, stored.cursor_type, window, ("backfill_from", "backfill_to"))
@@ -184,9 +192,13 @@ def ensure_persistent_instance(instance: dg.DagsterInstance, table_name: str) ->
     )
     if temporary:
         raise InstanceError(
-            f"Table '{table_name}': this run uses a temporary Dagster instance (DAGSTER_HOME is not "
-            "set), which forgets every cursor when the process exits, so each run would reload "
-            "the whole table. Set DAGSTER_HOME to a directory that persists (for example: export "
-            "DAGSTER_HOME=$PWD/.dagster_home; mkdir -p $DAGSTER_HOME), or set "
-            f"{ALLOW_TEMPORARY_INSTANCE}=1 to accept full reloads."
+            TableProblem(
+                table_name,
+                "this run uses a temporary Dagster instance (DAGSTER_HOME is not set), which "
+                "forgets every cursor when the process exits, so each run would reload the whole "
+                "table.",
+                fix="set DAGSTER_HOME to a directory that persists (for example: export "
+                "DAGSTER_HOME=$PWD/.dagster_home; mkdir -p $DAGSTER_HOME), or set "
+                f"{ALLOW_TEMPORARY_INSTANCE}=1 to accept full reloads.",
+            )
         )

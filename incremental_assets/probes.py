@@ -35,14 +35,14 @@ def _probe_database(table: TableSpec, source: JdbcSourceSpec, stored: StoredStat
     try:
         conn = database.connect(source)
     except database.driver_errors as exc:
-        fix = "Fix the connection settings of the source (url, user, password, properties)"
+        fix = "fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
     try:
         if table.cursor is None:
             return _table_changes(conn, database, table, stored)
         return _newest_cursor(conn, database, table, stored)
     except database.driver_errors as exc:
-        fix = f"Fix `table:`, `query:` or `cursor:` of table '{table.name}'"
+        fix = f"fix `table:`, `query:` or `cursor:` of table '{table.name}'"
         raise _probe_error(table, source, exc, fix) from None
     finally:
         conn.close()
@@ -53,8 +53,12 @@ def _probe_error(
 ) -> SourceError:
     message = " ".join(str(exc).split())
     return SourceError(
-        f"Table '{table.name}' (source '{source.name}', {source.redacted_url()}): the sensor's probe "
-        f"failed: {message}. {fix}, or stop the sensor; the tick is marked failed until then."
+        TableProblem(
+            table.name,
+            f"the sensor's probe failed: {message}.",
+            fix=f"{fix}, or stop the sensor; the tick is marked failed until then.",
+            source=f"source '{source.name}', {source.redacted_url()}",
+        )
     )
 
 

@@ -14,7 +14,7 @@ from incremental_assets.cli.context import (
 )
 from incremental_assets.config import TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
-from incremental_assets.errors import CursorError
+from incremental_assets.errors import CursorError, TableProblem
 from incremental_assets.results import StoredState
 from incremental_assets.state import read_stored_state, record_cursor_override
 
@@ -24,7 +24,9 @@ def set_cursor(args: argparse.Namespace) -> int:
     (table,) = tables_of(project, [args.table])
     if table.cursor is None:
         raise CursorError(
-            f"Table '{table.name}' has no cursor to set; it is fully refreshed on every run."
+            TableProblem(
+                table.name, "it has no cursor to set: it is fully refreshed on every run.", "cursor"
+            )
         )
     with open_instance() as instance:
         # Checked before waiting for the lock, so a bad value fails at once ...
@@ -47,9 +49,14 @@ def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[Curs
     kind = stored.cursor_type or table.cursor.declared_type
     if kind is None:
         raise CursorError(
-            f"Table '{table.name}': the cursor's type isn't known yet (no run has recorded it and "
-            "the config doesn't declare it). Declare it, e.g. cursor: {column: updated_at, type: "
-            "timestamptz}, or run the table once."
+            TableProblem(
+                table.name,
+                "the cursor's type isn't known yet (no run has recorded it and the config doesn't "
+                "declare it).",
+                "cursor.type",
+                "declare it, e.g. cursor: {column: updated_at, type: timestamptz}, or run the "
+                "table once.",
+            )
         )
     return kind, _parse_value(table, kind, text)
 
@@ -75,5 +82,5 @@ def _parse_value(table: TableSpec, kind: CursorType, text: str) -> str:
         return format_cursor(kind, parse_cursor(kind, text))
     except CursorError as exc:
         raise CursorError(
-            f"Table '{table.name}': {exc} Its cursor is of type {kind.value}."
+            TableProblem(table.name, f"{exc} Its cursor is of type {kind.value}.", "cursor")
         ) from None

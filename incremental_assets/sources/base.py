@@ -17,7 +17,7 @@ from incremental_assets.config import TableSpec
 from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
 from incremental_assets.dialects import Dialect
-from incremental_assets.errors import ConfigError, CursorError
+from incremental_assets.errors import ConfigError, CursorError, TableProblem
 from incremental_assets.window import Window
 
 _CURSOR_TYPES: dict[type[T.DataType], CursorType] = {
@@ -150,16 +150,25 @@ def resolve_cursor(table: TableSpec, schema: T.StructType) -> Cursor | None:
     inferred = cursor_type_of(field.dataType)
     if inferred is None:
         raise ConfigError(
-            f"Table '{table.name}', field 'cursor': column '{field.name}' is "
-            f"{field.dataType.simpleString()}, which can't serve as an exact cursor. Use an "
-            "integer, decimal, date, timestamp, timestamptz or text column, or cast one in `query:`."
+            TableProblem(
+                table.name,
+                f"column '{field.name}' is {field.dataType.simpleString()}, which can't serve as "
+                "an exact cursor.",
+                "cursor",
+                "use an integer, decimal, date, timestamp, timestamptz or text column, or cast "
+                "one in `query:`.",
+            )
         )
     declared = table.cursor.declared_type
     if declared is not None and declared is not inferred:
         raise ConfigError(
-            f"Table '{table.name}', field 'cursor.type': declared {declared.value}, but column "
-            f"'{field.name}' is {field.dataType.simpleString()} ({inferred.value}) in the source. "
-            f"Fix the declared type or remove it to use the source's."
+            TableProblem(
+                table.name,
+                f"declared {declared.value}, but column '{field.name}' is "
+                f"{field.dataType.simpleString()} ({inferred.value}) in the source.",
+                "cursor.type",
+                "correct the declared type, or remove it to use the source's.",
+            )
         )
     return Cursor(field.name, inferred)
 
@@ -183,8 +192,12 @@ def selected(table: TableSpec, schema: T.StructType) -> T.StructType:
     unknown = [c for c in wanted if c not in names]
     if unknown:
         raise ConfigError(
-            f"Table '{table.name}', field '{setting}': {', '.join(unknown)} not in {table.source_object} "
-            f"(columns: {', '.join(names)}). Fix the column names."
+            TableProblem(
+                table.name,
+                f"{', '.join(unknown)} not in {table.source_object} (columns: {', '.join(names)}).",
+                setting,
+                "correct the column names.",
+            )
         )
     if table.columns is not None:
         needed = [
@@ -207,8 +220,13 @@ def selected(table: TableSpec, schema: T.StructType) -> T.StructType:
     dropped = [c for c in table.exclude_columns if c in needed_names]
     if dropped:
         raise ConfigError(
-            f"Table '{table.name}', field 'exclude_columns': {', '.join(dropped)} is the cursor, the "
-            "key or the delete column, which the load needs. Keep it."
+            TableProblem(
+                table.name,
+                f"{', '.join(dropped)} is the cursor, the key or the delete column, which the load "
+                "needs.",
+                "exclude_columns",
+                "keep it.",
+            )
         )
     return T.StructType([f for f in schema.fields if f.name not in table.exclude_columns])
 
@@ -222,9 +240,12 @@ def check_columns(table: TableSpec, schema: T.StructType) -> None:
     clashes = [f.name for f in schema.fields if f.name.startswith("_")]
     if clashes:
         raise ConfigError(
-            f"Table '{table.name}': source columns {', '.join(clashes)} start with '_', which the "
-            "lake reserves for its bookkeeping columns. Rename them in a `query:` (e.g. "
-            "SELECT _x AS x ...)."
+            TableProblem(
+                table.name,
+                f"source columns {', '.join(clashes)} start with '_', which the lake reserves for "
+                "its bookkeeping columns.",
+                fix="rename them in a `query:` (e.g. SELECT _x AS x ...).",
+            )
         )
 
 
@@ -234,8 +255,12 @@ def _field(table: TableSpec, schema: T.StructType, column: str, setting: str) ->
             return field
     available = ", ".join(schema.fieldNames())
     raise ConfigError(
-        f"Table '{table.name}', field '{setting}': column '{column}' is not in "
-        f"{table.source_object} (columns: {available}). Fix the column name."
+        TableProblem(
+            table.name,
+            f"column '{column}' is not in {table.source_object} (columns: {available}).",
+            setting,
+            "correct the column name.",
+        )
     )
 
 
@@ -286,7 +311,7 @@ def decode_upper(table: TableSpec, cursor: Cursor, wire: str | None) -> CursorVa
     try:
         return decode_wire(cursor.type, wire)
     except CursorError as exc:
-        raise CursorError(f"Table '{table.name}', cursor '{cursor.column}': {exc}") from None
+        raise CursorError(TableProblem(table.name, str(exc), "cursor")) from None
 
 
 def join_conditions(conditions: Sequence[str]) -> str:

@@ -15,6 +15,8 @@ from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.errors import EngineError, IncrementalAssetsError, SourceError, TableProblem
 
 _SPARK_NOISE = re.compile(r"^(An error occurred while calling [^\n]*\n: )?")
+# What Spark wraps `raise_error`'s message in.
+_RAISED = re.compile(r"^\w*Exception: \[USER_RAISED_EXCEPTION\] | SQLSTATE: \w+$")
 
 
 def root_messages(exc: BaseException) -> list[str]:
@@ -55,13 +57,25 @@ def source_error(table: TableSpec, exc: BaseException, doing: str) -> SourceErro
     where = (
         source.redacted_url() if isinstance(source, JdbcSourceSpec) else getattr(source, "path", "")
     )
-    fix = _fix(table, everything)
+    if "user_raised_exception" in everything.lower():
+        # Our own check (`transport.py`): its message names the column and the fix.
+        detail = _RAISED.sub("", detail).strip()
+        message = f"{doing} failed: {detail}. The source holds a value the lake can't keep exactly."
+        return SourceError(
+            TableProblem(table.name, message, source=f"source '{source.name}', {where}")
+        )
     return SourceError(
-        f"Table '{table.name}' (source '{source.name}', {where}): {doing} failed: {detail}. {fix}"
+        TableProblem(
+            table.name,
+            f"{doing} failed: {detail}.",
+            fix=_fix(table, everything),
+            source=f"source '{source.name}', {where}",
+        )
     )
 
 
 def _fix(table: TableSpec, text: str) -> str:
+    """What to do about a failure, by what the database or Spark said."""
     source = table.source
     lowered = text.lower()
     if any(
@@ -76,7 +90,7 @@ def _fix(table: TableSpec, text: str) -> str:
     ):
         user = getattr(source, "user", None)
         return (
-            f"Fix: check the user ({user}) and password of source '{source.name}' (or the ${{VAR}} "
+            f"check the user ({user}) and password of source '{source.name}' (or the ${{VAR}} "
             "they come from); the database refused them."
         )
     if any(
@@ -90,18 +104,18 @@ def _fix(table: TableSpec, text: str) -> str:
         )
     ):
         return (
-            f"Fix: check that the database is running and reachable, and that host and port in "
+            f"check that the database is running and reachable, and that host and port in "
             f"source '{source.name}' url are right."
         )
     if ("relation" in lowered and "does not exist" in lowered) or (
         "table" in lowered and "doesn't exist" in lowered  # MySQL
     ):
-        return f"Fix: `table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
+        return f"`table:` of table '{table.name}' names a table the database doesn't have (write schema.table)."
     if "column" in lowered and "does not exist" in lowered:
-        return f"Fix: a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."
+        return f"a column named by table '{table.name}' (cursor, primary_key, delete_column or query) is missing."
     if "-dimensional array" in lowered:
         return (
-            f"Fix: an array column of table '{table.name}' holds arrays of more than one dimension, "
+            f"an array column of table '{table.name}' holds arrays of more than one dimension, "
             "which can't be read exactly; cast it in `query:` (CAST(c AS text))."
         )
     if any(
@@ -114,17 +128,17 @@ def _fix(table: TableSpec, text: str) -> str:
         )
     ):
         return (
-            f"Fix: a timestamp or date column of table '{table.name}' holds a value Spark can't store "
+            f"a timestamp or date column of table '{table.name}' holds a value Spark can't store "
             "(PostgreSQL 'infinity', or a year beyond 294247); map it in `query:`, e.g. "
             "CASE WHEN isfinite(c) THEN c END."
         )
-    if "user_raised_exception" in lowered:
-        return "The source holds a value the lake can't keep exactly; see the message for the column and the fix."
     if "path_not_found" in lowered or "path does not exist" in lowered:
-        return f"Fix: `table:` of table '{table.name}' must name an existing folder under the source path."
+        return (
+            f"`table:` of table '{table.name}' must name an existing folder under the source path."
+        )
     if table.query is not None:
-        return f"Fix: the `query:` of table '{table.name}' must run on its own in the database."
-    return "Fix the cause above and run again; the cursor did not move."
+        return f"the `query:` of table '{table.name}' must run on its own in the database."
+    return "fix the cause above and run again; the cursor did not move."
 
 
 # How a Spark Connect client says its server is gone (stopped) or forgot it (restarted).

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from incremental_assets.config import FilesSourceSpec, TableSpec
 from incremental_assets.dialects import SPARK_SQL, Dialect, local_clock
-from incremental_assets.errors import ConfigError
+from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.sources.base import (
     Bounds,
     FreezeRequest,
@@ -111,5 +111,10 @@ class FilesSource:
 
     def primary_key(self) -> tuple[str, ...]:
         raise ConfigError(
-            f"Table '{self.table.name}', field 'primary_key': files carry no key; name the key columns."
+            TableProblem(
+                self.table.name,
+                "files carry no key.",
+                "primary_key",
+                "name the key columns: primary_key: [id].",
+            )
         )

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.errors import WriteError
+from incremental_assets.errors import TableProblem, WriteError
 
 # Each integral type by the decimal digits its largest value has, narrowest first.
 _INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
@@ -73,11 +73,14 @@ def plan_schema_change(
             fields.append(field)
         else:
             raise WriteError(
-                f"Table '{table_name}': column '{field.name}' is {old.dataType.simpleString()} in the "
-                f"lake but {field.dataType.simpleString()} in the source, and the lake can't hold both. "
-                "Nothing was written and the cursor did not move. Fix: cast the column back in "
-                "`query:`, or run a full refresh (asset config full_refresh: true) to rebuild the "
-                "table with the new type."
+                TableProblem(
+                    table_name,
+                    f"column '{field.name}' is {old.dataType.simpleString()} in the lake but "
+                    f"{field.dataType.simpleString()} in the source, and the lake can't hold both. "
+                    "Nothing was written and the cursor did not move.",
+                    fix="cast the column back in `query:`, or run a full refresh (asset config "
+                    "full_refresh: true) to rebuild the table with the new type.",
+                )
             )
     dropped = [T.StructField(name, f.dataType, True) for name, f in existing.items()]
     order = [f.name for f in lake.fields if not f.name.startswith(_BOOKKEEPING)]
