@@ -10,11 +10,12 @@ and as every instance has stored them since the first release.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field
 
+from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
 from incremental_assets.lake import LakeHead
 from incremental_assets.results import LoadResult, StoredState
@@ -31,8 +32,8 @@ class TableMetadata(BaseModel):
     cursor: str | None = None
     previous_cursor: str | None = None
     cursor_column: str | None = None
-    cursor_type: str | None = None
-    mode: str | None = None
+    cursor_type: CursorType | Literal[""] | None = None  # "": the table has no cursor
+    mode: Mode | None = None
     full_refresh: bool | None = None
     batch: int | None = None
     rows_extracted: int | None = None
@@ -67,7 +68,7 @@ class TableMetadata(BaseModel):
     iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
     warnings: str | None = None  # markdown, one line per warning
     # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
-    cursor_action: str | None = None
+    cursor_action: Literal["set", "reset", "convert"] | None = None
     note: str | None = None
     row_count: int | None = Field(None, alias="dagster/row_count")
     uri: str | None = Field(None, alias="dagster/uri")
@@ -92,7 +93,7 @@ class TableMetadata(BaseModel):
         return StoredState(
             cursor=self.cursor,
             cursor_column=self.cursor_column,
-            cursor_type=CursorType(self.cursor_type) if self.cursor_type else None,
+            cursor_type=self.cursor_type or None,
             batch=self.batch or 0,
             run_id=run_id,
             row_count=self.row_count,
@@ -116,7 +117,7 @@ def _metadata_value(name: str, value: Any) -> dg.MetadataValue:
         return dg.MetadataValue.int(value)
     if isinstance(value, float):
         return dg.MetadataValue.float(value)
-    return dg.MetadataValue.text(value)
+    return dg.MetadataValue.text(str(value))  # text, or the value of an enum (mode, cursor type)
 
 
 def _text(cursor_type: CursorType | None, value: CursorValue | None) -> str | None:
@@ -132,8 +133,8 @@ def metadata_for(
         cursor=_text(kind, result.cursor),
         previous_cursor=_text(kind, result.previous_cursor),
         cursor_column=result.cursor_column or "",
-        cursor_type=kind.value if kind else "",
-        mode=result.mode.value,
+        cursor_type=kind or "",
+        mode=result.mode,
         full_refresh=result.full_refresh,
         batch=result.batch,
         rows_extracted=result.rows_extracted,
@@ -179,7 +180,7 @@ def override_metadata(
         cursor=cursor,
         previous_cursor=previous.cursor,
         cursor_column=cursor_column or "",
-        cursor_type=cursor_type.value if cursor_type else "",
+        cursor_type=cursor_type or "",
         batch=previous.batch,
         cursor_action=action,
         note=note,

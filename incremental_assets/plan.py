@@ -177,7 +177,7 @@ def plan_backfill(inputs: PlanInputs, backfill: tuple[str, str]) -> WindowPlan:
         FreezeRequest(cursor, low, table.timezone, partitioning, below=high)
     )
     window = Window(
-        cursor.column, cursor.type, low, high, upper_exclusive=True, empty=bounds.upper is None
+        cursor.column, cursor.type, low, high, upper_edge="open", empty=bounds.upper is None
     )
     return WindowPlan(
         cursor=cursor,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import Literal
 from decimal import (
     MAX_EMAX,
     MAX_PREC,
@@ -30,6 +31,8 @@ from incremental_assets.cursor import CursorType, CursorValue
 from incremental_assets.dialects import Dialect
 
 Lookback = int | Decimal | timedelta
+# Whether a bound's own value is in the window: `closed` (<=, >=) or `open` (<).
+Edge = Literal["closed", "open"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,8 @@ class Window:
     empty: bool = False
     # `null_cursor: include`: rows whose cursor is NULL belong to every window.
     include_nulls: bool = False
-    # Bounded backfills read [from, to): their upper bound is exclusive.
-    upper_exclusive: bool = False
+    # Bounded backfills read [from, to): their upper bound is open.
+    upper_edge: Edge = "closed"
 
 
 def lower_bound(
@@ -100,7 +103,7 @@ def render_window(window: Window, dialect: Dialect) -> str:
     if window.lower is not None:
         parts.append(f"{column} >= {dialect.literal(window.cursor_type, window.lower)}")
     if window.upper is not None:
-        operator = "<" if window.upper_exclusive else "<="
+        operator = "<" if window.upper_edge == "open" else "<="
         parts.append(f"{column} {operator} {dialect.literal(window.cursor_type, window.upper)}")
     predicate = "FALSE" if window.empty else " AND ".join(parts) if parts else "TRUE"
     if not window.include_nulls or predicate == "TRUE":

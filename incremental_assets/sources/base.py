@@ -180,7 +180,7 @@ def freeze_window(request: FreezeRequest) -> Window:
         request.cursor.type,
         request.lower,
         request.below,
-        upper_exclusive=True,
+        upper_edge="open",
     )
 
 

@@ -559,7 +559,7 @@ def test_a_backfill_is_bounded_on_both_sides_and_keeps_the_cursor() -> None:
     plan = plan_backfill(inputs, ("10", "20"))
 
     assert (source.requests[0].lower, source.requests[0].below) == (10, 20)
-    assert plan.window == Window("updated_at", INTEGER, 10, 20, upper_exclusive=True)
+    assert plan.window == Window("updated_at", INTEGER, 10, 20, upper_edge="open")
     assert render_window(plan.window, POSTGRES) == '"updated_at" >= 10 AND "updated_at" < 20'
     assert plan.backfill and not plan.replace_all
     assert plan.new_cursor == plan.recorded_cursor == 40

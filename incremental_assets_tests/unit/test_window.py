@@ -60,8 +60,8 @@ def test_window_renders_exact_sql_for_each_engine(
     assert render_window(window, SPARK_SQL) == spark
 
 
-# Every combination of bounds and flags: (lower, upper, upper_exclusive, include_nulls, empty,
-# PostgreSQL text, Spark SQL text). upper_exclusive is what bounded backfills use.
+# Every combination of bounds and flags: (lower, upper, upper open, include_nulls, empty,
+# PostgreSQL text, Spark SQL text). An open upper edge is what bounded backfills use.
 COMBINATIONS = [
     (None, None, False, False, False, "TRUE", "TRUE"),
     (None, None, True, False, False, "TRUE", "TRUE"),
@@ -107,13 +107,13 @@ COMBINATIONS = [
 
 
 @pytest.mark.parametrize(
-    ("lower", "upper", "upper_exclusive", "include_nulls", "empty", "postgres", "spark"),
+    ("lower", "upper", "upper_open", "include_nulls", "empty", "postgres", "spark"),
     COMBINATIONS,
 )
 def test_every_combination_of_bounds_renders_exact_sql(
     lower: int | None,
     upper: int | None,
-    upper_exclusive: bool,
+    upper_open: bool,
     include_nulls: bool,
     empty: bool,
     postgres: str,
@@ -126,7 +126,7 @@ def test_every_combination_of_bounds_renders_exact_sql(
         upper,
         empty=empty,
         include_nulls=include_nulls,
-        upper_exclusive=upper_exclusive,
+        upper_edge="open" if upper_open else "closed",
     )
     assert render_window(window, POSTGRES) == postgres
     assert render_window(window, SPARK_SQL) == spark
