@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Literal
 from decimal import (
     MAX_EMAX,
     MAX_PREC,
@@ -26,6 +25,7 @@ from decimal import (
     Rounded,
     localcontext,
 )
+from typing import Literal
 
 from incremental_assets.cursor import CursorType, CursorValue
 from incremental_assets.dialects import Dialect
