@@ -28,7 +28,7 @@ from incremental_assets.load import LoadRequest, load_without_spark, run_increme
 from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.plan import check_backfill_window
-from incremental_assets.progress import spark_progress
+from incremental_assets.progress import spark_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
@@ -91,27 +91,21 @@ def build_table_asset(
                     backfill=_backfill(table, config, stored),
                     lake_name=translator.lake_table_name(table),
                 )
-                result = load_without_spark(request, log=context.log.info)
-                if result is None:
-                    session = _session(spark, table)
-                    pause_point("session")
-                    context.log.info(f"{table.name}: Spark: {spark.description}")
-                    if spark.log_file is not None:
-                        context.log.info(f"{table.name}: Spark's own log: {spark.log_file}")
-                    with spark_progress(session, context.log.info):
-                        result = run_incremental_load(session, request, log=context.log.info)
-                    result = replace(result, report=replace(result.report, spark=spark.description))
-                pause_point("committed")
-                _log_result(context, table, result)
-                check_results = checks.evaluate_checks(
-                    lambda: spark.spark_session,
-                    table,
-                    lake,
-                    result,
-                    stored,
-                    context.log.warning,
-                    selected=lambda name: name in selected,
-                )
+                with spark_work() as work:
+                    result = _load(context, spark, table, request)
+                    pause_point("committed")
+                    _log_result(context, table, result)
+                    check_results = checks.evaluate_checks(
+                        lambda: spark.spark_session,
+                        table,
+                        lake,
+                        result,
+                        stored,
+                        context.log.warning,
+                        selected=lambda name: name in selected,
+                    )
+                report = replace(result.report, spark_jobs=work.jobs, spark_stages=work.stages)
+                result = replace(result, report=report)
                 skipped = (
                     checks.not_examined(table, result) if checks.KEY_UNIQUE in selected else None
                 )
@@ -124,6 +118,26 @@ def build_table_asset(
                 )
 
     return load_table
+
+
+def _load(
+    context: dg.AssetExecutionContext,
+    spark: IncrementalSparkResource,
+    table: TableSpec,
+    request: LoadRequest,
+) -> LoadResult:
+    """The load: without Spark when it can prove there is nothing new, else with the session."""
+    result = load_without_spark(request, log=context.log.info)
+    if result is not None:
+        return result
+    session = _session(spark, table)
+    pause_point("session")
+    context.log.info(f"{table.name}: Spark: {spark.description}")
+    if spark.log_file is not None:
+        context.log.info(f"{table.name}: Spark's own log: {spark.log_file}")
+    with spark_progress(session, context.log.info):
+        result = run_incremental_load(session, request, log=context.log.info)
+    return replace(result, report=replace(result.report, spark=spark.description))
 
 
 def _session(spark: IncrementalSparkResource, table: TableSpec) -> SparkSession:

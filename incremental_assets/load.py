@@ -402,6 +402,7 @@ def _result(
         head=outcome.head or run.facts.head,
         settings=run.request.settings,
         table_name=run.lake.identifier,
+        duplicate_keys=outcome.duplicate_keys,
     )
 
 

@@ -1,4 +1,6 @@
-"""Log Spark's progress while a long job runs, so a long read isn't a silent wait."""
+"""What Spark does during a run: its progress while a long job runs (so a long read isn't a silent
+wait), and how many jobs and stages the run took (`spark_jobs`, `spark_stages`), so that a new
+pass over the data shows in the metadata and in a test."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
@@ -66,3 +69,45 @@ def spark_progress(
     finally:
         done.set()
         thread.join(timeout=5)
+
+
+@dataclass
+class SparkWork:
+    """The Spark jobs and stages a run took; None where they can't be counted (Spark Connect)."""
+
+    jobs: int | None = None
+    stages: int | None = None
+
+
+@contextmanager
+def spark_work() -> Iterator[SparkWork]:
+    """Count the jobs the process's Spark session runs inside the block, and their stages.
+
+    Jobs are told apart by their ids, which the session numbers in order: a session serves one
+    run at a time (a run's own, or the one a process shares between runs), so no other job runs
+    meanwhile. A session the block starts counts from nothing.
+    """
+    work = SparkWork()
+    before = _job_ids(SparkSession.getActiveSession())
+    try:
+        yield work
+    finally:
+        session = SparkSession.getActiveSession()
+        after = _job_ids(session)
+        if session is None:
+            work.jobs, work.stages = 0, 0
+        elif after is not None and before is not None:
+            tracker = session.sparkContext.statusTracker()
+            infos = [tracker.getJobInfo(job) for job in sorted(after - before)]
+            work.jobs = len(infos)
+            work.stages = sum(len(info.stageIds) for info in infos if info is not None)
+
+
+def _job_ids(session: SparkSession | None) -> set[int] | None:
+    """The ids of the jobs the session ran (and still remembers); None over Spark Connect."""
+    if session is None:
+        return set()
+    try:
+        return set(session.sparkContext.statusTracker().getJobIdsForGroup())
+    except Exception:  # Spark Connect has no status tracker
+        return None

@@ -27,6 +27,7 @@ class WriteOutcome:
     files: tuple[str, ...] = ()  # the data files the commit added
     strategy: str | None = None  # merge: how the delta was applied
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
+    duplicate_keys: int | None = None  # merge: counted as the rows were written (None: not)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Report:
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
     merge_strategy: str | None = None  # which buckets a merge rewrote, and how
     settings_changed: str | None = None  # the lake-shaping settings changed since the last run
+    spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
+    spark_stages: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +79,9 @@ class LoadResult:
     head: LakeHead | None = None  # the lake's head after the run (its identity, its last commit)
     settings: str | None = None  # the lake-shaping settings the run ran under (`settings.py`)
     table_name: str | None = None  # the lake table's name in its catalog (Iceberg)
+    # merge: written rows whose key another written row has, counted as they were written; None
+    # where the write didn't count them (`primary_key_unique` then reads the written files)
+    duplicate_keys: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

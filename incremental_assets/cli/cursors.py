@@ -82,5 +82,5 @@ def _parse_value(table: TableSpec, kind: CursorType, text: str) -> str:
         return format_cursor(kind, parse_cursor(kind, text))
     except CursorError as exc:
         raise CursorError(
-            TableProblem(table.name, f"{exc} Its cursor is of type {kind.value}.", "cursor")
+            TableProblem(table.name, f"{exc} Its cursor is of type {kind.value}.")
         ) from None

@@ -238,8 +238,9 @@ class TableSpec(FrozenModel):
     description: str | None = None
     schema_ddl: str | None = Field(None, alias="schema")
     read_options: dict[str, OptionText] = Field(default_factory=dict, alias="options")
-    buckets: int = Field(16, gt=0, le=4096)
-    bucket_rows: int = Field(1_000_000, gt=0)
+    # Merge tables: None chooses from the table's size at its first load (`writers/buckets.py`).
+    buckets: int | None = Field(None, gt=0, le=4096)
+    bucket_rows: int | None = Field(None, gt=0)
     key_prefix: tuple[str, ...] = ()
     null_cursor: Literal["error", "include", "exclude"] = "error"
     future_tolerance: Duration = timedelta(0)

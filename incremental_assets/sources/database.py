@@ -129,8 +129,19 @@ def with_parameters(url: str, parameters: Mapping[str, str]) -> str:
     return f"{url}{'&' if query else '?'}{urlencode(added, safe=':')}"
 
 
+def fetch_rows(conn: Connection, sql: str) -> list[dict[str, Any]]:
+    """The rows `sql` returns, by column name."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute(sql)
+        names = [column[0] for column in cursor.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
 def fetch_row(conn: Connection, sql: str) -> dict[str, Any]:
-    """The one row `sql` returns, by column name."""
+    """The one row `sql` returns, by column name (NULLs where it returns none)."""
     cursor = conn.cursor()
     try:
         cursor.execute(sql)

@@ -35,7 +35,7 @@ from incremental_assets.sources.base import (
     split_ranges,
     weight_column,
 )
-from incremental_assets.sources.database import APPLICATION_NAME, Database
+from incremental_assets.sources.database import APPLICATION_NAME, Database, fetch_rows
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.sources.freeze_sql import (
     freeze,
@@ -104,7 +104,7 @@ class JdbcSource:
         if not named:
             return {}
         columns = ", ".join(f"{sql} AS {self.dialect.quote(name)}" for name, sql in named.items())
-        rows = self._query(
+        rows = self._rows(
             f"SELECT {columns} FROM {self.relation} LIMIT 1", "reading the key's collation"
         )
         return {name: str(rows[0][name]) for name in named} if rows else {}
@@ -119,17 +119,25 @@ class JdbcSource:
     def primary_key(self) -> tuple[str, ...]:
         """The table's primary key columns, in key order, from the database's catalog."""
         sql = self.database.primary_key_sql(self.table)
-        return tuple(row["name"] for row in self._query(sql, "reading the primary key"))
+        return tuple(str(row["name"]) for row in self._rows(sql, "reading the primary key"))
 
-    def _query(self, sql: str, doing: str) -> list[T.Row]:
+    def _rows(self, sql: str, doing: str) -> list[dict[str, Any]]:
+        """The rows of a statement about the source (the freeze, its key, its collations).
+
+        They go over a plain connection from this process when it reaches the source: a Spark job
+        per statement costs more than the statement. Where it can't (a cluster-only network),
+        Spark's JDBC reader runs them. The SQL is the same either way.
+        """
         with failures_of(self.table, doing):
-            return (
-                self.spark.read.format("jdbc")
-                .options(**self._options())
-                .option("query", sql)
-                .load()
-                .collect()
-            )
+            try:
+                conn = self.database.connect(self.source)
+            except self.database.driver_errors:
+                reader = self.spark.read.format("jdbc").options(**self._options())
+                return [row.asDict() for row in reader.option("query", sql).load().collect()]
+            try:
+                return fetch_rows(conn, sql)
+            finally:
+                conn.close()
 
     def freeze(self, request: FreezeRequest) -> Bounds:
         return freeze(self.table, self.database, request, self._row)
@@ -143,7 +151,7 @@ class JdbcSource:
         return freeze_below(self.table, self.database, request, open_, self._row)
 
     def _row(self, sql: str) -> dict[str, Any]:
-        return self._query(sql, "the freeze")[0].asDict()
+        return self._rows(sql, "freezing the window's upper bound")[0]
 
     def read(
         self, window: Window | None, bounds: Bounds | None, partitioning: Partitioning | None

@@ -30,8 +30,8 @@ class WritePlan:
     primary_key: tuple[str, ...]
     cursor_column: str | None
     delete_column: str | None
-    buckets: int
-    bucket_rows: int
+    buckets: int | None  # hash buckets; None: by the table's size
+    bucket_rows: int | None  # rows per key range; None: by the table's size
     compression: str
     max_rows_per_file: int
     # The part of this read the lake may already hold: append drops those rows when an earlier

@@ -44,16 +44,28 @@ def scheme_of(existing: list[DataFile]) -> BucketScheme | None:
     return None
 
 
+# Without `bucket_rows`, a range holds about 1/64 of the first load, and 10,000 to 1,000,000 rows:
+# a clustered change rewrites a few ranges however big the table, a uniform one about all of them
+# (and then the whole table is cheaper: `rewrites_most_buckets`).
+RANGES = 64
+RANGE_ROWS = (10_000, 1_000_000)
+# Without `buckets`, about a million rows a hash bucket, and at least 16 buckets.
+HASH_ROWS, HASH_BUCKETS = 1_000_000, (16, 4096)
+
+
 def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None) -> BucketScheme:
     """Ranges of a single integer key keep recent keys together; any other key is hashed.
 
-    A range holds about `bucket_rows` rows if the keys are as dense as in this snapshot, and at
-    least `bucket_rows` key values, so a small first load doesn't leave a table of tiny buckets.
+    A range holds about `bucket_rows` rows (by default a 64th of this snapshot, within bounds) if
+    the keys are as dense as in this snapshot, and at least as many key values, so a small first
+    load doesn't leave a table of tiny buckets.
     """
     if low is None or high is None:
-        return BucketScheme("hash", plan.buckets)
+        auto = max(HASH_BUCKETS[0], min(HASH_BUCKETS[1], rows // HASH_ROWS))
+        return BucketScheme("hash", plan.buckets or auto)
+    target = plan.bucket_rows or max(RANGE_ROWS[0], min(RANGE_ROWS[1], rows // RANGES))
     span = high - low + 1
-    width = max(plan.bucket_rows, -(-span * plan.bucket_rows // max(rows, 1)))
+    width = max(target, -(-span * target // max(rows, 1)))
     return BucketScheme("range", width)
 
 

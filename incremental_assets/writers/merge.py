@@ -61,6 +61,7 @@ from incremental_assets.writers.versions import (
     ranked_merge,
     row_hash,
     soft_deleted,
+    with_key_count,
 )
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
@@ -74,6 +75,8 @@ PATCHBUCKETS = 256
 # job per bucket (each job's fixed cost is about half a second on a local session).
 PATCH_MIN_BYTES = 64 << 20
 PATCH_JOBS = 4
+# A merge touching at least this share of the buckets rewrites the whole table.
+MOST_BUCKETS = 0.75
 
 
 class MergeWriter:
@@ -145,13 +148,18 @@ class MergeWriter:
         touched = set(staged.buckets)
         if plan.reconcile:
             touched |= {row[0] for row in gone.select(BUCKET).distinct().collect()}
-        if rewrites_every_bucket(plan, existing):
-            replaced, strategy = existing, "rewrite table"
-        else:
+        whole = rewrites_every_bucket(plan, existing) or _most(touched, buckets)
+        if not whole:
             touched |= self._changed_by_rereads(plan, staged, delta, existing, touched)
             if not touched and not (plan.schema is not None and plan.schema.rewrites_lake):
                 plan.lake.discard(plan.txn)
                 return _unchanged(staged, delta)
+            whole = _most(touched, buckets)
+        if whole:
+            replaced, strategy = existing, "rewrite table"
+            if buckets and not rewrites_every_bucket(plan, existing):
+                strategy += f" ({len(touched & buckets)} of {len(buckets)} buckets touched)"
+        else:
             # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
             delta = delta.where(F.col(BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
@@ -159,7 +167,7 @@ class MergeWriter:
         # Patching works bucket by bucket: a commit that only changes the schema has none.
         patched = (
             bool(touched)
-            and strategy != "rewrite table"
+            and not whole
             and staged.rows_extracted <= PATCH_ROWS
             and len(touched) <= PATCHBUCKETS
             and sum(f.size for f in replaced) >= PATCH_MIN_BYTES
@@ -185,6 +193,7 @@ class MergeWriter:
             files=tuple(final for _, final in adds),
             strategy=strategy,
             head=head,
+            duplicate_keys=written.duplicate_keys,
         )
 
     def _merge_buckets(
@@ -198,6 +207,7 @@ class MergeWriter:
         """Rank every version of every key in the replaced buckets; one shuffle clusters them."""
         lake_rows = self._read_bucketed(plan, replaced, scheme)
         merged, counts = ranked_merge(delta, lake_rows, gone, plan)
+        merged, keys = with_key_count(merged, plan)
         merged, rewritten = counted(merged, "rewritten")
         # The merge already clustered the rows by bucket: one task writes each bucket.
         write_parquet(merged, self._staged(plan, _MERGED), plan, partition_by=BUCKET)
@@ -206,6 +216,7 @@ class MergeWriter:
             observed(rewritten),
             column_types(merged.drop(BUCKET).schema),
             observed(counts, "clashes"),
+            duplicate_keys=observed(keys, "duplicate_keys"),
         )
 
     def _patch_buckets(
@@ -344,6 +355,12 @@ class MergeWriter:
         )
 
 
+def _most(touched: set[int], buckets: set[int]) -> bool:
+    """Whether a merge touches so many of several buckets that rewriting them all costs less than
+    finding out which rows of the rest changed (and leaves the table as one set of files)."""
+    return len(buckets) > 1 and len(touched & buckets) >= MOST_BUCKETS * len(buckets)
+
+
 def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame) -> Column:
     condition = F.lit(True)
     for column, low, high in key_ranges:
@@ -372,6 +389,9 @@ class _Written:
     rows: int  # rows written to the new files
     columns: tuple[tuple[str, str], ...]
     clashes: int  # rows read now that differ from their key's winner at its cursor value
+    # Rows written whose key another written row has, counted as they were written (None: not
+    # counted, so `primary_key_unique` reads the written files again).
+    duplicate_keys: int | None = None
 
 
 def _counts(observation: Observation) -> MergeCounts:

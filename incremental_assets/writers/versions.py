@@ -77,6 +77,21 @@ def ranked_merge(
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
+def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, Observation]:
+    """`merged`, observed for keys that more than one written row has (`primary_key_unique`).
+
+    The rows are clustered by bucket and sorted by key already (the ranking's window), so the
+    count rides on the write: no pass over the files once they are written.
+    """
+    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
+    counted = merged.withColumn(RANK, F.count(F.lit(1)).over(by_key))
+    duplicates = Observation("keys")
+    # Each of a key's n rows adds 1/n: the sum is the number of keys written more than once.
+    share = F.when(F.col(RANK) > 1, F.lit(1.0) / F.col(RANK)).otherwise(F.lit(0.0))
+    observed = counted.observe(duplicates, F.round(F.sum(share)).alias("duplicate_keys"))
+    return observed.drop(RANK), duplicates
+
+
 def patched_merge(
     delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
 ) -> tuple[DataFrame, Observation]:
