@@ -36,13 +36,13 @@ def convert_to_iceberg(
     table: TableSpec, lake: LakeSpec, identifier: str, stored: StoredState
 ) -> Converted:
     """The plain Parquet table the stored cursor describes, made an Iceberg table in place."""
-    if lake.format != "iceberg":
+    if lake.format == "parquet":
         raise ConfigError(
             TableProblem(
                 table.name,
                 "the lake's format is parquet, so there is no Iceberg table to convert to.",
                 "lake.format",
-                "set lake.format: iceberg in the configuration, then convert.",
+                "set lake.format: iceberg in the configuration (or remove it), then convert.",
             )
         )
     if stored.batch == 0:

@@ -137,8 +137,8 @@ def report() -> None:
                     f"{table.name:<14}{number:>4} {m.rows_extracted:>10}{m.rows_written:>9}"
                     f"{m.row_count:>9}  {m.previous_cursor} -> {m.cursor}"
                 )
-        if project.lake.format == "iceberg":
-            orders = project.table("orders")
+        orders = project.table("orders")
+        if translator.lake_format(orders) == "iceberg":
             history = instance.fetch_materializations(translator.asset_key(orders), limit=100)
             snapshots = [record_of(r).iceberg_snapshot_id for r in reversed(history.records)]
             _read_back(project.lake, translator.lake_table_name(orders), snapshots)

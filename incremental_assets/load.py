@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from pyspark.sql import SparkSession
 
@@ -66,13 +67,15 @@ class LoadRequest:
     backfill: tuple[str, str] | None = None
     lake_name: str | None = None  # the Iceberg table's identifier (the translator's)
 
-    def open_lake(self) -> LakeTable:
+    @cached_property
+    def lake_table(self) -> LakeTable:
+        """The lake table, in its format (`lake.format_of`), opened once."""
         return open_lake(self.lake, self.table.name, self.lake_name)
 
-    @property
+    @cached_property
     def settings(self) -> str:
         """The lake-shaping settings this run runs under (`settings.py`)."""
-        return settings_text(self.table, self.lake)
+        return settings_text(self.table, self.lake, self.lake_table.format)
 
     def asked(self) -> RunRequest:
         return RunRequest(
@@ -104,7 +107,7 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
     if request.backfill:
         return None
     started = time.monotonic()
-    lake = request.open_lake()
+    lake = request.lake_table
     facts = lake.facts()
     proof = prove_unchanged(request.table, request.stored, facts, request.asked())
     if proof is None:
@@ -146,7 +149,7 @@ def run_incremental_load(
         lake = LakeSpec(path="/lake")
         result = run_incremental_load(spark, LoadRequest(table=t, lake=lake, stored=stored))
     """
-    lake = request.open_lake()
+    lake = request.lake_table
     recovered = [f"{request.table.name}: {note}" for note in lake.recover()]
     for note in recovered:
         log(note)

@@ -17,8 +17,8 @@ from typing import Any
 from incremental_assets.config import FilesSourceSpec, LakeSpec, TableSpec
 
 
-def lake_settings(table: TableSpec, lake: LakeSpec) -> dict[str, Any]:
-    """The table's lake-shaping settings, by name."""
+def lake_settings(table: TableSpec, lake: LakeSpec, format: str) -> dict[str, Any]:
+    """The table's lake-shaping settings, by name; `format` is the lake table's (`format_of`)."""
     settings: dict[str, Any] = {
         "mode": table.mode.value,
         "reads": table.query if table.query is not None else table.table,
@@ -31,7 +31,7 @@ def lake_settings(table: TableSpec, lake: LakeSpec) -> dict[str, Any]:
         "exclude_columns": list(table.exclude_columns),
         "null_cursor": table.null_cursor,
         "lake": lake.table_uri(table.name),
-        "format": lake.format,
+        "format": format,
     }
     if isinstance(table.source, FilesSourceSpec):
         settings["files"] = {
@@ -42,14 +42,14 @@ def lake_settings(table: TableSpec, lake: LakeSpec) -> dict[str, Any]:
     return settings
 
 
-def settings_text(table: TableSpec, lake: LakeSpec) -> str:
+def settings_text(table: TableSpec, lake: LakeSpec, format: str) -> str:
     """The settings as canonical JSON: what a run records."""
-    return json.dumps(lake_settings(table, lake), sort_keys=True, separators=(",", ":"))
+    return json.dumps(lake_settings(table, lake, format), sort_keys=True, separators=(",", ":"))
 
 
 def settings_digest(table: TableSpec, lake: LakeSpec) -> str:
-    """A short digest of the settings: the asset's code version."""
-    text = settings_text(table, lake)
+    """A short digest of the settings as configured: the asset's code version."""
+    text = settings_text(table, lake, lake.format or "auto")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

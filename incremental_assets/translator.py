@@ -15,6 +15,7 @@ import dagster as dg
 
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, Project, TableSpec
 from incremental_assets.errors import ConfigError, Problem
+from incremental_assets.lake import NEW_TABLES, format_of
 from incremental_assets.settings import settings_digest
 
 ALL_TABLES_JOB = "incremental_assets_all"
@@ -46,12 +47,13 @@ class IncrementalAssetsTranslator:
             "source": self.source_text(table),
             TABLE_METADATA_KEY: table.name,
         }
-        if self.lake.format == "iceberg":
+        lake_format = self.lake_format(table)
+        if lake_format == "iceberg":
             metadata["dagster/table_name"] = dg.MetadataValue.text(self.lake_table_name(table))
         return dg.AssetSpec(
             key=dg.AssetKey(list(table.asset_key_path)),
             group_name=table.source.name,
-            kinds={"spark", table.source.kind, self.lake.format},
+            kinds={"spark", table.source.kind, lake_format},
             description=table.description or self.describe(table),
             code_version=settings_digest(table, self.lake),
             metadata=metadata,
@@ -63,6 +65,12 @@ class IncrementalAssetsTranslator:
                 else None
             ),
         )
+
+    def lake_format(self, table: TableSpec) -> str:
+        """The table's lake format, as configured or, unset, as its folder says (local lakes)."""
+        if self.lake.format is not None or "://" in self.lake.path:
+            return self.lake.format or NEW_TABLES
+        return format_of(self.lake, table.name)
 
     def lake_table_name(self, table: TableSpec) -> str:
         """The table's identifier in the Iceberg catalog: `<lake.namespace>.<name>`, the name
@@ -128,7 +136,7 @@ class IncrementalAssetsTranslator:
             Mode.MERGE: f"merge on key ({', '.join(table.primary_key) or 'read from the database'})",
             Mode.FULL_REFRESH: "full refresh",
         }[table.mode]
-        lake = "Iceberg table" if self.lake.format == "iceberg" else "Parquet lake"
+        lake = "Iceberg table" if self.lake_format(table) == "iceberg" else "Parquet lake"
         return (
             f"{how} from {self.source_text(table)} into the {lake} at "
             f"{self.lake.table_uri(table.name)}; mode: {mode}."

@@ -118,10 +118,11 @@ class LakeSpec(FrozenModel):
         description="Root of the lake: a local path or a Hadoop URI. Each table is the folder "
         "<path>/<table name>."
     )
-    format: Literal["parquet", "iceberg"] = Field(
-        "parquet",
-        description="How a table's files are committed: parquet (a folder and a journal) or "
-        "iceberg (one snapshot per run, through the Iceberg catalog).",
+    format: Literal["parquet", "iceberg"] | None = Field(
+        None,
+        description="How a table's files are committed: iceberg (one snapshot per run, through "
+        "the Iceberg catalog) or parquet (a folder and a journal). Unset: iceberg for a new "
+        "table, parquet for a table the folder already holds in plain Parquet.",
     )
     catalog: dict[str, OptionText] = Field(
         default_factory=dict,
@@ -155,11 +156,11 @@ class LakeSpec(FrozenModel):
 
     @model_validator(mode="after")
     def _catalog_where_sqlite_can_be(self) -> LakeSpec:
-        if self.format == "iceberg" and not self.catalog and "://" in self.path:
+        if self.format != "parquet" and not self.catalog and "://" in self.path:
             raise ValueError(
                 f"an Iceberg lake at {self.path} needs `catalog:` (the default SQLite file only "
                 "works on a local path): for example {type: rest, uri: https://...} or "
-                "{type: sql, uri: postgresql+psycopg2://...}"
+                "{type: sql, uri: postgresql+psycopg2://...}; or set format: parquet"
             )
         return self
 

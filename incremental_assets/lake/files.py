@@ -54,6 +54,17 @@ class ParquetFolder:
         )
         return sorted((f for f in found if f is not None), key=lambda f: f.name)
 
+    def holds_plain_table(self) -> bool:
+        """Whether the folder holds a table in the plain format: its records or data files at its
+        root, and no Iceberg metadata (a converted table keeps its files at the root)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        names = {info.base_name for info in infos}
+        if "metadata" in names:
+            return False
+        return bool(names & {"_head", "_snapshot", "_journal"}) or any(
+            data_file(name) is not None for name in names
+        )
+
     def staging_uri(self, txn: str) -> str:
         return self.spark_uri(STAGING, txn)
 
