@@ -199,3 +199,37 @@ def test_a_new_delete_column_removes_the_rows_it_flags_by_reading_the_table_whol
     assert "delete_column changed" in run.metadata["warnings"]
     ids = [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])]
     assert ids == list(range(4, 21))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"source": {"properties": {"ApplicationName": "mine"}}}, "sets ApplicationName"),
+        ({"cursor": {"column": "updated_at", "type": "integer"}}, "field 'cursor.type'"),
+    ],
+    ids=["a pinned session setting", "a declared cursor type the column doesn't have"],
+)
+def test_what_a_run_with_spark_refuses_a_run_with_nothing_new_refuses_too(
+    make_project: ProjectBuilder,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    change: dict[str, object],
+    reason: str,
+) -> None:
+    """Nothing is new, so the run would otherwise succeed without Spark and record a success."""
+    pg.execute(ORDERS, ROWS.format(n=20))
+    assert materialize(
+        project := make_project(pg, MERGE), "orders", instance, spark_resource
+    ).success
+    assert materialize(project, "orders", instance, spark_resource).metadata["spark"] == (
+        "not started (nothing new)"
+    )
+    before = latest_metadata(instance, "orders")
+    changed = make_project(pg, MERGE, **change)  # type: ignore[arg-type]
+
+    refused = materialize(changed, "orders", instance, spark_resource)
+
+    assert not refused.success
+    assert reason in (refused.failure or "")
+    assert latest_metadata(instance, "orders") == before
