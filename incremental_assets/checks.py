@@ -296,13 +296,13 @@ def _cursor_age(result: LoadResult, now: datetime, timezone: str) -> timedelta |
     cursor, kind = result.cursor, result.cursor_type
     if cursor is None or kind is None or not kind.is_temporal:
         return None
-    if kind is CursorType.TIMESTAMPTZ:
-        return now - cursor  # type: ignore[operator]
     if kind is CursorType.DATE:
         assert isinstance(cursor, date)
         return now - datetime(cursor.year, cursor.month, cursor.day, tzinfo=UTC)
-    wall_clock = now.astimezone(ZoneInfo(timezone)).replace(tzinfo=None)
-    return wall_clock - cursor  # type: ignore[operator]
+    assert isinstance(cursor, datetime)
+    if kind is CursorType.TIMESTAMPTZ:
+        return now - cursor
+    return now.astimezone(ZoneInfo(timezone)).replace(tzinfo=None) - cursor
 
 
 def _text(kind: CursorType | None, value: object) -> str:

@@ -205,7 +205,7 @@ def later_of(
         return previous
     if previous is None or cursor_type is CursorType.STRING:
         return upper
-    return max(previous, upper)  # type: ignore[type-var]
+    return max(previous, upper)
 
 
 def convert_cursor(

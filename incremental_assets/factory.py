@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -70,7 +71,7 @@ def build_table_asset(
     )
     def load_table(
         context: dg.AssetExecutionContext, config: TableRunConfig, spark: IncrementalSparkResource
-    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    ) -> Iterator[dg.MaterializeResult[Any] | dg.AssetCheckResult]:
         lake = open_lake(project.lake, table.name, translator.lake_table_name(table))
         selected = {key.name for key in context.selected_asset_check_keys}
         with failing_cleanly():

@@ -102,7 +102,7 @@ class IncrementalSparkResource(LazyPySparkResource):
     def spark_session(self) -> SparkSession:
         if self._spark_session is None:
             self._spark_session = self._session()
-        return self._spark_session  # type: ignore[no-any-return]
+        return self._spark_session
 
     @property
     def log_file(self) -> Path | None:

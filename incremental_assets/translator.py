@@ -10,6 +10,7 @@ configuration (`translator: my_package.MyTranslator`), so that the assets and th
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import dagster as dg
 
@@ -102,14 +103,14 @@ class IncrementalAssetsTranslator:
     def automation_sensor_name(self) -> str:
         return AUTOMATION_SENSOR + self.suffix
 
-    def automation_condition(self, table: TableSpec) -> dg.AutomationCondition | None:
+    def automation_condition(self, table: TableSpec) -> dg.AutomationCondition[Any] | None:
         if table.automation is None:
             return None
         if table.automation in ("eager", "on_missing"):
             return self.never_materialized(table.automation)
         return dg.AutomationCondition.on_cron(table.automation)
 
-    def never_materialized(self, label: str) -> dg.AutomationCondition:
+    def never_materialized(self, label: str) -> dg.AutomationCondition[Any]:
         """Once, when the table has never been materialized.
 
         A table has no upstream assets, so `eager` can only mean this too. Dagster's own

@@ -192,4 +192,4 @@ def _may_reach(metadata: pq.FileMetaData, column: str, lower: object) -> bool:
                 return True
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
         return True
-    return metadata.num_row_groups == 0
+    return bool(metadata.num_row_groups == 0)

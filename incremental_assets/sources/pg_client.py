@@ -81,7 +81,7 @@ def connect(source: JdbcSourceSpec, pinned: bool = False) -> psycopg.Connection:
 
 
 def fetch_row(conn: psycopg.Connection, sql: str) -> dict[str, Any]:
-    cursor = conn.execute(sql)  # type: ignore[call-overload]
+    cursor = conn.execute(sql)
     names = [column.name for column in cursor.description or []]
     row = cursor.fetchone()
     assert row is not None  # an aggregate always returns its row
