@@ -177,10 +177,19 @@ class LakeSpec(FrozenModel):
         return f"{self.uri.rstrip('/')}/{table_name}"
 
     def catalog_properties(self) -> dict[str, str]:
-        """The Iceberg catalog's properties: the configured ones, or the default SQLite file."""
-        if self.catalog:
-            return {k: str(v) for k, v in self.catalog.items()}
-        return {"type": "sql", "uri": f"sqlite:///{self.path.rstrip('/')}/_catalog.db"}
+        """The Iceberg catalog's properties: the configured ones, or the default SQLite file.
+
+        A local lake's files are read and written through fsspec's local file system unless the
+        catalog names a FileIO: PyIceberg's pyarrow one loads pandas, most of a second of a run
+        that has nothing new.
+        """
+        properties = {k: str(v) for k, v in self.catalog.items()} or {
+            "type": "sql",
+            "uri": f"sqlite:///{self.path.rstrip('/')}/_catalog.db",
+        }
+        if "://" not in self.path:
+            properties.setdefault("py-io-impl", "pyiceberg.io.fsspec.FsspecFileIO")
+        return properties
 
 
 class CursorSpec(FrozenModel):
