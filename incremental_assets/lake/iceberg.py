@@ -77,6 +77,7 @@ class IcebergLake:
         self.identifier: str | None = identifier
         self._catalog: Catalog | None = None
         self._table: Table | None = None  # as `facts` found it: the base of the next commit
+        self._lost = False  # the catalog names the table, but its metadata is gone
         self._files: dict[str, IcebergFile] = {}  # the table's data files, by name
 
     def describe(self) -> str:
@@ -217,6 +218,8 @@ class IcebergLake:
     def commit(self, commit: Commit, facts: LakeFacts) -> LakeHead:
         """Move the staged files into `data/`, then swap the table's metadata in the catalog."""
         adds = [(staged, f"{DATA}/{final}") for staged, final in commit.adds]
+        if self._lost:
+            self._forget_lost_table()
         self.folder.sync_staged(commit.txn, [staged for staged, _ in adds])
         self.folder.fs.create_dir(self.folder.join(DATA), recursive=True)
         for staged, final in adds:
@@ -325,6 +328,15 @@ class IcebergLake:
         self._table = table
         return table
 
+    def _forget_lost_table(self) -> None:
+        """Before a table whose metadata is gone is written anew: drop the catalog's entry, which
+        names nothing, and the files of the folder's older copy, which no table will name."""
+        self._catalog_().drop_table(self.name)
+        for folder in (DATA, "metadata"):
+            with contextlib.suppress(FileNotFoundError, OSError):
+                self.folder.fs.delete_dir(self.folder.join(folder))
+        self._lost = False
+
     def _conflict(self, facts: LakeFacts) -> ConcurrentRunError:
         table = self._load()
         now = self._head(table) if table is not None else None
@@ -401,15 +413,22 @@ class IcebergLake:
         return self._catalog
 
     def _load(self) -> Table | None:
+        """The table as the catalog has it; None if it has none, or names metadata that is gone
+        (the table's folder deleted, or put back from a copy older than the catalog)."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         catalog = self._catalog_()
         try:
-            return catalog.load_table(self.name)
+            table = catalog.load_table(self.name)
         except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        except FileNotFoundError:
+            self._lost = True
             return None
         except Exception as exc:
             raise self._catalog_error(exc) from None
+        self._lost = False
+        return table
 
     def _catalog_error(self, exc: Exception) -> WriteError:
         cause = " ".join(str(exc).split("(Background on this error")[0].split())
@@ -464,9 +483,8 @@ def _evolve(transaction: Transaction, schema: pa.Schema, every_file_replaced: bo
 
 
 def _name_mapping(transaction: Transaction) -> dict[str, str]:
-    """Spark writes no Iceberg field ids: readers find the columns by name."""
-    if transaction.table_metadata.name_mapping() is not None:
-        return {}
+    """Spark writes no Iceberg field ids: readers find the columns by name, in the schema as this
+    commit leaves it (a table created empty gains its columns later)."""
     mapping = transaction.table_metadata.schema().name_mapping
     return {"schema.name-mapping.default": mapping.model_dump_json()}
 
