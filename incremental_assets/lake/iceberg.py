@@ -275,8 +275,6 @@ class IcebergLake:
     def _swap(
         self, table: Table, commit: Commit, facts: LakeFacts, added: list[str]
     ) -> tuple[uuid.UUID, int]:
-        from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
         current = table.current_snapshot()
         seen = facts.head.snapshot_id if facts.head is not None else None
         if (current.snapshot_id if current is not None else None) != seen:
@@ -301,9 +299,7 @@ class IcebergLake:
                 change.delete_data_file(self._files[name])
             for path in added:
                 location = f"{self._location_of(table)}/{path}"
-                change.append_data_file(
-                    parquet_file_to_data_file(table.io, transaction.table_metadata, location)
-                )
+                change.append_data_file(_data_file(table, transaction, location))
         committed = transaction.commit_transaction()
         snapshot = committed.current_snapshot()
         assert snapshot is not None
@@ -468,6 +464,24 @@ class IcebergLake:
             if f"-{txn}-" in file.name:
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.folder.fs.delete_file(self.folder.join(DATA, file.name))
+
+
+def _data_file(table: Table, transaction: Transaction, location: str) -> IcebergFile:
+    """The Iceberg entry of a data file, with its column statistics.
+
+    Values Python's dates can't hold (a PostgreSQL date BC) make PyIceberg's statistics fail;
+    such a file is entered with counts only, which readers can still read, just not prune.
+    """
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    metadata = transaction.table_metadata
+    try:
+        return parquet_file_to_data_file(table.io, metadata, location)
+    except (ValueError, OverflowError):
+        counts = {**metadata.properties, "write.metadata.metrics.default": "counts"}
+        return parquet_file_to_data_file(
+            table.io, metadata.model_copy(update={"properties": counts}), location
+        )
 
 
 def _evolve(transaction: Transaction, schema: pa.Schema, every_file_replaced: bool) -> None:

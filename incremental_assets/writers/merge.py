@@ -175,9 +175,13 @@ class MergeWriter:
         if patched:
             written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)
             strategy = f"patch {strategy}: each rewritten alone, unchanged keys copied"
-        else:
+        elif whole or touched:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
             strategy = f"merge {strategy}: every version ranked"
+        else:  # only the schema changes: the other files are rewritten to it in the commit
+            columns = column_types(delta.drop(BUCKET).schema, with_batch=True)
+            written = _Written(MergeCounts(0, 0, 0), 0, columns, 0, duplicate_keys=0)
+            strategy = f"schema only, {strategy}"
         if written.clashes:
             raise ClashingVersions(written.clashes)
         adds = _named_adds(plan, scheme)
