@@ -57,7 +57,10 @@ class ParquetFolder:
     def holds_plain_table(self) -> bool:
         """Whether the folder holds a table in the plain format: its records or data files at its
         root, and no Iceberg metadata (a converted table keeps its files at the root)."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        except OSError:  # not a folder: the run says so when it writes there
+            return False
         names = {info.base_name for info in infos}
         if "metadata" in names:
             return False
