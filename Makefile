@@ -45,10 +45,10 @@ test: install system
 	$(BIN)/python -m pytest
 
 # The model-based test for as long as asked (STEPS steps over many examples; DATABASE=mariadb for
-# a MariaDB source). It prints its seed
+# a MariaDB source, FORMAT=iceberg for an Iceberg lake). It prints its seed
 # first; a failure prints the steps that reproduce it and the command that replays it.
 soak: install java
-	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) $(if $(DATABASE),--database $(DATABASE)) --steps $(or $(STEPS),500)
+	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) $(if $(DATABASE),--database $(DATABASE)) $(if $(FORMAT),--format $(FORMAT)) --steps $(or $(STEPS),500)
 
 # What the tests need from the system: PostgreSQL's and MariaDB's binaries (the suite starts its own
 # servers), MariaDB Connector/J from Debian (Maven Central is not reachable here) and

@@ -1,12 +1,17 @@
 """The state machine: random sequences of source changes, cursor commands and runs of the asset.
 
 Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema or
-MariaDB database (the server's kind decides), lake and on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
+MariaDB database (the server's kind decides), lake (plain Parquet or Iceberg, as `Env` says) and
+on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
 tie with the cursor, soft and hard deletes, restores, identical rows, transactions left open
 across runs, schema changes), operate the cursor, and run the asset: in this process, as a
-subprocess killed at a pause point, or twice after letting everything settle. After every run
-that succeeds, `Reference.check_run` states what the lake and the metadata must be; runs that are
-refused by design must fail cleanly and change nothing.
+subprocess killed at a pause point, or twice after letting everything settle. Others change what
+an operator changes between runs: the table's settings (mode, delete_column, the columns read, how
+the key is named, the cursor column) and the lake itself (its folder removed, moved, or restored
+from a copy taken after an earlier run; a new, empty Dagster instance). After every run that
+succeeds, `Reference.check_run` states what the lake and the metadata must be; runs that are
+refused by design must fail cleanly, change nothing, and, where the refusal says to, a full
+refresh then rebuilds the lake.
 
 Hypothesis prints a failing example as the sequence of rules with their arguments; `note()`
 lines (starting with `#`) say what each step did to the source (keys and cursor values).
@@ -20,9 +25,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -39,7 +45,7 @@ from hypothesis.stateful import (
 )
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.model.lake import LakeState, read_lake_state
+from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
 from incremental_assets_tests.model.source import (
@@ -68,6 +74,11 @@ from incremental_assets_tests.support.mariadb import MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer
 
 MODES = ("append", "merge", "full_refresh")
+# What can happen to the lake between runs; "restored-with-catalog" puts back an Iceberg lake's
+# catalog file with the table's folder (a plain Parquet lake has none: the same as "restored").
+LAKE_EVENTS = ("removed", "moved", "restored", "restored-with-catalog", "new-instance")
+CATALOG = "_catalog.db"  # the default Iceberg catalog, in the lake's root
+COPIES = 3  # copies of the lake kept for "restored": those of the last commits
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
 BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
 _INT_WIDTH = {pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
@@ -89,6 +100,10 @@ class Env:
     refusals: int = 1  # runs refused by design per example, at most
     schema_changes: int = 3  # per example, at most
     cursor_commands: int = 2  # per example, at most
+    lake_format: str = "parquet"  # parquet | iceberg
+    settings_changes: int = 0  # changes of the table's settings per example, at most
+    lake_events: int = 0  # per example, at most
+    lake_event_kinds: tuple[str, ...] = LAKE_EVENTS
     verbose: bool = False  # print a summary of each example that passed
     steps: int = 0  # steps run so far, over every example (the soak's budget)
     examples: int = 0
@@ -120,6 +135,8 @@ class LakeMachine(RuleBasedStateMachine):
         self.directory: Path | None = None
         self.writers: list[LateWriter] = []
         self.kills = self.refusals = self.schema_changes = self.cursor_commands = 0
+        self.settings_changes = self.lake_events = 0
+        self.copies: dict[str, Path] = {}  # copies of the lake by the commit they were taken at
         self.after_kill = False
         self.dirty = True  # something changed since the last run: another run can tell more
         self.runs = 0
@@ -139,8 +156,9 @@ class LakeMachine(RuleBasedStateMachine):
             config.table_entry(self.source.schema),
             env.spark_resource,
             env.connect,
+            env.lake_format,
         )
-        self.reference = Reference(config)
+        self.reference = Reference(config, lake=str(self.runner.lake), lake_format=env.lake_format)
         self._observe()
 
     def teardown(self) -> None:
@@ -170,7 +188,18 @@ class LakeMachine(RuleBasedStateMachine):
 
     def _observe(self, written: set[Key] | None = None) -> None:
         self.dirty = True
-        self.reference.observe(self.source.snapshot(), written or set())
+        self.reference.observe(self._snapshot(), written or set())
+
+    def _snapshot(self) -> Snapshot:
+        """The committed source as a run under the current settings reads it: the columns it
+        reads, each with the type the lake's readers see."""
+        snapshot = self.source.snapshot()
+        columns = self.config.visible(list(snapshot.columns))
+        return Snapshot(
+            {c: snapshot.columns[c] for c in columns},
+            tuple({c: row[c] for c in columns} for row in snapshot.rows),
+            {c: as_read(self.env.lake_format, snapshot.lake_types[c]) for c in columns},
+        )
 
     def _locked(self) -> set[Key]:
         return {key for writer in self.writers for key in writer.keys}
@@ -201,9 +230,13 @@ class LakeMachine(RuleBasedStateMachine):
         return f"{'/'.join(map(str, key))}@{_short(row[CURSOR])}{flag}"
 
     def _say(self, kind: str, text: str) -> None:
-        """A comment in the printed recipe, counted for the soak's summary."""
+        """A comment in the printed recipe, counted for the soak's summary (printed as it goes
+        when the steps are replayed by hand, as `test_regressions.py` does)."""
         self.did[kind] += 1
-        note(text)
+        if currently_in_test_context():
+            note(text)
+        else:
+            print(text, flush=True)
 
     def _lake(self) -> LakeState:
         return read_lake_state(self.runner.lake)
@@ -211,11 +244,15 @@ class LakeMachine(RuleBasedStateMachine):
     def _fail(self, what: str, problems: list[str]) -> None:
         raise AssertionError(f"{what}:\n  - " + "\n  - ".join(problems))
 
+    def _lake_before_run(self) -> LakeState | None:
+        """The lake before a run; None after a killed run (its commit may be in the lake)."""
+        return None if self.after_kill else self._lake()
+
     def _run(self, full_refresh: bool = False, lag_elapsed: bool = False) -> Outcome:
         """Run the asset in this process and check the run and the lake against the model."""
-        before = None if self.after_kill else len(self._lake().rows)
+        before = self._lake_before_run()
         self.source.settle()
-        snapshot = self.source.snapshot()
+        snapshot = self._snapshot()
         outcome = self.runner.run(full_refresh)
         if not outcome.success:
             self._fail("the run failed", [outcome.describe()])
@@ -227,7 +264,7 @@ class LakeMachine(RuleBasedStateMachine):
         outcome: Outcome,
         snapshot: Snapshot,
         full_refresh: bool,
-        before: int | None,
+        before: LakeState | None,
         lag_elapsed: bool = False,
     ) -> None:
         """Check a successful run (whatever ran it) and the lake it left against the model."""
@@ -245,13 +282,15 @@ class LakeMachine(RuleBasedStateMachine):
             full_requested=full_refresh,
             open_starts=tuple(w.started for w in self.writers),
             lag_elapsed=lag_elapsed,
-            lake_rows_before=before,
+            lake_rows_before=None if before is None else len(before.rows),
+            lake_files_before=None if before is None else bool(before.files),
             defaulted=frozenset(self.source.defaulted),
         )
         problems = self.reference.check_run(facts, self._lake())
         self.after_kill = self.dirty = False
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
+        self._keep_copy(md)
 
     # -- source writes -----------------------------------------------------------------------
 
@@ -444,8 +483,9 @@ class LakeMachine(RuleBasedStateMachine):
         lake = self._lake()
         held = lake.types.get("qty")
         refused = (
-            not self.reference.expects_full(requested=False)
+            self.reference.full_refresh_expected(False, bool(lake.files)) == {False}
             and bool(lake.files)
+            and "qty" in self.config.visible(list(self.source.columns()))
             and held in _INT_WIDTH
             and _INT_WIDTH[held] > _INT_WIDTH[self.source.lake_type(narrower)]
         )
@@ -456,12 +496,12 @@ class LakeMachine(RuleBasedStateMachine):
         )
         self._observe()
         if refused:
-            self._expect_refusal("qty")
+            self._expect_refusal("qty narrowed in the source", ["'qty'"])
             self._run(full_refresh=True)
         else:
             self._run()
 
-    @precondition(lambda self: self._can_refuse())
+    @precondition(lambda self: self._can_refuse() and self.config.listed is None)
     @rule(pick=st.integers(0, 99))
     def hide_column(self, pick: int) -> None:
         """The cursor or a key column disappears (renamed away): refused; then it comes back."""
@@ -471,12 +511,13 @@ class LakeMachine(RuleBasedStateMachine):
         self.source.rename(name, f"{name}_gone")
         self._say("renamed", f"# renamed {name} away")
         try:
-            self._expect_refusal(name)
+            self._expect_refusal(f"{name} renamed away in the source", [f"'{name}'"])
         finally:
             self.source.rename(f"{name}_gone", name)
 
-    def _expect_refusal(self, column: str) -> None:
-        """The run fails with one paragraph naming the table and changes neither lake nor cursor."""
+    def _expect_refusal(self, what: str, named: Sequence[str]) -> None:
+        """The run fails with one paragraph naming the table and each of `named`, and changes
+        neither the lake nor the cursor, nor records anything."""
         lake, recorded, count = (
             self._lake(),
             self.runner.recorded_cursor(),
@@ -485,24 +526,264 @@ class LakeMachine(RuleBasedStateMachine):
         outcome = self.runner.run()
         problems = []
         message = (outcome.failure or "").strip()
+        missing = [text for text in [f"Table '{TABLE}'", *named] if text not in message]
         if outcome.success:
-            problems.append(f"the run succeeded: {outcome.metadata}")
-        elif f"Table '{TABLE}'" not in message or f"'{column}'" not in message or "\n\n" in message:
+            md = outcome.metadata
             problems.append(
-                f"the message should be one paragraph naming the table and {column}: {message!r}"
+                f"the run succeeded: full_refresh {md.get('full_refresh')}, cursor "
+                f"{md.get('previous_cursor')} -> {md.get('cursor')}, {md.get('rows_written')} "
+                "rows written"
+            )
+        elif missing or "\n\n" in message:
+            problems.append(
+                f"the message should be one paragraph naming {missing or 'the table'}: {message!r}"
             )
         after = self._lake()
-        if after.files != lake.files or after.rows != lake.rows:
+        if (after.files, after.rows, after.unreadable) != (lake.files, lake.rows, lake.unreadable):
             problems.append(f"the lake changed: {lake.files} -> {after.files}")
         if self.runner.materializations() != count:
             problems.append("a materialization was recorded")
         if self.runner.recorded_cursor() != recorded:
             problems.append(f"the cursor moved: {recorded} -> {self.runner.recorded_cursor()}")
         if problems:
-            self._fail(
-                f"a run with {column} changed in the source was not refused cleanly", problems
-            )
+            self._fail(f"a run after {what} was not refused cleanly", problems)
         self._say("refused", f"# refused: {message[:200]}")
+
+    def _refused_until_rebuilt(self, what: str, named: Sequence[str], new_row: bool) -> None:
+        """A run is refused with nothing new, then (`new_row`) with a row that is; a full
+        refresh then rebuilds the lake from the source."""
+        self._expect_refusal(what, named)
+        if new_row:
+            self.add_row()
+            self._expect_refusal(f"{what}, with a new row", named)
+        self._run(full_refresh=True)
+
+    # -- settings changed between runs -------------------------------------------------------
+
+    def _can_change_settings(self) -> bool:
+        """After a run recorded its settings (there is nothing to change before), as often as
+        the budget allows."""
+        return (
+            not self.after_kill
+            and self.settings_changes < self.env.settings_changes
+            and self.reference.recorded_settings is not None
+        )
+
+    def _reconfigure(self, config: TableConfig, kind: str, what: str) -> None:
+        """Run from now on under `config`; the reference learns it with the lake as it is."""
+        self.settings_changes += 1
+        self.reference.change_settings(config, self._lake())
+        self.config = self.source.config = config
+        self.runner.configure(config.table_entry(self.source.schema))
+        self._say(kind, f"# settings: {what}")
+        self._observe()
+
+    @precondition(lambda self: self._can_change_settings())
+    @rule(mode=st.sampled_from(MODES), new_row=st.booleans())
+    def change_mode(self, mode: str, new_row: bool) -> None:
+        """`mode` changed. While the lake holds files of the other layout (batches, buckets),
+        an incremental run is refused naming 'mode', whether or not a row is new, until a full
+        refresh rebuilds it; full_refresh mode replaces the table on every run anyway."""
+        if mode == self.config.mode or mode not in self.env.modes:
+            return
+        if mode == "merge" and not self.config.keyed:
+            return
+        merge = mode == "merge"
+        # Only merge deletes rows, and only a merge may read its key from the table's own.
+        config = replace(
+            self.config,
+            mode=mode,
+            reconcile=self.config.reconcile and merge,
+            soft_deletes=self.config.soft_deletes and merge,
+            key_named=self.config.key_named if merge else "as drawn",
+        )
+        lake = self._lake()
+        held = sorted(lake.layouts())
+        self._reconfigure(config, "mode changed", f"mode {mode}; the lake holds {held} files")
+        foreign = "batch" if merge else "bucket"
+        incremental = self.reference.full_refresh_expected(False, True) == {False}
+        if mode != "full_refresh" and foreign in lake.layouts() and incremental:
+            self._refused_until_rebuilt(f"mode changed to {mode}", ["field 'mode'"], new_row)
+
+    @precondition(lambda self: self._can_change_settings() and self.config.mode == "merge")
+    @rule()
+    def toggle_delete_column(self) -> None:
+        """`delete_column` set (with the flag column added, if the table has none) or unset:
+        the next run reads the table whole when the lake holds files, and the lake then holds
+        the keys that are live under the new setting."""
+        flagged = not self.config.soft_deletes
+        if flagged and DELETED not in self.source.columns():
+            if self.writers:
+                return  # the ALTER TABLE would wait for their row locks
+            self.source.add_delete_flag()
+        config = replace(self.config, soft_deletes=flagged)
+        setting = f"delete_column {DELETED if flagged else 'unset'}"
+        self._reconfigure(config, "delete_column changed", setting)
+
+    @precondition(lambda self: self._can_change_settings())
+    @rule(pick=st.integers(0, 99), listing=st.booleans())
+    def change_columns(self, pick: int, listing: bool) -> None:
+        """One value column read or no longer read, said with `columns:` (`listing`) or with
+        `exclude_columns:`. A column no longer read stays in the lake, NULL in rows written since
+        (until a full refresh drops it); one read again is added back, NULL in rows written
+        while it wasn't."""
+        columns = list(self.source.columns())
+        values = [c for c in columns if c not in {*self.config.key, CURSOR, "note", DELETED}]
+        if not values:
+            return
+        name = values[pick % len(values)]
+        read = set(self.config.visible(columns)) ^ {name}
+        if listing:
+            config = replace(self.config, exclude=(), listed=tuple(c for c in columns if c in read))
+        else:
+            excluded = tuple(c for c in values if c not in read)
+            config = replace(self.config, exclude=excluded, listed=None)
+        setting = (
+            f"columns {list(config.listed or ())}"
+            if listing
+            else f"exclude_columns {list(config.exclude)}"
+        )
+        what = f"{name} {'read' if name in read else 'not read'}: {setting}"
+        self._reconfigure(config, "columns changed", what)
+
+    @precondition(lambda self: self._can_change_settings() and self.config.mode == "merge")
+    @rule(named=st.sampled_from(("as drawn", "reversed", "unnamed")))
+    def name_key(self, named: str) -> None:
+        """`primary_key` named in another order (the buckets hash the key's columns in order:
+        every row is bucketed again, in the same commit) or left out (read from the table)."""
+        if named == self.config.key_named or (named == "reversed" and len(self.config.key) < 2):
+            return
+        config = replace(self.config, key_named=named)
+        self._reconfigure(config, "key named", f"primary_key {named}")
+
+    @precondition(
+        lambda self: (
+            self._can_change_settings()
+            and not self.writers  # their row locks would keep the RENAME waiting
+            and self.config.listed is None  # columns: would name the old column
+            and self.reference.stored is not None
+            and self.reference.surely_incremental()
+        )
+    )
+    @rule()
+    def rename_cursor(self) -> None:
+        """The cursor column renamed, and the config following it: refused (the stored cursor
+        belongs to the old column) naming 'cursor'; then both are put back."""
+        self.settings_changes += 1
+        renamed = f"{CURSOR}_renamed"
+        entry = self.config.table_entry(self.source.schema)
+        self.source.rename(CURSOR, renamed)
+        self.runner.configure({**entry, "cursor": {**entry["cursor"], "column": renamed}})
+        self._say("cursor renamed", f"# renamed the cursor column to {renamed}, the config too")
+        try:
+            self._expect_refusal("the cursor column renamed", ["field 'cursor'", f"'{CURSOR}'"])
+        finally:
+            self.source.rename(renamed, CURSOR)
+            self.runner.configure(entry)
+
+    # -- the lake and the Dagster instance ---------------------------------------------------
+
+    def _can_disturb_lake(self, *kinds: str) -> bool:
+        """After a run stored a cursor (before, the next run replaces the table anyway), as
+        often as the budget allows."""
+        return (
+            not self.after_kill
+            and self.lake_events < self.env.lake_events
+            and self.reference.stored is not None
+            and any(kind in self.env.lake_event_kinds for kind in kinds)
+        )
+
+    def _keep_copy(self, metadata: dict[str, Any]) -> None:
+        """A copy of the lake as a run left it, to restore later: the last `COPIES` commits."""
+        commit = metadata.get("lake_commit")
+        wanted = self._can_disturb_lake("restored", "restored-with-catalog")
+        table_dir = self.runner.lake / TABLE
+        if not wanted or commit is None or commit in self.copies or not table_dir.is_dir():
+            return
+        copy = self.runner.directory / f"copy-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(table_dir, copy / TABLE)
+        if (self.runner.lake / CATALOG).exists():
+            shutil.copy2(self.runner.lake / CATALOG, copy / CATALOG)
+        self.copies[commit] = copy
+        while len(self.copies) > COPIES:
+            shutil.rmtree(self.copies.pop(next(iter(self.copies))))
+
+    def _drop_copies(self) -> None:
+        """Copies of another lake or of another instance's commits restore nothing of this one."""
+        for copy in self.copies.values():
+            shutil.rmtree(copy)
+        self.copies.clear()
+
+    def _lake_disturbed(self, kind: str, what: str, new_row: bool) -> None:
+        """After the lake was removed, moved or restored, an incremental run is refused (with
+        nothing new, then with a new row) naming the stored cursor, the lake and the fix; a full
+        refresh then rebuilds the lake. A run that replaces the table anyway just runs."""
+        self.lake_events += 1
+        self._say(kind, f"# {what}")
+        self.dirty = True
+        if self.reference.full_refresh_expected(False, bool(self._lake().files)) != {False}:
+            return
+        named = [
+            "the stored cursor",
+            f"{self.runner.stored_cursor()!r}",
+            str(self.runner.lake / TABLE),
+            f"incremental-assets run {TABLE} --full",
+        ]
+        self._refused_until_rebuilt(what, named, new_row)
+
+    @precondition(lambda self: self._can_disturb_lake("removed"))
+    @rule(new_row=st.booleans())
+    def remove_lake(self, new_row: bool) -> None:
+        """The table's folder deleted (rm -rf)."""
+        shutil.rmtree(self.runner.lake / TABLE, ignore_errors=True)
+        self._lake_disturbed("lake removed", "the lake table's folder removed", new_row)
+
+    @precondition(lambda self: self._can_disturb_lake("moved"))
+    @rule(new_row=st.booleans())
+    def move_lake(self, new_row: bool) -> None:
+        """`lake.path` changed to an empty place, the Dagster instance kept."""
+        self._drop_copies()
+        self.reference.lake = str(self.runner.move_lake())
+        self._lake_disturbed("lake moved", f"lake.path changed to {self.runner.lake}", new_row)
+
+    @precondition(
+        lambda self: (
+            self._can_disturb_lake("restored", "restored-with-catalog") and bool(self.copies)
+        )
+    )
+    @rule(pick=st.integers(0, 99), with_catalog=st.booleans(), new_row=st.booleans())
+    def restore_lake(self, pick: int, with_catalog: bool, new_row: bool) -> None:
+        """The table's folder put back from a copy taken after an earlier run, and (Iceberg,
+        `with_catalog`) the catalog's file with it; without it, the catalog names the newer
+        metadata the folder no longer has."""
+        allowed = {"restored": False, "restored-with-catalog": True}
+        catalogs = [c for kind, c in allowed.items() if kind in self.env.lake_event_kinds]
+        with_catalog = with_catalog if len(catalogs) == 2 else catalogs[0]
+        now = self.runner.latest_metadata().get("lake_commit")
+        older = [(commit, copy) for commit, copy in self.copies.items() if commit != now]
+        if not older:
+            return
+        commit, copy = older[pick % len(older)]
+        shutil.rmtree(self.runner.lake / TABLE, ignore_errors=True)
+        shutil.copytree(copy / TABLE, self.runner.lake / TABLE)
+        restored = "the lake table's folder"
+        if with_catalog and (copy / CATALOG).exists():
+            shutil.copy2(copy / CATALOG, self.runner.lake / CATALOG)
+            restored += " and the catalog"
+        what = f"{restored} restored as commit {commit} left them"
+        self._lake_disturbed("lake restored", what, new_row)
+
+    @precondition(lambda self: self._can_disturb_lake("new-instance"))
+    @rule()
+    def new_instance(self) -> None:
+        """A new, empty Dagster instance (a new DAGSTER_HOME) over the existing lake: its first
+        run has no stored cursor, so it replaces the table, which then equals the source."""
+        self.lake_events += 1
+        self._drop_copies()
+        self.runner.new_home()
+        self.reference.new_instance()
+        self.dirty = True
+        self._say("new instance", f"# a new Dagster instance at {self.runner.home}")
 
     # -- the cursor command ------------------------------------------------------------------
 
@@ -514,7 +795,7 @@ class LakeMachine(RuleBasedStateMachine):
         stored = self.reference.stored
         assert stored is not None
         order = self.reference.order
-        committed = {r[CURSOR] for r in self.source.snapshot().rows}
+        committed = {r[CURSOR] for r in self._snapshot().rows}
         values = sorted(
             {v for v in committed if order(v) <= order(stored)} | {stored},
             key=lambda v: (order(v), v),
@@ -542,7 +823,7 @@ class LakeMachine(RuleBasedStateMachine):
             and self.env.connect is not None
             and self.kills < self.env.kills
             and self.reference.stored is not None
-            and not self.reference.expects_full(requested=False)
+            and self.reference.surely_incremental()
         )
     )
     @rule(pick=st.integers(0, 99), full_refresh=st.booleans())
@@ -555,9 +836,9 @@ class LakeMachine(RuleBasedStateMachine):
         self.kills += 1
         self.cursor_commands += 1
         value, text = self._replay_point(pick)
-        before = None if self.after_kill else len(self._lake().rows)
+        before = self._lake_before_run()
         self.source.settle()
-        snapshot = self.source.snapshot()
+        snapshot = self._snapshot()
         recorded = self.runner.materializations()
         results: list[tuple[int, str]] = []
         command = threading.Thread(
@@ -619,13 +900,14 @@ class LakeMachine(RuleBasedStateMachine):
     def killed_run(self, point: str, full_refresh: bool) -> None:
         """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
         self.kills += 1
-        before = None if self.after_kill else len(self._lake().rows)
+        before = self._lake_before_run()
         self.source.settle()
-        snapshot = self.source.snapshot()
+        snapshot = self._snapshot()
         outcome = self.runner.killed_run(point, full_refresh)
         if outcome.killed:
             self._say("killed", f"# killed at {point}")
-            self.reference.killed(full_refresh, committed=point != "staged")
+            holds_files = None if before is None else bool(before.files)
+            self.reference.killed(full_refresh, point != "staged", holds_files)
             self.dirty = True
             self.after_kill = self.after_kill or point != "staged"
             return
@@ -644,7 +926,7 @@ class LakeMachine(RuleBasedStateMachine):
             time.sleep(lag(self.config).total_seconds() + 0.2)
         self._run(lag_elapsed=True)
         second = self._run(lag_elapsed=True)
-        problems = self.reference.check_settled(self.source.snapshot(), self._lake())
+        problems = self.reference.check_settled(self._snapshot(), self._lake())
         md = second.metadata
         if self.config.mode != "full_refresh" and not md.get("full_refresh"):
             changed = {

@@ -13,7 +13,15 @@ product how anything is computed; it states the README's guarantees over the sou
 * append: every version read, once: a version is (key, cursor), or the whole row without a key
   (a multiset: identical rows count);
 * full_refresh mode: the lake is the committed snapshot;
-* the metadata agrees with the lake (row count, inserted/updated/deleted, rows written).
+* the metadata agrees with the lake (row count, inserted/updated/deleted, rows written);
+* settings: the config may change between runs (`change_settings`). The first run that succeeds
+  after a change names exactly the lake-shaping settings that differ from the last recorded
+  run's (`settings_changed`) and never proves "nothing new" without Spark; a merge whose
+  `delete_column` changed reads the table whole (when the lake holds files) and says why. The
+  reference then checks the lake against the new settings (columns a run doesn't read are as
+  if the source had dropped them). A new Dagster instance (`new_instance`) has no stored cursor;
+* readers can read the lake, and it holds no leftovers of a run. An Iceberg table's schema keeps
+  every column it ever had: after a full refresh, those the source no longer has are NULL.
 
 Cursor values and keys are compared as the source database compares them (`collated`: on
 MariaDB, text that differs only in case or trailing spaces is equal); the values the lake holds
@@ -66,6 +74,8 @@ class RunFacts:
     open_starts: tuple[datetime, ...] = ()  # starts of the transactions open during the run
     lag_elapsed: bool = False  # every row is older than safety_lag (the settle step waited)
     lake_rows_before: int | None = None  # None after a killed run: its commit may be in the lake
+    # Whether the lake held data files before the run (None after a killed run: can't tell).
+    lake_files_before: bool | None = None
     defaulted: frozenset[str] = frozenset()  # columns added with a DEFAULT
 
 
@@ -74,7 +84,13 @@ class Reference:
     config: TableConfig
     frontier: CursorValue | None = None  # the largest cursor value ever committed
     stored: CursorValue | None = None  # where the next run starts (None: from scratch)
-    repeat_full: bool = False  # a killed full refresh committed: the next run repeats it
+    # A killed full refresh committed: the next run repeats it (None: the killed run may or may
+    # not have been one).
+    repeat_full: bool | None = False
+    lake: str = ""  # where the config puts the lake (`lake.path`)
+    lake_format: str = "parquet"
+    # The lake-shaping settings of the last recorded run (None: no run recorded any).
+    recorded_settings: dict[str, Any] | None = None
     ever: dict[Key, set[Frozen]] = field(default_factory=lambda: defaultdict(set))
     # merge: the versions of each key's current row since it was last written (a schema change
     # alters rows without moving their cursor, and the lake may keep their older form)
@@ -139,22 +155,61 @@ class Reference:
     def cursor_reset(self) -> None:
         self.stored = None
 
-    def killed(self, full_refresh: bool, committed: bool) -> None:
+    def killed(self, full_refresh: bool, committed: bool, holds_files: bool | None) -> None:
         """A run killed at a pause point recorded nothing; a committed full refresh is repeated."""
         if not committed:
             return
-        if full_refresh or self.expects_full(False):
+        full = self.full_refresh_expected(full_refresh, holds_files)
+        if full == {True}:
             self.repeat_full = True
+        elif True in full:
+            self.repeat_full = None
         self.prev_lake = None  # its commit is in the lake: compare with history instead
 
-    def expects_full(self, requested: bool) -> bool:
-        """Whether the next run replaces the table."""
-        return (
-            requested
-            or self.config.mode == "full_refresh"
-            or self.stored is None
-            or self.repeat_full
-        )
+    def full_refresh_expected(self, requested: bool, holds_files: bool | None) -> set[bool]:
+        """What the next run's `full_refresh` may be: it replaces the table when asked, in
+        full_refresh mode, without a stored cursor, to repeat a full refresh a killed run
+        committed, or (merge) when delete_column changed and the lake holds files. Both where
+        the model can't tell (`holds_files` None: after a killed run)."""
+        if requested or self.config.mode == "full_refresh" or self.stored is None:
+            return {True}
+        if self.repeat_full is not False:
+            return {True} if self.repeat_full else {True, False}
+        if self.config.mode == "merge" and "delete_column" in self.pending_settings():
+            return {True, False} if holds_files is None else {holds_files}
+        return {False}
+
+    def surely_incremental(self) -> bool:
+        """Whether the next run adds to the lake rather than replacing it, however many files
+        the lake holds."""
+        return all(self.full_refresh_expected(False, files) == {False} for files in (True, False))
+
+    # -- settings and instances --------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.config.lake_settings(), "lake": self.lake}
+
+    def pending_settings(self) -> set[str]:
+        """The settings that differ from the last recorded run's: the next run names them."""
+        if self.recorded_settings is None:
+            return set()
+        now, then = self.settings(), self.recorded_settings
+        return {name for name in now.keys() | then.keys() if now.get(name) != then.get(name)}
+
+    def change_settings(self, config: TableConfig, lake: LakeState) -> None:
+        """The config is now `config`; `lake` is what the lake holds. A mode's memory of the lake
+        starts from it: a merge matches its rows by key, an append adds to its rows."""
+        if config.mode != self.config.mode and config.mode == "merge":
+            self.prev_lake = {self.key(row): row for row in lake.rows}
+        if config.mode != self.config.mode and config.mode == "append":
+            self.reads = [list(lake.rows)]
+        self.config = config
+
+    def new_instance(self) -> None:
+        """A new, empty Dagster instance over the same lake: nothing stored, nothing recorded."""
+        self.stored = None
+        self.repeat_full = False
+        self.recorded_settings = None
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -164,9 +219,10 @@ class Reference:
         md = facts.metadata
         out: list[str] = []
         full = bool(md.get("full_refresh"))
-        expected_full = self.expects_full(facts.full_requested)
-        if full != expected_full:
-            out.append(f"metadata full_refresh is {full}, expected {expected_full}")
+        expected_full = self.full_refresh_expected(facts.full_requested, facts.lake_files_before)
+        if full not in expected_full:
+            out.append(f"metadata full_refresh is {full}, expected {expected_full.pop()}")
+        out += self._check_settings(facts)
         previous = parse_recorded(kind, md.get("previous_cursor"))
         if previous != self.stored:
             out.append(
@@ -187,14 +243,45 @@ class Reference:
             out += self._check_append(facts, lake, full, lower, recorded)
         else:
             out += self._check_snapshot(facts.snapshot, lake)
+        if lake.unreadable:
+            out.append(f"the lake can't be read after the run: {lake.unreadable}")
         if lake.schema_mismatches:
             out.append(f"lake files disagree on the schema: {list(lake.schema_mismatches)}")
         if lake.pending:
             out.append(f"a successful run left {list(lake.pending)} behind")
         self.stored = recorded
         self.repeat_full = False
+        self.recorded_settings = self.settings()
         self.prev_columns = set(lake.columns)  # an emptied lake keeps no columns
         self.runs += 1
+        return out
+
+    def _check_settings(self, facts: RunFacts) -> list[str]:
+        """The run names what changed since the last recorded run, and proves nothing without
+        Spark then; a merge reading its table whole for a changed delete_column says so."""
+        md, out = facts.metadata, []
+        changed = self.pending_settings()
+        text = md.get("settings_changed") or ""
+        named = {part.split(":", 1)[0] for part in text.split("; ")} if text else set()
+        if named != changed:
+            out.append(
+                f"settings_changed is {text!r}, but {sorted(changed) or 'nothing'} changed since "
+                "the last recorded run"
+            )
+        if changed and str(md.get("spark", "")).startswith("not started"):
+            out.append(
+                f"right after a change of {sorted(changed)}, the run proved nothing new without Spark"
+            )
+        reads_whole = (
+            "delete_column" in changed
+            and self.config.mode == "merge"
+            and facts.lake_files_before
+            and not facts.full_requested
+        )
+        if reads_whole and "delete_column changed" not in str(md.get("warnings") or ""):
+            out.append(
+                f"delete_column changed, but the warnings don't say so: {md.get('warnings')!r}"
+            )
         return out
 
     def _check_cursor(
@@ -328,7 +415,15 @@ class Reference:
             elif held is not None and held not in self.types_seen[name]:
                 out.append(f"column {name} is {held} in the lake, a type it never had")
         extra = set(lake.columns) - set(snapshot.columns)
-        if full and extra:
+        if full and extra and self.lake_format == "iceberg":
+            # An Iceberg table's schema keeps every column it ever had: NULL in a snapshot
+            # that replaced every row.
+            held = sorted(c for c in extra if any(row.get(c) is not None for row in lake.rows))
+            if held:
+                out.append(
+                    f"a full refresh kept values in columns the source no longer has: {held}"
+                )
+        elif full and extra:
             out.append(f"a full refresh kept columns the source no longer has: {sorted(extra)}")
         lost = self.prev_columns - set(lake.columns)
         if not full and lost:
@@ -451,14 +546,14 @@ class Reference:
         source = {self.key(row): row for row in facts.snapshot.rows}
         reconciled = full or facts.metadata.get("deletes_reconciled") is True
         ahead = [k for k, r in source.items() if not self.within(r[CURSOR], None, recorded)]
-        loaded_ahead = full and any(k in lake_rows for k in ahead if not _deleted(source[k]))
+        loaded_ahead = full and any(k in lake_rows for k in ahead if not self._deleted(source[k]))
         for key in sorted(source.keys() | lake_rows.keys()):
             got: Row | None = lake_rows.get(key)
             live = source.get(key)
             if live is None:
                 out += self._merge_gone(key, got, reconciled, columns)
             elif self.within(live[CURSOR], None, recorded):
-                if _deleted(live):
+                if self._deleted(live):
                     if got is not None:
                         out.append(
                             f"key {key} was soft-deleted (cursor {live[CURSOR]!r}) but is in the lake: {got}"
@@ -475,7 +570,7 @@ class Reference:
                         f"{sorted((project(v, columns) for v in allowed), key=repr)} (columns {columns})"
                     )
             elif full:
-                wanted = None if _deleted(live) or not loaded_ahead else project(live, columns)
+                wanted = None if self._deleted(live) or not loaded_ahead else project(live, columns)
                 if (None if got is None else project(got, columns)) != wanted:
                     out.append(
                         f"key {key} above the cursor after a full refresh holds {got}; expected "
@@ -519,6 +614,10 @@ class Reference:
         )
         return [] if same else [f"key {key} changed in the lake although {why}: {before} -> {got}"]
 
+    def _deleted(self, row: Mapping[str, Any]) -> bool:
+        """Whether the row is soft-deleted: flagged, while the config names the flag."""
+        return self.config.soft_deletes and bool(row.get(DELETED))
+
     def check_settled(self, snapshot: Snapshot, lake: LakeState) -> list[str]:
         """After a settle, a reconciling merge table holds no key the source deleted."""
         if self.config.mode != "merge" or not self.config.reconcile:
@@ -530,10 +629,6 @@ class Reference:
                 f"deletes: reconcile, but after settling the lake still holds deleted keys {stale}"
             ]
         return []
-
-
-def _deleted(row: Mapping[str, Any]) -> bool:
-    return bool(row.get(DELETED))
 
 
 def _order(item: Any) -> str:

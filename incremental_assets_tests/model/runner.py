@@ -1,5 +1,7 @@
 """Running the real asset: in this process, as a `dagster asset materialize` killed part way, and
-the `incremental-assets cursor` commands. One Dagster home per example, shared by all three."""
+the `incremental-assets cursor` commands. One Dagster home and one lake at a time per example,
+shared by all three; the machine may rewrite the table's settings, point the config at another
+lake, or start over with a new, empty Dagster home."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class Outcome:
 
 
 class Runner:
-    """Runs one table of one example; `directory` holds its config, lake and Dagster home."""
+    """Runs one table of one example; `directory` holds its config, lakes and Dagster homes."""
 
     def __init__(
         self,
@@ -52,24 +54,49 @@ class Runner:
         table: dict[str, Any],
         spark_resource: IncrementalSparkResource,
         connect: str | None,
+        lake_format: str = "parquet",
     ) -> None:
         self.directory = directory
-        self.home = directory / "dagster_home"
-        self.home.mkdir(parents=True)
-        self.lake = directory / "lake"
+        self.directory.mkdir(parents=True)
+        self.homes = 0
+        self.home = self.new_home()
+        self.lakes = 0
+        self.lake = self._new_lake()
+        self.lake_format = lake_format
         self.spark_resource = spark_resource
         self.config_path = directory / "incremental_assets.yaml"
         spark: dict[str, Any] = {"master": "local[2]", "conf": dict(TEST_SPARK_CONF)}
         if connect:
             spark = {"remote": connect, "conf": {"spark.sql.shuffle.partitions": "2"}}
-        config = {
-            "spark": spark,
-            "lake": {"path": str(self.lake)},
-            "sources": {"db": source},
-            "tables": [table],
-        }
+        self.config: dict[str, Any] = {"spark": spark, "sources": {"db": source}}
+        self.configure(table)
+
+    def configure(self, table: dict[str, Any]) -> None:
+        """Write the config with this table entry (the settings the next run runs under)."""
+        lake = {"path": str(self.lake), "format": self.lake_format}
+        config = {**self.config, "lake": lake, "tables": [table]}
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.project: Project = load_project(self.config_path)
+        self.table = table
+
+    def move_lake(self) -> Path:
+        """Point the config at an empty place for the lake (`lake.path` changed); the old lake
+        stays where it was."""
+        self.lake = self._new_lake()
+        self.configure(self.table)
+        return self.lake
+
+    def new_home(self) -> Path:
+        """A new, empty Dagster home for every run from now on: no stored cursor, no history."""
+        self.homes += 1
+        home = self.directory / f"dagster_home_{self.homes}"
+        home.mkdir()
+        self.home = home
+        return home
+
+    def _new_lake(self) -> Path:
+        self.lakes += 1
+        return self.directory / f"lake_{self.lakes}"
 
     def materializations(self) -> int:
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
@@ -77,8 +104,28 @@ class Runner:
             return len(records)
 
     def recorded_cursor(self) -> Any:
+        return self.latest_metadata().get("cursor")
+
+    def stored_cursor(self) -> str | None:
+        """The cursor the next run starts from, as recorded: the last materialization's, or that
+        of a `cursor set|reset` recorded after it (an observation)."""
+        key = dg.AssetKey(TABLE)
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            return latest_metadata(instance, TABLE).get("cursor")
+            records = [
+                *instance.fetch_materializations(key, limit=1).records,
+                *instance.fetch_observations(key, limit=1).records,
+            ]
+        if not records:
+            return None
+        event = max(records, key=lambda r: r.storage_id).asset_event
+        assert event is not None
+        cursor = event.metadata.get("cursor")
+        return None if cursor is None else cursor.value  # type: ignore[return-value]
+
+    def latest_metadata(self) -> dict[str, Any]:
+        """The metadata of the last materialization or cursor command ({} if none)."""
+        with dg.DagsterInstance.from_config(str(self.home)) as instance:
+            return latest_metadata(instance, TABLE)
 
     def run(self, full_refresh: bool = False) -> Outcome:
         log = io.StringIO()  # Dagster's console log: kept for a failure, not printed
@@ -104,8 +151,7 @@ class Runner:
             return Outcome(False, {}, f"exit status {process.returncode}", log=stderr[-3000:])
         if self.materializations() != before + 1:
             return Outcome(False, {}, "the run finished but recorded nothing", log=stderr[-3000:])
-        with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            return Outcome(True, latest_metadata(instance, TABLE))
+        return Outcome(True, self.latest_metadata())
 
     @staticmethod
     def stop(process: subprocess.Popen[str]) -> None:

@@ -2,13 +2,16 @@
 
     python -m incremental_assets_tests.model.soak --seed 42 --steps 2000
     python -m incremental_assets_tests.model.soak --database mariadb --steps 300
-    make soak SEED=42 STEPS=2000
+    python -m incremental_assets_tests.model.soak --format iceberg --steps 150
+    make soak SEED=42 STEPS=2000 FORMAT=iceberg
 
 It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no-kills) a Spark
-Connect server for the runs it kills, then runs batches of examples until STEPS steps have run. Batch i uses the
-seed SEED+i and prints it first (odd seeds patch merged buckets one job each, even seeds shuffle
-them, so both ways are tried); a failure prints the shrunk sequence of steps and the command
-that replays it (the same batch, alone, from its seed).
+Connect server for the runs it kills, then runs batches of examples until STEPS steps have run.
+Every example may also change its table's settings between runs and disturb its lake (removed,
+moved, restored from a copy, a new Dagster instance), as often as --settings-changes and
+--lake-events allow. Batch i uses the seed SEED+i and prints it first (odd seeds patch merged
+buckets one job each, even seeds shuffle them, so both ways are tried); a failure prints the
+shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any
 from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.writers import merge
-from incremental_assets_tests.model.machine import MODES, Env, run_machine
+from incremental_assets_tests.model.lake import LAKE_FORMATS
+from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
 from incremental_assets_tests.support.mariadb import MARIADB_JAR, mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
@@ -43,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TZ"] = args.timezone
     time.tzset()
     print(
-        f"soak: seed {first_seed}, {args.steps} steps, {args.database}, TZ={args.timezone}",
+        f"soak: seed {first_seed}, {args.steps} steps, {args.database}, {args.format} lake, "
+        f"TZ={args.timezone}",
         flush=True,
     )
     started = time.monotonic()
@@ -68,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             modes=tuple(args.modes.split(",")),
             cursor_types=_types(CURSOR_TYPES, args.cursor_types),
             key_types=_types(KEY_NAMES, args.key_types),
+            lake_format=args.format,
+            settings_changes=args.settings_changes,
+            lake_events=args.lake_events,
+            lake_event_kinds=_choices(LAKE_EVENTS, args.lake_event_kinds, "lake events"),
             verbose=True,
         )
         batch = 0
@@ -105,6 +114,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps-per-example", type=int, default=30)
     parser.add_argument("--examples-per-batch", type=int, default=4)
     parser.add_argument("--database", choices=DATABASES, default="postgres")
+    parser.add_argument("--format", choices=LAKE_FORMATS, default="parquet", help="the lake's")
+    parser.add_argument(
+        "--settings-changes", type=int, default=3, help="changes of settings per example, at most"
+    )
+    parser.add_argument("--lake-events", type=int, default=2, help="per example, at most")
+    parser.add_argument(
+        "--lake-event-kinds",
+        default=",".join(LAKE_EVENTS),
+        help="comma-separated kinds of lake events to draw",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
     parser.add_argument(
         "--cursor-types",
@@ -128,13 +147,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _types(names: dict[str, str], chosen: str) -> tuple[str, ...]:
     """The machine's names (PostgreSQL's types) of the types chosen by their config names."""
-    wanted = chosen.split(",")
-    unknown = set(wanted) - set(names.values())
-    if unknown:
-        raise SystemExit(
-            f"soak: unknown types {sorted(unknown)}; choose from {list(names.values())}"
-        )
+    wanted = _choices(tuple(names.values()), chosen, "types")
     return tuple(kind for kind, name in names.items() if name in wanted)
+
+
+def _choices(known: tuple[str, ...], chosen: str, what: str) -> tuple[str, ...]:
+    """The comma-separated `chosen`, each one of `known`."""
+    wanted = tuple(chosen.split(","))
+    unknown = set(wanted) - set(known)
+    if unknown:
+        raise SystemExit(f"soak: unknown {what} {sorted(unknown)}; choose from {list(known)}")
+    return wanted
 
 
 def _replay(args: argparse.Namespace, seed_value: int) -> str:
@@ -147,9 +170,13 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "steps_per_example",
             "examples_per_batch",
             "database",
+            "format",
             "modes",
             "cursor_types",
             "key_types",
+            "settings_changes",
+            "lake_events",
+            "lake_event_kinds",
             "no_kills",
             "timezone",
         )
@@ -163,9 +190,13 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--steps-per-example {args.steps_per_example}",
         f"--examples-per-batch {args.examples_per_batch}",
         f"--database {args.database}",
+        f"--format {args.format}",
         f"--modes {args.modes}",
         f"--cursor-types {args.cursor_types}",
         f"--key-types {args.key_types}",
+        f"--settings-changes {args.settings_changes}",
+        f"--lake-events {args.lake_events}",
+        f"--lake-event-kinds {args.lake_event_kinds}",
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
     ]

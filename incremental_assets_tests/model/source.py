@@ -248,9 +248,16 @@ class SourceTable(ABC):
         self._add_column(name, kind, clause)
         return f"{name} {kind}{clause}"
 
+    def add_delete_flag(self) -> None:
+        """The soft-delete flag column, false in every row (a table drawn without one)."""
+        self._add_column(DELETED, f"{self.BOOLEAN} NOT NULL", " DEFAULT false")
+        self.defaulted.add(DELETED)
+
     def droppable(self) -> list[str]:
-        """Value columns a schema change may drop: never the key, the cursor, note or the flag."""
-        keep = {*self.config.key, CURSOR, "note", DELETED}
+        """Value columns a schema change may drop: never the key, the cursor, note or the flag,
+        nor a column the config names in `columns:` or `exclude_columns:`."""
+        named = {*self.config.exclude, *(self.config.listed or ())}
+        keep = {*self.config.key, CURSOR, "note", DELETED, *named}
         return [name for name in self.columns() if name not in keep]
 
     def widenable(self, keys: bool) -> list[tuple[str, str]]:

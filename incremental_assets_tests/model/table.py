@@ -66,6 +66,10 @@ class TableConfig:
     reconcile: bool = False  # deletes: reconcile (merge)
     soft_deletes: bool = False  # delete_column: deleted (merge)
     small_buckets: bool = False  # merge: 2 hash buckets / ranges of 4 keys, so buckets interact
+    # What the machine changes between runs (the mode and the options above included):
+    key_named: str = "as drawn"  # primary_key in the config: as drawn, reversed, or unnamed
+    exclude: tuple[str, ...] = ()  # exclude_columns
+    listed: tuple[str, ...] | None = None  # columns: the columns read (None: every one)
 
     @property
     def keyed(self) -> bool:
@@ -88,8 +92,10 @@ class TableConfig:
             "mode": self.mode,
             "cursor": {"column": CURSOR, "type": CURSOR_TYPES[self.cursor_type]},
         }
-        if self.key:
-            entry["primary_key"] = list(self.key)
+        if self.key and self.key_named != "unnamed":  # unnamed: merge reads the table's own
+            entry["primary_key"] = list(
+                self.key[::-1] if self.key_named == "reversed" else self.key
+            )
         if self.lookback is not None:
             entry["lookback"] = self.lookback
         if self.safety_lag is not None:
@@ -101,7 +107,26 @@ class TableConfig:
         if self.small_buckets:
             entry["buckets"] = 2
             entry["bucket_rows"] = 4
+        if self.exclude:
+            entry["exclude_columns"] = list(self.exclude)
+        if self.listed is not None:
+            entry["columns"] = list(self.listed)
         return entry
+
+    def lake_settings(self) -> dict[str, Any]:
+        """The lake-shaping settings this config states, by the names the product records them
+        under (its `settings_changed` metadata); the lake's path and format are the runner's."""
+        entry = self.table_entry("")
+        names = ("mode", "primary_key", "delete_column", "deletes", "columns", "exclude_columns")
+        return {name: entry.get(name) for name in names}
+
+    def visible(self, columns: list[str]) -> list[str]:
+        """The source columns a run reads: `columns:` (with the key, the cursor and the delete
+        column it needs) or every column but `exclude_columns:`."""
+        if self.listed is None:
+            return [c for c in columns if c not in self.exclude]
+        needed = {*self.key, CURSOR, *([DELETED] if self.soft_deletes else [])}
+        return [c for c in columns if c in self.listed or c in needed]
 
 
 @st.composite

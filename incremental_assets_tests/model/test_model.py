@@ -1,5 +1,6 @@
 """The model-based test within `make test`'s budget: a few short examples per mode family, on
-PostgreSQL and on MariaDB.
+PostgreSQL and on MariaDB, and families whose settings change and whose lake is disturbed between
+runs, on a plain Parquet and on an Iceberg lake.
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
@@ -15,7 +16,7 @@ import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.writers import merge
-from incremental_assets_tests.model.machine import MODES, Env, run_machine
+from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.table import CURSOR_TYPES, KEY_TYPES, TableConfig, collated
 from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
 
@@ -33,6 +34,10 @@ class Family:
     # Merges patch each touched bucket in a job of its own, as they do once buckets' files are
     # large; on these tiny tables they otherwise rewrite them in one shuffle.
     patch: bool = False
+    lake_format: str = "parquet"
+    settings_changes: int = 0  # per example
+    lake_events: int = 0  # per example
+    lake_event_kinds: tuple[str, ...] = LAKE_EVENTS
 
 
 # Under a minute each on two busy cores (make test's whole budget is 15 minutes); only the
@@ -47,6 +52,23 @@ FAMILIES = {
     "mariadb": Family("mariadb", MODES, 20251115, 1, 12),
     "mariadb_text": Family(
         "mariadb", ("merge", "append"), 20251116, 1, 12, cursor_types=("text",), key_types=("text",)
+    ),
+    # Settings changed and the lake disturbed between runs. Hypothesis's first example is its
+    # simplest (a run of inserts), so these take two.
+    "settings": Family("postgres", MODES, 20251126, 3, 14, settings_changes=3, lake_events=2),
+    "iceberg": Family(
+        "postgres",
+        MODES,
+        20251121,
+        2,
+        12,
+        kills=1,
+        lake_format="iceberg",
+        settings_changes=2,
+        lake_events=2,
+    ),
+    "mariadb_settings": Family(
+        "mariadb", MODES, 20251122, 2, 12, settings_changes=3, lake_events=2
     ),
 }
 
@@ -80,6 +102,10 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
         cursor_types=f.cursor_types,
         key_types=f.key_types,
         kills=f.kills,
+        lake_format=f.lake_format,
+        settings_changes=f.settings_changes,
+        lake_events=f.lake_events,
+        lake_event_kinds=f.lake_event_kinds,
         verbose=True,
     )
     run_machine(env, seed_value=f.seed, examples=f.examples, steps=f.steps, shrink=False)
