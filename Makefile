@@ -76,7 +76,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check incremental_assets incremental_assets_tests
 	$(BIN)/ruff format --check incremental_assets incremental_assets_tests
-	$(BIN)/mypy incremental_assets
+	$(BIN)/mypy incremental_assets incremental_assets_tests
 
 clean:
 	rm -rf .demo $(HOME_DIR) $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -110,7 +110,11 @@ def plan_window(inputs: PlanInputs) -> WindowPlan:
     previous = read_previous_cursor(table, stored, cursor, replace_all)
     lower, warnings = lower_bound_of(table, cursor, previous, replace_all)
     request = FreezeRequest(
-        cursor, lower, table.timezone, partitioning, time_limits(table, cursor.type)
+        cursor=cursor,
+        lower=lower,
+        timezone=table.timezone,
+        partitioning=partitioning,
+        limits=time_limits(table, cursor.type),
     )
     bounds = inputs.source.freeze(request)
     check_null_cursors(table, cursor, bounds)
@@ -174,7 +178,9 @@ def plan_backfill(inputs: PlanInputs, backfill: tuple[str, str]) -> WindowPlan:
     previous = read_previous_cursor(table, inputs.stored, cursor, full_refresh=False)
     partitioning = choose_partitioning(table, schema, cursor)
     bounds = inputs.source.freeze(
-        FreezeRequest(cursor, low, table.timezone, partitioning, below=high)
+        FreezeRequest(
+            cursor=cursor, lower=low, timezone=table.timezone, partitioning=partitioning, below=high
+        )
     )
     window = Window(
         cursor.column, cursor.type, low, high, upper_edge="open", empty=bounds.upper is None

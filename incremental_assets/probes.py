@@ -79,7 +79,10 @@ def _newest_cursor(
     if stored.cursor is not None and stored.cursor_type is not None:
         previous = parse_cursor(stored.cursor_type, stored.cursor)
     request = FreezeRequest(
-        Cursor(table.cursor.column, kind), previous, table.timezone, None, time_limits(table, kind)
+        cursor=Cursor(table.cursor.column, kind),
+        lower=previous,
+        timezone=table.timezone,
+        limits=time_limits(table, kind),
     )
     newest = newest_loadable(table, database, request, lambda sql: fetch_row(conn, sql))
     return None if newest is None or newest == previous else format_cursor(kind, newest)

@@ -121,7 +121,9 @@ def _prove_rows(
     database = database_of(table.source)
     refuse_session_names(table, table.source, database)
     lower, _ = lower_bound_of(table, cursor, previous, replace_all=False)
-    request = FreezeRequest(cursor, lower, table.timezone, None, time_limits(table, cursor.type))
+    request = FreezeRequest(
+        cursor=cursor, lower=lower, timezone=table.timezone, limits=time_limits(table, cursor.type)
+    )
     try:
         conn = database.connect(table.source)
         try:

@@ -26,7 +26,8 @@ def parse_duration_value(value: object) -> object:
 
 
 def cron(value: str) -> str:
-    from dagster._utils.schedules import is_valid_cron_string
+    # The exception to the banned-api rule (pyproject.toml): Dagster's own cron check.
+    from dagster._utils.schedules import is_valid_cron_string  # noqa: TID251
 
     if not is_valid_cron_string(value):
         raise ValueError(f"'{value}' is not a cron expression such as '0 */2 * * *'")

@@ -51,7 +51,7 @@ class Partitioning:
     type: CursorType
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FreezeRequest:
     cursor: Cursor
     lower: CursorValue | None

@@ -415,7 +415,7 @@ def test_changing_the_mode_needs_a_full_refresh(
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
-    options = {"cursor": "updated_at", "primary_key": ["id"]}
+    options: dict[str, Any] = {"cursor": "updated_at", "primary_key": ["id"]}
     first = materialize(
         make_project(pg, "orders", mode=before, **options), "orders", instance, spark_resource
     )

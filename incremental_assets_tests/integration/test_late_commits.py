@@ -297,9 +297,9 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
     source = open_source(spark, make_project(pg, DEFAULTS).table("events"))
     assert isinstance(source, JdbcSource)
     request = FreezeRequest(
-        Cursor("updated_at", CursorType.TIMESTAMPTZ),
-        None,
-        "UTC",
+        cursor=Cursor("updated_at", CursorType.TIMESTAMPTZ),
+        lower=None,
+        timezone="UTC",
         limits=TimeLimits(future_tolerance=timedelta(0), transaction_cap=True),
     )
     if between == "commits":

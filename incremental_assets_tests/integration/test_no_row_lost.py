@@ -290,7 +290,7 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
         "CREATE TABLE items (id {key_text}, part int, v {text}, at int NOT NULL, PRIMARY KEY (id, part))"
     )
     db.insert("items", [(str(i), 0, "v1", i) for i in range(1, 301)])
-    options = {"mode": "merge", "cursor": "at", "buckets": 64}
+    options: dict[str, Any] = {"mode": "merge", "cursor": "at", "buckets": 64}
     assert materialize(
         make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
     ).success
@@ -321,7 +321,7 @@ def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
         "CREATE TABLE items (id int, code {key_text}, v {text}, at int NOT NULL, PRIMARY KEY (id, code))"
     )
     db.insert("items", [(i, f"c{i}", "v1", i) for i in range(1, 51)])
-    options = {"mode": "merge", "cursor": "at"}
+    options: dict[str, Any] = {"mode": "merge", "cursor": "at"}
     assert materialize(
         make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
     ).success

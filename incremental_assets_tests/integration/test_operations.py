@@ -158,7 +158,7 @@ def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
     assert reload.metadata["full_refresh"] is True and reload.metadata["rows_extracted"] == 50
     assert len(rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])) == 50
     notes = [
-        r.event_log_entry.asset_observation.metadata["note"].value  # type: ignore[union-attr]
+        str(r.event_log_entry.asset_observation.metadata["note"].value)  # type: ignore[union-attr]
         for r in instance.fetch_observations(dg.AssetKey("orders"), limit=10).records
     ]
     assert notes[0].startswith("start over (reset by ") and notes[1].startswith(
@@ -236,11 +236,12 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(
     config["tables"] = [f"{pg.name}.orders:created:date@2025-01-01!upsert"]
     project = write_project(tmp_path, config)
     table = load_project(project.path).table("orders")
+    assert table.cursor is not None
     assert (table.mode.value, table.cursor.column, table.start) == (
         "merge",
         "created",
         "2025-01-01",
-    )  # type: ignore[union-attr]
+    )
 
     run = materialize(project, "orders", instance, spark_resource)
 

@@ -54,8 +54,8 @@ def test_a_standalone_cluster_runs_the_load_on_its_workers(tmp_path: Path, pg: S
         applications = master_state(web).get("completedapps", [])
 
     assert run.returncode == 0, run.stderr[-2000:]
-    assert len(applications) == 1  # type: ignore[arg-type]
-    assert all(app["cores"] >= 2 for app in applications)  # type: ignore[union-attr,index]
+    assert len(applications) == 1
+    assert all(app["cores"] >= 2 for app in applications)
     runs = materializations(tmp_path / "home", "orders")
     assert [r["rows_extracted"] for r in runs] == [2000]
     assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id"]) == [(i,) for i in range(1, 2001)]

@@ -48,7 +48,9 @@ ROWS = [
 def zones(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[tuple[str, str, str]]:
     jvm, session, _ = request.param
     time_zone = spark._jvm.java.util.TimeZone  # type: ignore[union-attr]
-    saved_jvm, saved_session = time_zone.getDefault(), spark.conf.get("spark.sql.session.timeZone")
+    saved_jvm = time_zone.getDefault()
+    saved_session = spark.conf.get("spark.sql.session.timeZone")
+    assert saved_session is not None
     time_zone.setDefault(time_zone.getTimeZone(jvm))
     spark.conf.set("spark.sql.session.timeZone", session)
     try:

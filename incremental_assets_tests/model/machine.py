@@ -410,7 +410,7 @@ class LakeMachine(RuleBasedStateMachine):
         stored = self.reference.stored
         if writer.explicit and stored is not None:
             lowest = minus_lookback(self.config, stored)
-            if min(writer.explicit) < lowest:  # type: ignore[type-var]
+            if min(writer.explicit) < lowest:
                 writer.conn.rollback()
                 writer.conn.close()
                 self._say(

@@ -32,7 +32,8 @@ def test_bounds_are_frozen_from_the_files(spark: SparkSession, tmp_path: Path) -
     source = _source(spark, tmp_path)
     cursor = Cursor("at", CursorType.TIMESTAMPTZ)
 
-    bounds = source.freeze(FreezeRequest(cursor, datetime(2025, 1, 1, 0, 0, 5, tzinfo=UTC), "UTC"))
+    lower = datetime(2025, 1, 1, 0, 0, 5, tzinfo=UTC)
+    bounds = source.freeze(FreezeRequest(cursor=cursor, lower=lower, timezone="UTC"))
 
     assert bounds.upper == datetime(2025, 1, 1, 0, 0, 9, tzinfo=UTC)
     assert bounds.rows == 5

@@ -13,6 +13,7 @@ from incremental_assets.config import LakeSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
 from incremental_assets.lake import LakeTable, open_lake
+from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
@@ -59,6 +60,12 @@ def _lake(spark: SparkSession, lake: LakeTable) -> DataFrame:
 def lake(tmp_path: Path, request: pytest.FixtureRequest) -> LakeTable:
     """The table in each lake format: a journaled folder, or an Iceberg table (SQLite catalog)."""
     return open_lake(LakeSpec(path=str(tmp_path), format=request.param), "orders")
+
+
+def _staging(lake: LakeTable) -> Path:
+    """Where either format's runs stage their files before the commit."""
+    assert isinstance(lake, ParquetLake | IcebergLake)
+    return Path(lake.folder.path, "_staging")
 
 
 @pytest.fixture(params=["patch", "merge"])
@@ -230,7 +237,7 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
         idle.merge.deleted,
     ) == (0, 0, 0)
     assert list(lake.facts().files) == files
-    assert not list(Path(lake.folder.path, "_staging").iterdir())
+    assert not list(_staging(lake).iterdir())
     # The same keys with one real change, and a delete of a key the lake holds, still land.
     changed = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
@@ -293,9 +300,9 @@ def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
     )
     _write(writer, spark.createDataFrame([(2, "b", 11, None)], SCHEMA), _plan(lake, 2))
     # Leftovers a crashed run may leave must stay invisible to readers.
-    Path(lake.folder.path, "_staging", "dead").mkdir(parents=True)
+    (_staging(lake) / "dead").mkdir(parents=True)
     spark.createDataFrame([(99, "ghost", 0, None)], SCHEMA).write.parquet(
-        str(Path(lake.folder.path, "_staging", "dead", "x"))
+        str(_staging(lake) / "dead" / "x")
     )
 
     arrow = read_lake(tmp_path, "orders")

@@ -108,7 +108,7 @@ class SourceDb:
         """Another session's transaction, open (it has read `table`) until the block ends."""
         if isinstance(self.server, PostgresServer):
             conn = self.server.connect(autocommit=False)
-            conn.execute(f"SELECT count(*) FROM {self.qualified(table)}")  # type: ignore[arg-type]
+            conn.execute(f"SELECT count(*) FROM {self.qualified(table)}")
             try:
                 yield
             finally:

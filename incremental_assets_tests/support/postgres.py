@@ -75,12 +75,12 @@ class Schema:
         with self.server.connect() as conn:
             conn.execute(f"SET search_path TO {self.name}")
             for statement in statements:
-                conn.execute(statement, params)  # type: ignore[arg-type]
+                conn.execute(statement, params)
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
         with self.server.connect() as conn:
             conn.execute(f"SET search_path TO {self.name}")
-            return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+            return conn.execute(sql).fetchall()
 
     def source(self, **extra: Any) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -173,7 +174,7 @@ def standalone_cluster(workers: int = 2) -> Iterator[tuple[str, str]]:
             _stop(*reversed(started))
 
 
-def master_state(web: str) -> dict[str, object]:
+def master_state(web: str) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(f"{web}/json/", timeout=5) as response:
             return json.loads(response.read())  # type: ignore[no-any-return]

@@ -134,7 +134,7 @@ def test_a_commit_makes_new_files_durable_before_its_journal_and_its_renames_bef
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     lake = ParquetLake(str(table))
-    lake.folder.fs = _Recorded(lake.folder.fs, events)  # type: ignore[assignment]
+    lake.folder.fs = _Recorded(lake.folder.fs, events)
 
     commit = Commit(
         txn=txn,

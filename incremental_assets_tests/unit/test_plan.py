@@ -112,6 +112,12 @@ class FakeSource:
     def primary_key(self) -> tuple[str, ...]:
         return ()
 
+    def match_key(self) -> tuple[str, ...]:
+        raise AssertionError("a plan matches no keys")
+
+    def weighed_by(self) -> dict[str, str]:
+        raise AssertionError("a plan weighs no keys")
+
 
 def stored(
     cursor: str | None,

@@ -30,7 +30,9 @@ def test_metadata_holds_the_cursor_as_exact_text_and_the_counts_as_numbers() -> 
     assert metadata["rows_deleted"] == dg.MetadataValue.int(1)
     assert metadata["dagster/row_count"] == dg.MetadataValue.int(100)
     assert metadata["extract_seconds"] == dg.MetadataValue.float(1.235)
-    assert [c.name for c in metadata["dagster/column_schema"].value.columns] == ["id", "_batch"]
+    schema = metadata["dagster/column_schema"].value
+    assert isinstance(schema, dg.TableSchema)
+    assert [c.name for c in schema.columns] == ["id", "_batch"]
 
 
 def test_merge_counts_appear_only_for_merge() -> None:
