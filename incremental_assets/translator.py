@@ -88,6 +88,9 @@ class IncrementalAssetsTranslator:
     def schedule_name(self, table: TableSpec) -> str:
         return f"{self.op_name(table)}_schedule"
 
+    def key_audit_schedule_name(self, table: TableSpec) -> str:
+        return f"{self.op_name(table)}_key_audit"
+
     def sensor_name(self, table: TableSpec) -> str:
         return sensor_name_of(self.asset_key(table))
 

@@ -222,6 +222,11 @@ class ChecksSpec(FrozenModel):
         le=1,
         description="Merge tables: source and lake row counts may differ by this fraction.",
     )
+    key_audit: Cron | None = Field(
+        None,
+        description="Merge tables: on this cron (UTC), check every lake file for keys held "
+        "twice, without loading.",
+    )
 
 
 AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'

@@ -96,7 +96,7 @@ class IcebergLake:
         if snapshot is not None:
             for manifest in snapshot.manifests(table.io):
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                    found = self._named(entry.data_file)
+                    found = self._named(entry.data_file, table.metadata.location.rstrip("/"))
                     self._files[found.name] = entry.data_file
                     files.append(found)
         files.sort(key=lambda f: f.name)
@@ -113,16 +113,16 @@ class IcebergLake:
             pending=pending,
         )
 
-    def _named(self, file: IcebergFile) -> DataFile:
+    def _named(self, file: IcebergFile, location: str) -> DataFile:
         name = os.path.basename(file.file_path)
         found = data_file(name, file.file_size_in_bytes)
-        if found is None:
+        if found is None or not _local(file.file_path).startswith(_local(location) + "/"):
             raise WriteError(
                 TableProblem(
                     self.table_name,
                     f"the {self.describe()} holds {file.file_path}, a data file this package "
-                    "didn't write (another engine rewrote or added files), so its batches and "
-                    "buckets can't be told.",
+                    "didn't write (another engine rewrote or added files, or put them outside "
+                    "the table's location), so its batches and buckets can't be told.",
                     fix=f"rebuild the table with `incremental-assets run {self.table_name} "
                     "--full`, and leave its files to this package.",
                 )
@@ -169,8 +169,7 @@ class IcebergLake:
 
     def _path(self, file: DataFile) -> str:
         """A data file's path within the lake's file system."""
-        location = self._files[file.name].file_path
-        return self.folder.join(location[len(self._location()) + 1 :])
+        return self.folder.join(self._relative(self._files[file.name].file_path))
 
     def _location(self) -> str:
         assert self._table is not None
@@ -178,8 +177,11 @@ class IcebergLake:
 
     def _spark_path(self, iceberg_path: str) -> str:
         """An Iceberg file path as Spark names it (the table's location is `file:` or `s3:`...)."""
-        location = self._location()
-        return self.folder.spark_uri(iceberg_path[len(location) + 1 :])
+        return self.folder.spark_uri(self._relative(iceberg_path))
+
+    def _relative(self, iceberg_path: str) -> str:
+        """A path under the table's location (as `_named` found it), relative to it."""
+        return _local(iceberg_path)[len(_local(self._location())) + 1 :]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -506,6 +508,14 @@ def _name_mapping(transaction: Transaction) -> dict[str, str]:
 def _property(record: str) -> str:
     """The table property holding a writers' record (`_key` -> `incremental-assets.key`)."""
     return PROPERTY + record.lstrip("_")
+
+
+def _local(uri: str) -> str:
+    """`file:///a`, `file:/a` and `/a` alike (writers spell a local path each their own way)."""
+    for scheme in ("file://", "file:"):
+        if uri.startswith(scheme):
+            return uri[len(scheme) :]
+    return uri
 
 
 def _json(text: str | None) -> dict[str, Any] | None:

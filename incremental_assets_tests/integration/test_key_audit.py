@@ -1,0 +1,109 @@
+"""`checks.key_audit`: a merge table's `primary_key_unique` check, executed alone on a schedule,
+reads every file of the lake, not only those a run wrote."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from incremental_assets.definitions import build_definitions
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import (
+    ProjectBuilder,
+    iceberg_table,
+    lake_files,
+    materialize,
+)
+
+ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, note text, updated_at bigint NOT NULL)"
+MERGE = {
+    "name": "orders",
+    "mode": "merge",
+    "cursor": "updated_at",
+    "primary_key": ["id"],
+    "checks": {"key_audit": "0 3 * * *"},
+}
+AUDIT = dg.AssetCheckKey(dg.AssetKey("orders"), "primary_key_unique")
+
+
+def _audit(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
+    """What the audit's schedule starts: a run of its target, the check alone."""
+    schedule = defs.resolve_schedule_def("orders_key_audit")
+    job = defs.resolve_job_def(schedule.job_name)
+    result = job.execute_in_process(instance=instance, raise_on_error=False)
+    assert result.success
+    assert not result.get_asset_materialization_events()  # it loads nothing
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.asset_check_key == AUDIT
+    return evaluation
+
+
+def _copy_a_data_file(lake_dir: Path, lake_format: str) -> None:
+    """A data file held twice (a restore or a copy gone wrong): its keys are in the lake twice."""
+    folder = lake_dir / "orders"
+    source = next(folder.rglob("*.parquet"))
+    # The plain format knows its files by their names: the copy's is one more of the same commit.
+    copy = source.with_name(f"{source.stem.rsplit('-', 1)[0]}-99999.parquet")
+    shutil.copy2(source, copy)
+    if lake_format == "iceberg":
+        iceberg_table(lake_dir, "orders").add_files([str(copy)])
+
+
+@pytest.mark.parametrize("lake_format", ["parquet", "iceberg"])
+def test_the_scheduled_key_audit_reads_every_file_and_finds_a_key_held_twice(
+    lake_format: str,
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    pg.execute(ORDERS)
+    pg.execute("INSERT INTO orders SELECT i, 'old', i FROM generate_series(1, 200) i")
+    project = make_project(pg, MERGE, lake={"format": lake_format})
+    assert materialize(project, "orders", instance, spark_resource).success
+    pg.execute("UPDATE orders SET note = 'new', updated_at = 1000 WHERE id = 7")
+    assert materialize(project, "orders", instance, spark_resource).success
+    defs = build_definitions(project, spark=spark_resource)
+    files = len(lake_files(tmp_path / "lake", "orders"))
+
+    clean = _audit(defs, instance)
+    _copy_a_data_file(tmp_path / "lake", lake_format)
+    doubled = _audit(defs, instance)
+
+    assert clean.passed and clean.metadata["files_checked"].value == files
+    assert not doubled.passed
+    assert doubled.metadata["files_checked"].value == files + 1
+    duplicates = doubled.metadata["duplicate_keys"].value
+    assert isinstance(duplicates, int) and duplicates > 0
+    assert doubled.severity == dg.AssetCheckSeverity.ERROR
+
+
+def test_an_iceberg_data_file_outside_the_tables_location_is_refused_by_name(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Another writer's file, even one named like ours, is not read as one of the table's."""
+    pg.execute(ORDERS)
+    pg.execute("INSERT INTO orders SELECT i, 'old', i FROM generate_series(1, 20) i")
+    project = make_project(pg, MERGE, lake={"format": "iceberg"})
+    assert materialize(project, "orders", instance, spark_resource).success
+    source = next((tmp_path / "lake" / "orders" / "data").glob("*.parquet"))
+    outside = tmp_path / "elsewhere" / source.name.replace("-00000.", "-00001.")
+    outside.parent.mkdir()
+    shutil.copy2(source, outside)
+    iceberg_table(tmp_path / "lake", "orders").add_files([str(outside)])
+    pg.execute("UPDATE orders SET note = 'new', updated_at = 100 WHERE id = 7")
+
+    refused = materialize(project, "orders", instance, spark_resource)
+
+    assert not refused.success
+    assert str(outside) in (refused.failure or "")
+    assert "--full" in (refused.failure or "")
