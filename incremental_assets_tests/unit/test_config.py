@@ -479,6 +479,14 @@ def test_operations_settings_resolve(tmp_path: Path) -> None:
             "field 'checks.reconcile_counts': compares row counts of merge tables only",
         ),
         (
+            {"mode": "append", "checks": {"key_audit": "0 3 * * *"}},
+            "field 'checks.key_audit': audits the primary key of merge tables only",
+        ),
+        (
+            {"checks": {"key_audit": "nightly"}},
+            "field 'checks.key_audit': 'nightly' is not a cron expression",
+        ),
+        (
             {"columns": ["a"], "exclude_columns": ["b"]},
             "field 'exclude_columns': give either `columns:` or `exclude_columns:`",
         ),
