@@ -145,17 +145,21 @@ def mariadb_server() -> Iterator[MariaDbServer]:
     port = free_port()
     process = None
     try:
-        subprocess.run(
+        installed = subprocess.run(
             [
                 _binary("mariadb-install-db"),
+                # The system's my.cnf names its own socket, pid and log files, not this server's.
+                "--no-defaults",
                 *user,
                 f"--datadir={data}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
             ],
-            check=True,
             capture_output=True,
+            text=True,
         )
+        if installed.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db failed:\n{installed.stdout}{installed.stderr}")
         process = subprocess.Popen(
             [
                 _binary("mariadbd"),
