@@ -10,6 +10,10 @@ DAGSTER_HOME (a copy of the repository's dagster.yaml: SQLite storage, telemetry
 environment the README names (INCREMENTAL_ASSETS_CONFIG, DAGSTER_HOME, DAGSTER_MODULE_NAME). It
 runs `dagster asset materialize`, `incremental-assets engine start|stop`, the no-op asset and the
 peers' one-run processes, and reads what each materialization recorded.
+
+Its lake format is named (`lake: {format: parquet}` unless told otherwise). A second project on
+the other format can share the first one's DAGSTER_HOME, and so its shared engine, with its
+asset keys under a `key_prefix` so that the two projects' cursors stay apart.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Project:
 
     folder: Path
     pg_url: str
+    key_prefix: tuple[str, ...] = ()
+    shared_home: Path | None = None  # another project's DAGSTER_HOME (and engine)
     _last_runs: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -98,11 +104,20 @@ class Project:
 
     @property
     def home(self) -> Path:
-        return self.folder / "dagster_home"
+        return self.shared_home or self.folder / "dagster_home"
 
     @classmethod
-    def create(cls, folder: Path, pg_url: str, jdbc: dict[str, str]) -> Project:
-        """Write the configuration and the Dagster home; create the instance's storage."""
+    def create(
+        cls,
+        folder: Path,
+        pg_url: str,
+        jdbc: dict[str, str],
+        lake_format: str = "parquet",
+        sharing: Project | None = None,
+        key_prefix: tuple[str, ...] = (),
+    ) -> Project:
+        """Write the configuration and the Dagster home (or use `sharing`'s); create the
+        instance's storage."""
         import dagster as dg
 
         common = {
@@ -117,19 +132,23 @@ class Project:
                 "engine": "shared",
                 "conf": {"spark.driver.memory": "4g", "spark.ui.enabled": "false"},
             },
-            "lake": {"path": str(folder / "lake")},
+            "lake": {"path": str(folder / "lake"), "format": lake_format},
             "sources": {"pg": {"type": "jdbc", **jdbc}},
             "tables": [
                 {"name": "orders", "mode": "append", **common},
                 {"name": "orders_merge", "mode": "merge", **common},
             ],
         }
-        project = cls(folder, pg_url)
-        project.home.mkdir(parents=True, exist_ok=True)
+        if key_prefix:
+            config = {"key_prefix": list(key_prefix), **config}
+        project = cls(folder, pg_url, key_prefix, sharing.home if sharing else None)
+        folder.mkdir(parents=True, exist_ok=True)
         project.config.write_text(yaml.safe_dump(config, sort_keys=False))
-        shutil.copy(ROOT / "dagster.yaml", project.home / "dagster.yaml")
-        # A brand-new DAGSTER_HOME creates its SQLite storage on first use: do it before timing.
-        dg.DagsterInstance.from_config(str(project.home)).dispose()
+        if sharing is None:
+            project.home.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / "dagster.yaml", project.home / "dagster.yaml")
+            # A brand-new DAGSTER_HOME creates its SQLite storage on first use: do it before timing.
+            dg.DagsterInstance.from_config(str(project.home)).dispose()
         return project
 
     def env(self, module: str = "incremental_assets") -> dict[str, str]:
@@ -146,7 +165,8 @@ class Project:
     def materialize(self, *tables: str) -> dict[str, Any]:
         """`dagster asset materialize --select <tables>`: its wall time and, from the instance,
         what the run recorded: rows read (summed over the tables), which Spark, engine seconds."""
-        command = [DAGSTER, "asset", "materialize", "--select", ",".join(tables)]
+        keys = ["/".join([*self.key_prefix, table]) for table in tables]
+        command = [DAGSTER, "asset", "materialize", "--select", ",".join(keys)]
         run = timed(command, self.folder, self.env())
         recorded = [self._recorded(table) for table in tables]
         first = recorded[0]
@@ -162,6 +182,8 @@ class Project:
             "rows_changed": sum(c or 0 for c in changed) if changed[0] is not None else None,
             "rows_rewritten": first.get("rows_rewritten"),
             "merge_strategy": first.get("merge_strategy"),
+            "spark_jobs": first.get("spark_jobs"),
+            "spark_stages": first.get("spark_stages"),
         }
 
     def noop(self) -> dict[str, Any]:
@@ -195,7 +217,8 @@ class Project:
         import dagster as dg
 
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
-            records = instance.fetch_materializations(dg.AssetKey(table), limit=1).records
+            key = dg.AssetKey([*self.key_prefix, table])
+            records = instance.fetch_materializations(key, limit=1).records
         if not records or records[0].run_id == self._last_runs.get(table):
             raise RuntimeError(f"the run recorded no new materialization of {table}")
         self._last_runs[table] = records[0].run_id

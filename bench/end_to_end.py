@@ -15,6 +15,11 @@ use; the medians are of `repeats` runs each:
   peers    ADBC -> Parquet and dlt's incremental `sql_table`, a fresh process per run, for
            nothing new (recorded as E1) and the 0.1% delta (recorded as E3)
 
+The project's lake is plain Parquet (`ours`). With `ours_iceberg` among the engines, a second
+project on an Iceberg lake (the same tables under the key prefix `iceberg`, sharing the first
+one's DAGSTER_HOME and so its engine) runs E1 and E4 too, each run right after the plain one's on
+the same source (recorded as engine `ours_iceberg`).
+
 Every timed run reads exactly its own delta: what it doesn't time (first loads, the runs that
 catch a table up on changes made for another case, the first run through a freshly started engine,
 the engine's start and stop) is recorded with `one_off: true`, outside the medians.
@@ -31,6 +36,7 @@ from bench import data
 from bench.commands import TABLES, Project
 
 PEERS = ("adbc", "dlt")
+ICEBERG = "ours_iceberg"
 # A cold merge of 10M rows is the slowest case and no target reads it: three runs are enough.
 COLD_MERGES = 3
 
@@ -46,6 +52,11 @@ def run_end_to_end(
 ) -> list[dict[str, Any]]:
     """Run every case in order (cold first, then with the engine up); one result per process."""
     project = Project.create(folder, pg_url, jdbc)
+    iceberg = None
+    if ICEBERG in peers:
+        iceberg = Project.create(
+            folder / "iceberg", pg_url, jdbc, "iceberg", sharing=project, key_prefix=("iceberg",)
+        )
     peers = [name for name in PEERS if name in peers]
     results: list[dict[str, Any]] = []
 
@@ -71,6 +82,8 @@ def run_end_to_end(
         raise RuntimeError(f"an engine is already running under {project.home}")
     print("end to end, cold (no engine running):", flush=True)
     record("first load", "ours", project.materialize(*TABLES), one_off=True)
+    if iceberg is not None:
+        record("first load", ICEBERG, iceberg.materialize("orders"), one_off=True)
     if "dlt" in peers:  # dlt's incremental pipeline needs its own first load
         record("first load", "dlt", project.peer("dlt", ""), one_off=True)
     record("floor first", "noop", project.noop(), one_off=True)
@@ -78,6 +91,8 @@ def run_end_to_end(
         since = data.newest(conn)
         record("floor", "noop", project.noop())
         record("E1", "ours", project.materialize("orders"))
+        if iceberg is not None:
+            record("E1", ICEBERG, iceberg.materialize("orders"))
         for name in peers:
             record("E1", name, project.peer(name, since))
     for _ in range(repeats):
@@ -99,11 +114,15 @@ def run_end_to_end(
         # The first run through a new engine loads the JDBC driver and warms the JIT; it also
         # reads the updates made for E5 cold.
         record("E4 first", "ours", project.materialize("orders"), one_off=True)
+        if iceberg is not None:  # its first run through the engine catches up on E3's changes
+            record("E4 first", ICEBERG, iceberg.materialize("orders"), one_off=True)
         for _ in range(repeats):
             record("E2", "ours", project.materialize("orders"))
         for _ in range(repeats):
             small_delta()
             record("E4", "ours", project.materialize("orders"))
+            if iceberg is not None:
+                record("E4", ICEBERG, iceberg.materialize("orders"))
         record("E5 first", "ours", project.materialize("orders_merge"), one_off=True)
         for _ in range(repeats):
             merge_delta()

@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from statistics import median
 from typing import Any
 
+from bench.engines import OURS
+
 CASES = {
     "E1": "E1: nothing new, cold (no engine running)",
     "E2": "E2: nothing new, engine up",
@@ -26,11 +28,16 @@ NOTHING_NEW = ("E1", "E2")
 IN_PROCESS = {"E1": "S0", "E2": "S0", "E3": "S2", "E4": "S2", "E5": "S4 uniform"}
 ONE_OFFS = {
     ("first load", "ours"): "first load of both tables, one cold process",
+    ("first load", "ours_iceberg"): "Iceberg lake: first load of orders, one cold process",
     ("first load", "dlt"): "dlt's first load (full table, fresh process)",
     ("floor first", "noop"): "the no-op asset's first run",
     ("catch-up", "ours"): "orders_merge catching up on E3's changes, cold",
     ("engine start", "engine"): "`incremental-assets engine start` (until it takes sessions)",
     ("E4 first", "ours"): "the first run through the new engine (orders, E5 cold's updates)",
+    (
+        "E4 first",
+        "ours_iceberg",
+    ): "Iceberg lake: orders' first run through the engine (E3's and E5 cold's changes)",
     ("E5 first", "ours"): "orders_merge's first run through the engine (E4's changes)",
     ("engine stop", "engine"): "`incremental-assets engine stop`",
 }
@@ -105,7 +112,11 @@ def end_to_end_section(
         "newest before the changes>`, and dlt's incremental `sql_table` (pyarrow backend, Parquet). "
         "They have no engine to keep up: the engine-up rows compare with their figures for the same work. "
         "*Extract + write* is the load's own time as the run records it (`extract_seconds` + "
-        "`write_seconds`); the rest of the wall time is the process, Dagster and the Spark session.",
+        "`write_seconds`); the rest of the wall time is the process, Dagster and the Spark session. "
+        "The project's lake is plain Parquet (`lake: {format: parquet}`); the rows marked *Iceberg lake* "
+        "are a second project on `lake: {format: iceberg}` (the default SQLite catalog), the same tables "
+        "under the key prefix `iceberg`, sharing the first project's DAGSTER_HOME and engine; each of "
+        "its runs comes right after the plain one's, on the same source changes.",
         "",
         "| case | runs | rows | ours, median wall s | of it, extract + write s | Spark, as the runs report it | "
         "vs the no-op asset | ADBC -> Parquet s | ours vs ADBC | dlt s | ours vs dlt | in process (same case) |",
@@ -113,24 +124,46 @@ def end_to_end_section(
         f"| the no-op asset (Dagster's floor) | {_runs(m, 'floor', 'noop')} | - | {_seconds(floor)} | - | - | 1.00x | - | - | - | - | - |",
     ]
     for case, title in CASES.items():
-        ours = m.get((case, "ours"))
-        if ours is None:
-            continue
-        peer = PEER_CASE.get(case)
-        adbc = wall(peer, "adbc") if peer else None
-        dlt = wall(peer, "dlt") if peer else None
-        vs_floor = _ratio(ours["wall"], floor) if case in NOTHING_NEW else "-"
-        same = IN_PROCESS.get(case)
-        inside = in_process.get((same, "ours")) if same else None
-        in_proc = f"{inside['wall']:.2f} s ({same})" if inside else "-"
-        lines.append(
-            f"| {title} | {ours['runs']} | {int(ours['rows']):,} | {ours['wall']:.2f} | {ours['engine_seconds']:.2f} | "
-            f"{ours['spark']} | {vs_floor} | "
-            f"{_seconds(adbc)} | {_ratio(ours['wall'], adbc)} | {_seconds(dlt)} | "
-            f"{_ratio(ours['wall'], dlt)} | {in_proc} |"
-        )
+        for engine in OURS:
+            ours = m.get((case, engine))
+            if ours is None:
+                continue
+            peer = PEER_CASE.get(case)
+            adbc = wall(peer, "adbc") if peer else None
+            dlt = wall(peer, "dlt") if peer else None
+            vs_floor = _ratio(ours["wall"], floor) if case in NOTHING_NEW else "-"
+            same = IN_PROCESS.get(case)
+            inside = in_process.get((same, engine)) if same else None
+            in_proc = f"{inside['wall']:.2f} s ({same})" if inside else "-"
+            shown = title if engine == "ours" else f"{title}, *Iceberg lake*"
+            lines.append(
+                f"| {shown} | {ours['runs']} | {int(ours['rows']):,} | {ours['wall']:.2f} | {ours['engine_seconds']:.2f} | "
+                f"{ours['spark']} | {vs_floor} | "
+                f"{_seconds(adbc)} | {_ratio(ours['wall'], adbc)} | {_seconds(dlt)} | "
+                f"{_ratio(ours['wall'], dlt)} | {in_proc} |"
+            )
+    lines += _iceberg_against_parquet(m)
     lines += ["", *_one_offs(end_to_end), *_targets(meta, m), ""]
     return lines
+
+
+def _iceberg_against_parquet(m: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """One sentence: what the Iceberg lake's runs cost over the plain ones, case by case."""
+    pairs = []
+    for case in CASES:
+        parquet, iceberg = m.get((case, "ours")), m.get((case, "ours_iceberg"))
+        if parquet and iceberg and parquet["wall"]:
+            extra = iceberg["wall"] - parquet["wall"]
+            pairs.append(
+                f"{case} {iceberg['wall']:.2f} s against {parquet['wall']:.2f} s "
+                f"({iceberg['wall'] / parquet['wall']:.2f}x, {extra:+.2f} s)"
+            )
+    if not pairs:
+        return []
+    return [
+        "",
+        "Iceberg lake against plain Parquet, same runs (medians): " + "; ".join(pairs) + ".",
+    ]
 
 
 def _one_offs(end_to_end: list[dict[str, Any]]) -> list[str]:
@@ -146,7 +179,7 @@ def _one_offs(end_to_end: list[dict[str, Any]]) -> list[str]:
     for r in kept:
         what = ONE_OFFS.get((r["scenario"], r["engine"]), f"{r['scenario']} ({r['engine']})")
         rows = "-" if r.get("rows") is None else f"{int(r['rows']):,}"
-        spark = str(r.get("spark") or "-").split(" at sc://")[0] if r["engine"] == "ours" else "-"
+        spark = str(r.get("spark") or "-").split(" at sc://")[0] if r["engine"] in OURS else "-"
         lines.append(f"| {what} | {rows} | {r['wall']:.2f} | {spark} |")
     return [*lines, ""]
 

@@ -15,6 +15,9 @@ Scenarios (each engine sees exactly the same source changes):
       Parquet gives the peers no merge: they read the same delta and append it, so their figure is
       what extracting the delta costs, and ours adds what applying it costs
 
+Ours runs twice, on each lake format: `ours` (plain Parquet) and `ours_iceberg` (Iceberg through
+the SQLite catalog), each in its own worker, interleaved with the peers run by run.
+
 Then, unless --no-end-to-end, the end-to-end phase (bench/end_to_end.py): what a user pays, each
 run a fresh `dagster asset materialize` process timed from outside (E1-E5, beside Dagster's floor
 and the peers run the same way).
@@ -46,6 +49,7 @@ import psycopg
 
 from bench import data
 from bench.end_to_end import run_end_to_end
+from bench.engines import OURS
 from bench.mysql import run_mysql
 from bench.report import write_report
 
@@ -142,7 +146,11 @@ def main() -> None:
     parser.add_argument(
         "--e2e-repeats", type=int, default=0, help="runs per end-to-end median (default: --repeats)"
     )
-    parser.add_argument("--engines", default="ours,copy,adbc,dlt")
+    parser.add_argument(
+        "--engines",
+        default="ours,ours_iceberg,copy,adbc,dlt",
+        help="ours (plain Parquet lake), ours_iceberg (Iceberg lake), copy, adbc, dlt",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="10k rows, one repetition, no report by default"
     )
@@ -297,17 +305,18 @@ def _scenarios(
                     recent=False,
                 )
             step(scenario, "incremental", since)
-    if "ours" in workers:
-        workers["ours"].run("merge_setup", "")
-    peers = [name for name in engines if name != "ours"]
+    ours = [name for name in engines if name in OURS]
+    for name in ours:
+        workers[name].run("merge_setup", "")
+    peers = [name for name in engines if name not in OURS]
     for scenario, recent in (("S4 clustered", True), ("S4 uniform", False)):
         for _ in range(args.repeats):
             since = data.newest(conn)
             data.apply_changes(
                 conn, args.rows, inserted=0, updated=max(1, args.rows // 100), recent=recent
             )
-            if "ours" in workers:
-                step(scenario, "merge", since, only=["ours"])
+            if ours:
+                step(scenario, "merge", since, only=ours)
             if peers:
                 step(scenario, "incremental", since, only=peers)
     return results

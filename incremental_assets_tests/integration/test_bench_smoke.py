@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINES = ("ours", "copy", "adbc", "dlt")
+ENGINES = ("ours", "ours_iceberg", "copy", "adbc", "dlt")
+OURS = ("ours", "ours_iceberg")  # the same asset on a plain Parquet lake and on an Iceberg one
 
 
 def test_the_smoke_benchmark_runs_every_scenario_for_every_engine(tmp_path: Path) -> None:
@@ -37,10 +38,15 @@ def test_the_smoke_benchmark_runs_every_scenario_for_every_engine(tmp_path: Path
     # 0.1% of 10k rows changed: 5 inserted, 5 updated; ours also re-reads the boundary row.
     assert rows[("S2", "adbc")] == 10
     assert rows[("S2", "dlt")] >= 10
-    assert 10 <= rows[("S2", "ours")] <= 11
-    merges = [r for r in results if r["scenario"].startswith("S4") and r["engine"] == "ours"]
-    assert {r["scenario"] for r in merges} == {"S4 clustered", "S4 uniform"}
-    assert all(r["rows_changed"] == 100 and r["rows_rewritten"] >= 100 for r in merges)
+    for engine in OURS:
+        assert 10 <= rows[("S2", engine)] <= 11
+        merges = [r for r in results if r["scenario"].startswith("S4") and r["engine"] == engine]
+        assert {r["scenario"] for r in merges} == {"S4 clustered", "S4 uniform"}
+        assert all(r["rows_changed"] == 100 and r["rows_rewritten"] >= 100 for r in merges)
+        # Each run of ours records the Spark jobs and stages it started, for the report.
+        ours = [r for r in results if r["engine"] == engine]
+        assert all(r["spark_jobs"] is not None and r["spark_stages"] is not None for r in ours)
+        assert all(r["spark_jobs"] >= 1 for r in merges), engine
     # The peers read the same 100 updated rows (dlt also the row tied with its stored cursor).
     for scenario in ("S4 clustered", "S4 uniform"):
         assert rows[(scenario, "adbc")] == 100
@@ -50,6 +56,7 @@ def test_the_smoke_benchmark_runs_every_scenario_for_every_engine(tmp_path: Path
     for heading in ("| S1 |", "| S0 |", "| S2 |", "| S3 |", "| S4 clustered |", "| S4 uniform |"):
         assert heading in text
     assert "S1 within 2x of ADBC -> Parquet" in text
+    assert "### Iceberg against plain Parquet (same run)" in text
 
     # MySQL: S1 and S0 on MariaDB, ours beside ConnectorX (when installed) and dlt.
     mysql = {(r["scenario"], r["engine"]): r["rows"] for r in json.loads(out.read_text())["mysql"]}
