@@ -1,0 +1,243 @@
+"""What kind of run a load is, decided from the request, the lake's facts and the source's facts
+alone: no Spark job, no database, no lake on disk."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import types as T
+
+from incremental_assets.config import LakeSpec, TableSpec, project_from_mapping
+from incremental_assets.cursor import CursorType
+from incremental_assets.decisions import (
+    RunRequest,
+    SourceFacts,
+    check_lake_fits,
+    key_enforced,
+    kind_of_run,
+)
+from incremental_assets.errors import ConfigError, WriteError
+from incremental_assets.lake.facts import LakeFacts, LakeHead, files_digest
+from incremental_assets.lake.names import DataFile, data_file, data_file_name
+from incremental_assets.results import StoredState
+from incremental_assets.settings import settings_text
+
+SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("note", T.StringType())])
+TABLE_ID, TXN, NEXT_TXN = "t" * 32, "20250101T000000aaaaaaaa", "20250102T000000bbbbbbbb"
+
+
+def table_spec(**settings: Any) -> TableSpec:
+    entry = {
+        "name": "orders",
+        "source": "shop",
+        "table": "public.orders",
+        "cursor": "updated_at",
+        "mode": "merge",
+        "primary_key": ["id"],
+        **settings,
+    }
+    raw = {
+        "lake": {"path": "/lake", "format": "parquet"},
+        "sources": {"shop": {"type": "jdbc", "url": "jdbc:postgresql://db/shop", "user": "u"}},
+        "tables": [{k: v for k, v in entry.items() if v is not None}],
+    }
+    return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
+
+
+def request(table: TableSpec, *, full_refresh: bool = False, backfill: bool = False) -> RunRequest:
+    text = settings_text(table, LakeSpec(path="/lake", format="parquet"), "parquet")
+    return RunRequest(full_refresh=full_refresh, backfill=backfill, settings=text)
+
+
+def files(group: str, count: int = 2, txn: str = TXN) -> tuple[DataFile, ...]:
+    found = (data_file(data_file_name(group, txn, i), 100) for i in range(count))
+    return tuple(f for f in found if f is not None)
+
+
+BUCKETS = files("h00001of00016") + files("h00007of00016")
+BATCHES = files("b000000000001")
+
+
+def stored(table: TableSpec | None = None, **changes: Any) -> StoredState:
+    """The state a run recorded after committing TXN as batch 1, under `table`'s settings."""
+    settings = None if table is None else request(table).settings
+    state = StoredState(
+        cursor="2025-01-01T00:00:00+00:00",
+        cursor_column="updated_at",
+        cursor_type=CursorType.TIMESTAMPTZ,
+        batch=1,
+        run_id="run-1",
+        row_count=40,
+        lake_table_id=TABLE_ID,
+        lake_commit=TXN,
+        settings=settings,
+    )
+    return replace(state, **changes)
+
+
+def lake(held: tuple[DataFile, ...] = BUCKETS, **changes: Any) -> LakeFacts:
+    """The lake as that run left it: its identity, its commit, exactly its files."""
+    head = LakeHead(table_id=TABLE_ID, txn=TXN, batch=1, files=files_digest(f.name for f in held))
+    facts = LakeFacts(uri="/lake/orders", files=held, schema=SCHEMA, head=head)
+    return replace(facts, **changes)
+
+
+# -- the kind of run ------------------------------------------------------------------------
+
+
+def test_a_plain_run_over_the_lake_its_cursor_describes_is_incremental() -> None:
+    table = table_spec()
+    kind = kind_of_run(table, request(table), stored(table), lake(), None)
+    assert not kind.full_refresh and kind.warnings == ()
+
+
+def test_a_full_refresh_the_lake_holds_but_the_state_doesnt_know_is_repeated() -> None:
+    table = table_spec()
+    kind = kind_of_run(table, request(table), stored(table), lake(replaced_batch=2), None)
+    assert kind.full_refresh
+    assert "a full refresh replaced the lake table as batch 2" in kind.warnings[0]
+
+
+def test_a_known_full_refresh_changes_nothing() -> None:
+    table = table_spec()
+    kind = kind_of_run(table, request(table), stored(table), lake(replaced_batch=1), None)
+    assert not kind.full_refresh
+
+
+def test_a_backfill_over_an_unrecorded_full_refresh_is_refused() -> None:
+    table = table_spec()
+    with pytest.raises(WriteError, match="never recorded"):
+        kind_of_run(
+            table, request(table, backfill=True), stored(table), lake(replaced_batch=2), None
+        )
+
+
+@pytest.mark.parametrize(("before", "after"), [(None, "deleted"), ("deleted", None)])
+def test_a_changed_delete_column_reads_a_merge_table_whole(
+    before: str | None, after: str | None
+) -> None:
+    then, now = table_spec(delete_column=before), table_spec(delete_column=after)
+    kind = kind_of_run(now, request(now), stored(then), lake(), None)
+    assert kind.full_refresh
+    assert "delete_column changed" in kind.warnings[0]
+
+
+def test_a_changed_delete_column_over_an_empty_lake_needs_no_full_refresh() -> None:
+    then, now = table_spec(), table_spec(delete_column="deleted")
+    kind = kind_of_run(now, request(now), stored(then), lake(held=(), head=None), None)
+    assert not kind.full_refresh
+
+
+def test_a_key_weight_the_lakes_rows_lack_reads_the_table_whole() -> None:
+    table = table_spec()
+    source = SourceFacts(schema=SCHEMA, match_key=("_weight_id",), weighed_by={"_weight_id": "c"})
+    kind = kind_of_run(table, request(table), stored(table), lake(), source)
+    assert kind.full_refresh and "don't carry _weight_id" in kind.warnings[0]
+
+
+def test_a_key_weight_under_another_collation_reads_the_table_whole() -> None:
+    table = table_spec()
+    weighed = {"columns": ["_weight_id"], "weighed_by": {"_weight_id": "latin1_swedish_ci"}}
+    schema = T.StructType([*SCHEMA.fields, T.StructField("_weight_id", T.BinaryType())])
+    source = SourceFacts(
+        schema=schema, match_key=("_weight_id",), weighed_by={"_weight_id": "utf8mb4_general_ci"}
+    )
+    kind = kind_of_run(
+        table, request(table), stored(table), lake(schema=schema, key=weighed), source
+    )
+    assert kind.full_refresh
+    assert "_weight_id from latin1_swedish_ci to utf8mb4_general_ci" in kind.warnings[0]
+
+
+def test_without_the_sources_facts_the_weights_are_left_to_the_run_that_reads_it() -> None:
+    table = table_spec()
+    kind = kind_of_run(table, request(table), stored(table), lake(), None)
+    assert not kind.full_refresh
+
+
+# -- whether the lake fits ----------------------------------------------------------------------
+
+
+def test_the_lake_its_cursor_describes_fits() -> None:
+    check_lake_fits(table_spec(), stored(), lake())
+
+
+def test_one_commit_past_the_recorded_one_fits_a_run_that_died_before_recording_it() -> None:
+    head = LakeHead(
+        table_id=TABLE_ID, txn=NEXT_TXN, batch=2, files=files_digest(f.name for f in BUCKETS)
+    )
+    check_lake_fits(table_spec(), stored(), lake(head=head))
+
+
+@pytest.mark.parametrize(
+    ("facts", "found"),
+    [
+        (lake(held=(), head=None), "it holds no table"),
+        (lake(head=None), "no record of the table's identity"),
+        (
+            lake(head=LakeHead(table_id="other", txn=TXN, batch=1)),
+            "it holds lake table other",
+        ),
+        (
+            replace(lake(), files=BUCKETS[:1]),
+            "left 4 data files, and the folder now holds 1 others",
+        ),
+        (
+            lake(head=LakeHead(table_id=TABLE_ID, txn="20241231T000000cccccccc", batch=0)),
+            "restored from an older copy",
+        ),
+        (
+            lake(head=LakeHead(table_id=TABLE_ID, txn=NEXT_TXN, batch=3)),
+            "another Dagster instance writes to it",
+        ),
+    ],
+    ids=["gone", "no-identity", "another-table", "files-removed", "older-commit", "two-past"],
+)
+def test_a_lake_that_isnt_the_table_the_cursor_describes_is_refused(
+    facts: LakeFacts, found: str
+) -> None:
+    with pytest.raises(WriteError) as refused:
+        check_lake_fits(table_spec(), stored(), facts)
+    text = str(refused.value)
+    assert found in text and "incremental-assets run orders --full" in text
+
+
+def test_a_lake_in_the_other_modes_layout_is_refused_naming_mode() -> None:
+    append = table_spec(mode="append", primary_key=None)
+    with pytest.raises(ConfigError) as refused:
+        check_lake_fits(append, stored(), lake())
+    assert "field 'mode'" in str(refused.value)
+    with pytest.raises(ConfigError):
+        check_lake_fits(table_spec(), stored(), lake(held=BATCHES))
+
+
+def test_a_state_recorded_before_lake_identities_only_refuses_an_emptied_lake() -> None:
+    legacy = stored(lake_table_id=None, lake_commit=None)
+    check_lake_fits(table_spec(), legacy, lake(head=None))
+    with pytest.raises(WriteError, match="it has no data files"):
+        check_lake_fits(table_spec(), legacy, lake(held=(), head=None))
+
+
+# -- whether the source enforces the key ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "catalog_key", "enforced"),
+    [
+        ({}, ("id",), True),
+        ({"primary_key": ["id", "note"]}, ("note", "id"), True),
+        ({}, ("id", "note"), False),
+        ({}, None, False),
+        ({"table": None, "query": "SELECT * FROM public.orders"}, ("id",), False),
+        ({"mode": "append", "primary_key": None}, ("id",), False),
+    ],
+    ids=["own-key", "same-columns", "other-key", "unread", "query", "append"],
+)
+def test_the_key_is_enforced_only_when_it_is_the_source_tables_own(
+    settings: dict[str, Any], catalog_key: tuple[str, ...] | None, enforced: bool
+) -> None:
+    source = SourceFacts(schema=SCHEMA, catalog_key=catalog_key)
+    assert key_enforced(table_spec(**settings), source) is enforced
