@@ -507,9 +507,14 @@ class LakeMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._can_refuse() and self.config.listed is None)
     @rule(pick=st.integers(0, 99))
     def hide_column(self, pick: int) -> None:
-        """The cursor or a key column disappears (renamed away): refused; then it comes back."""
+        """The cursor or a key column disappears (renamed away): refused; then it comes back.
+
+        A key the config leaves unnamed is the database's: renaming its column changes the key,
+        which the next run reads whole (a full refresh), so only a named key's column is hidden.
+        """
         self.refusals += 1
-        columns = [CURSOR, *self.config.key]
+        named_key = self.config.key if self.config.key_named != "unnamed" else ()
+        columns = [CURSOR, *named_key]
         name = columns[pick % len(columns)]
         self.source.rename(name, f"{name}_gone")
         self._say("renamed", f"# renamed {name} away")
