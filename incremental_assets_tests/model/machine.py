@@ -139,6 +139,9 @@ class LakeMachine(RuleBasedStateMachine):
         self.copies: dict[str, Path] = {}  # copies of the lake by the commit they were taken at
         self.after_kill = False
         self.dirty = True  # something changed since the last run: another run can tell more
+        # The lake was removed, moved or restored since the last run, which (in full_refresh
+        # mode) would have replaced it: a run refused for another reason may say this first.
+        self.lake_behind = False
         self.runs = 0
         self.did: Counter[str] = Counter()
 
@@ -290,7 +293,7 @@ class LakeMachine(RuleBasedStateMachine):
             defaulted=frozenset(self.source.defaulted),
         )
         problems = self.reference.check_run(facts, self._lake())
-        self.after_kill = self.dirty = False
+        self.after_kill = self.dirty = self.lake_behind = False
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
         self._keep_copy(md)
@@ -611,7 +614,10 @@ class LakeMachine(RuleBasedStateMachine):
         foreign = "batch" if merge else "bucket"
         incremental = self.reference.full_refresh_expected(False, True) == {False}
         if mode != "full_refresh" and foreign in lake.layouts() and incremental:
-            self._refused_until_rebuilt(f"mode changed to {mode}", ["field 'mode'"], new_row)
+            # Both refusals name the fix; a lake restored or moved behind the run may be the one
+            # it names, as the lake is checked before its layout.
+            named = ["field 'mode'"] if not self.lake_behind else [f"run {TABLE} --full"]
+            self._refused_until_rebuilt(f"mode changed to {mode}", named, new_row)
 
     @precondition(lambda self: self._can_change_settings() and self.config.mode == "merge")
     @rule()
@@ -730,6 +736,7 @@ class LakeMachine(RuleBasedStateMachine):
         self._say(kind, f"# {what}")
         self.dirty = True
         if self.reference.full_refresh_expected(False, bool(self._lake().files)) != {False}:
+            self.lake_behind = True
             return
         named = [
             "the stored cursor",
