@@ -1,5 +1,9 @@
 """Session-wide PostgreSQL, MariaDB and Spark; a fresh schema or database, lake, project and
-Dagster instance per test. Fixtures only: what they are built from lives in support/."""
+Dagster instance per test. Fixtures only: what they are built from lives in support/.
+
+A test that takes `lake_format` runs once per lake format, and its `make_project` writes that
+format; every other test's project says `format: parquet`, so no test depends on the format a
+new table gets by default (`NEW_TABLES`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import KINDS, SourceDb
 from incremental_assets_tests.support.mariadb import (
@@ -26,7 +31,7 @@ from incremental_assets_tests.support.postgres import (
     fresh_schema,
     postgres_server,
 )
-from incremental_assets_tests.support.project import ProjectBuilder
+from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder
 from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
 
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
@@ -98,7 +103,17 @@ def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
         yield instance
 
 
+@pytest.fixture(params=LAKE_FORMATS)
+def lake_format(request: pytest.FixtureRequest) -> LakeFormat:
+    """The test's lake format: plain Parquet, then Iceberg."""
+    format_: LakeFormat = request.param
+    return format_
+
+
 @pytest.fixture
-def make_project(tmp_path: Path) -> ProjectBuilder:
-    """Writes the test's project in tmp_path: `make_project(pg, "orders", mode="merge", ...)`."""
+def make_project(request: pytest.FixtureRequest, tmp_path: Path) -> ProjectBuilder:
+    """Writes the test's project in tmp_path: `make_project(pg, "orders", mode="merge", ...)`,
+    with the test's `lake_format` if it takes one, else plain Parquet."""
+    if "lake_format" in request.fixturenames:
+        return ProjectBuilder(tmp_path, request.getfixturevalue("lake_format"))
     return ProjectBuilder(tmp_path)

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from incremental_assets.definitions import build_definitions
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
@@ -42,7 +42,7 @@ def _audit(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckE
     return evaluation
 
 
-def _copy_a_data_file(lake_dir: Path, lake_format: str) -> None:
+def _copy_a_data_file(lake_dir: Path, lake_format: LakeFormat) -> None:
     """A data file held twice (a restore or a copy gone wrong): its keys are in the lake twice."""
     folder = lake_dir / "orders"
     source = next(folder.rglob("*.parquet"))
@@ -53,9 +53,8 @@ def _copy_a_data_file(lake_dir: Path, lake_format: str) -> None:
         iceberg_table(lake_dir, "orders").add_files([str(copy)])
 
 
-@pytest.mark.parametrize("lake_format", ["parquet", "iceberg"])
 def test_the_scheduled_key_audit_reads_every_file_and_finds_a_key_held_twice(
-    lake_format: str,
+    lake_format: LakeFormat,
     make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
@@ -64,7 +63,7 @@ def test_the_scheduled_key_audit_reads_every_file_and_finds_a_key_held_twice(
 ) -> None:
     pg.execute(ORDERS)
     pg.execute("INSERT INTO orders SELECT i, 'old', i FROM generate_series(1, 200) i")
-    project = make_project(pg, MERGE, lake={"format": lake_format})
+    project = make_project(pg, MERGE)
     assert materialize(project, "orders", instance, spark_resource).success
     pg.execute("UPDATE orders SET note = 'new', updated_at = 1000 WHERE id = 7")
     assert materialize(project, "orders", instance, spark_resource).success

@@ -71,7 +71,8 @@ def write_cli_config(
     remote: str | None = None,
     **lake: Any,
 ) -> Path:
-    """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in `directory`."""
+    """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in
+    `directory`, plain Parquet unless `lake` names another `format`."""
     conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
     spark: dict[str, Any] = {"master": "local[2]", "conf": conf}
     if any("jdbc:mysql:" in str(s.get("url")) for s in sources.values()):
@@ -80,7 +81,7 @@ def write_cli_config(
         spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
     config = {
         "spark": spark,
-        "lake": {"path": str(directory / "lake"), **lake},
+        "lake": {"path": str(directory / "lake"), "format": "parquet", **lake},
         "sources": sources,
         "tables": tables,
     }

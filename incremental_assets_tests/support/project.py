@@ -1,7 +1,9 @@
 """A test's project: write its incremental_assets.yaml, materialize a table, read the lake back.
 
 `ProjectBuilder` (the `make_project` fixture) writes the common case, one source `shop` on the
-test's database and one table on it, so a test file states only its table's defaults.
+test's database and one table on it, so a test file states only its table's defaults. Its lake
+names its format, plain Parquet unless the test asks for another. The readers below read either
+format.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 import dagster as dg
 import pyarrow as pa
@@ -18,11 +20,13 @@ import yaml
 
 from incremental_assets.config import Project, load_project
 from incremental_assets.factory import build_table_asset
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import write_cli_config
 
 SOURCE = "shop"
+LAKE_FORMATS: tuple[LakeFormat, ...] = get_args(LakeFormat)
 
 
 class SourceHandle(Protocol):
@@ -107,10 +111,16 @@ def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:
 
 def lake_files(lake_dir: Path, table: str) -> list[str]:
     """The names of the table's data files: those in the folder, or in the Iceberg snapshot."""
+    return sorted(path.name for path in lake_file_paths(lake_dir, table))
+
+
+def lake_file_paths(lake_dir: Path, table: str) -> list[Path]:
+    """The table's data files on disk: the folder's, or those of the current Iceberg snapshot
+    (in its `data/`)."""
     if (lake_dir / table / "metadata").is_dir():
-        paths = iceberg_table(lake_dir, table).inspect.files()["file_path"].to_pylist()
-        return sorted(Path(p).name for p in paths)
-    return sorted(p.name for p in (lake_dir / table).glob("part-*.parquet"))
+        uris = iceberg_table(lake_dir, table).inspect.files()["file_path"].to_pylist()
+        return sorted(Path(uri.removeprefix("file://").removeprefix("file:")) for uri in uris)
+    return sorted((lake_dir / table).glob("part-*.parquet"))
 
 
 @dataclass(frozen=True)
@@ -119,10 +129,12 @@ class ProjectBuilder:
 
     `table` is the table's name, or a mapping of a test file's defaults with its `name`; the
     keyword settings override them. The table reads `<db>.<name>`, unless a `query` is given.
-    `source` adds properties to the source, `lake` settings to the lake.
+    `source` adds properties to the source, `lake` settings to the lake, whose `format` is
+    `lake_format` unless `lake` names one.
     """
 
     directory: Path
+    lake_format: LakeFormat = "parquet"
 
     def __call__(
         self,
@@ -150,7 +162,11 @@ class ProjectBuilder:
     ) -> dict[str, Any]:
         """The project as a mapping, for a test that changes it before writing it."""
         return {
-            "lake": {"path": str(self.directory / "lake"), **(lake or {})},
+            "lake": {
+                "path": str(self.directory / "lake"),
+                "format": self.lake_format,
+                **(lake or {}),
+            },
             "sources": {SOURCE: db.source(**(source or {}))},
             "tables": [_table_entry(db, table, settings)],
         }
@@ -166,7 +182,9 @@ class ProjectBuilder:
     ) -> Path:
         """The same project for runs in a subprocess (see `write_cli_config`)."""
         entry = _table_entry(db, table, settings)
-        return write_cli_config(self.directory, {SOURCE: db.source()}, [entry], remote=remote)
+        return write_cli_config(
+            self.directory, {SOURCE: db.source()}, [entry], remote=remote, format=self.lake_format
+        )
 
 
 def _table_entry(
