@@ -489,13 +489,25 @@ def _data_file(table: Table, transaction: Transaction, location: str) -> Iceberg
 def _evolve(transaction: Transaction, schema: pa.Schema, every_file_replaced: bool) -> None:
     """The table's schema after this commit: columns added, types widened.
 
-    A type Iceberg can't promote in place (a decimal's scale, an integer to a decimal) is changed
-    only when this commit replaces every file the table holds, so that no file of the new snapshot
-    has the old type; older snapshots keep their own schema.
+    A type Iceberg can't promote in place (a decimal's scale, an integer to a decimal, an integer
+    narrowed) is changed only when this commit replaces every file the table holds, so that no
+    file of the new snapshot has the old type; older snapshots keep their own schema.
     """
+    from pyiceberg.catalog import Catalog
+
     optional = pa.schema([field.with_nullable(True) for field in schema])
     with transaction.update_schema(allow_incompatible_changes=every_file_replaced) as update:
         update.union_by_name(optional)
+        if not every_file_replaced:
+            return
+        # A union keeps a wider type the files no longer have (an integer narrowed at the
+        # source): with every file replaced, the column takes its files' type, keeping its id so
+        # that older snapshots still read their files. (The conversion union_by_name uses.)
+        held = {f.name: f for f in transaction.table_metadata.schema().fields}
+        for field in Catalog._convert_schema_if_needed(optional).fields:
+            before = held.get(field.name)
+            if before is not None and before.field_type != field.field_type:
+                update.update_column(field.name, field_type=field.field_type)
 
 
 def _name_mapping(transaction: Transaction) -> dict[str, str]:

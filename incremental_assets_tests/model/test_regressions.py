@@ -94,3 +94,21 @@ def test_a_merge_rereading_unchanged_rows_at_a_collated_text_cursor_writes_nothi
         state.full_refresh_run()
         state.insert_rows(bump=0, count=1)
         state.settle()
+
+
+def test_an_iceberg_full_refresh_after_a_narrowed_column_takes_its_new_type(
+    mariadb: MariaDbServer, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Soak `--database mariadb --format iceberg --seed 7113`: qty widened to bigint, then
+    narrowed back to int. The incremental run is refused (the lake holds it wider), and the full
+    refresh that rebuilds the table wrote int files, but the Iceberg schema kept bigint: the
+    union of schemas keeps a wider type, so readers saw int64 where the plain Parquet lake (and
+    the source) has int32."""
+    config = TableConfig("mariadb", "merge", ("id",), "integer", "timestamp")
+    env = Env(mariadb, spark_resource, tmp_path, lake_format="iceberg")
+    with replayed(env, config) as state:
+        state.add_row()
+        state.widen_column(pick=73)
+        state.add_row()
+        state.run()
+        state.narrow_column()
