@@ -3,7 +3,7 @@
 The test holds an ACCESS EXCLUSIVE lock on the source table, so the first run takes the lake lock
 and then blocks on its first read until the test lets go. Where the second run stops is visible
 from outside: waiting for the lake lock, it has `<table>/_lock` open; without that lock it would
-reach the source and queue behind the table lock as well.
+reach the source and queue behind the table lock as well. Both lake formats take that lock.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
@@ -31,7 +32,9 @@ from incremental_assets_tests.support.project import read_lake, rows_by
 CLI = str(Path(sys.executable).with_name("incremental-assets"))
 
 
-def _setup(tmp_path: Path, pg: Schema, connect: str, lock_timeout: str) -> dict[str, str]:
+def _setup(
+    tmp_path: Path, pg: Schema, connect: str, lock_timeout: str, lake_format: LakeFormat
+) -> dict[str, str]:
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)",
         "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
@@ -46,7 +49,12 @@ def _setup(tmp_path: Path, pg: Schema, connect: str, lock_timeout: str) -> dict[
         "primary_key": ["id"],
     }
     config = write_cli_config(
-        tmp_path, {"shop": pg.source()}, [table], remote=connect, lock_timeout=lock_timeout
+        tmp_path,
+        {"shop": pg.source()},
+        [table],
+        remote=connect,
+        lock_timeout=lock_timeout,
+        format=lake_format,
     )
     env = cli_env(config, tmp_path / "home")
     # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
@@ -107,9 +115,9 @@ def _kill_if_running(run: subprocess.Popen[str]) -> None:
 
 @pytest.mark.xdist_group("connect")
 def test_the_second_run_waits_for_the_lock_then_continues_from_the_first_runs_cursor(
-    tmp_path: Path, pg: Schema, postgres: PostgresServer, connect: str
+    tmp_path: Path, pg: Schema, postgres: PostgresServer, connect: str, lake_format: LakeFormat
 ) -> None:
-    env = _setup(tmp_path, pg, connect, lock_timeout="10m")
+    env = _setup(tmp_path, pg, connect, "10m", lake_format)
     with _first_run_held(tmp_path, pg, postgres, env) as first:
         second = start_cli(tmp_path, env, "--select", "orders")
         try:
@@ -146,7 +154,9 @@ def test_the_second_run_waits_for_the_lock_then_continues_from_the_first_runs_cu
 def test_the_second_run_gives_up_after_the_lock_timeout_naming_the_holder(
     tmp_path: Path, pg: Schema, postgres: PostgresServer, connect: str
 ) -> None:
-    env = _setup(tmp_path, pg, connect, lock_timeout="2s")
+    """Plain Parquet only: the timeout and its message are the lock's, which both formats share
+    (lock.py); the first test here waits for it on both."""
+    env = _setup(tmp_path, pg, connect, "2s", "parquet")
     with _first_run_held(tmp_path, pg, postgres, env) as first:
         holder = _lock_file(tmp_path).read_text()
         second = start_cli(tmp_path, env, "--select", "orders")
@@ -176,8 +186,11 @@ def test_a_cursor_set_during_a_run_waits_for_it_and_keeps_its_batch(
 
     Had it read the state before the run recorded its own, the next run would reuse that batch
     number and replace the in-flight run's committed rows.
+
+    Plain Parquet only, for the suite's time: `cursor set` takes the lock both formats share, and
+    records the same state whatever the format; the first test here waits for it on both.
     """
-    env = _setup(tmp_path, pg, connect, lock_timeout="10m")
+    env = _setup(tmp_path, pg, connect, "10m", "parquet")
     first = start_cli(tmp_path, env, "--select", "orders")
     assert first.wait(timeout=300) == 0, first.communicate()[1][-3000:]
     pg.execute(

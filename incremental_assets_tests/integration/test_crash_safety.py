@@ -1,4 +1,6 @@
-"""SIGKILL a real `dagster asset materialize` at each dangerous point, then run again.
+"""SIGKILL a real `dagster asset materialize` at each dangerous point, then run again, on both
+lake formats. On Iceberg, `mid-commit` is after Spark's files are moved into `data/` and before
+the catalog commit, `committed` after the catalog commit and before the materialization.
 
 The in-process tests make a run raise at a pause point instead: a commit that fails part way,
 and a run that committed but failed before its materialization was recorded.
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.config import load_project
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import (
@@ -35,7 +38,9 @@ from incremental_assets_tests.support.project import (
 )
 
 
-def _setup(tmp_path: Path, pg: Schema, mode: str, **options: object) -> Path:
+def _setup(
+    tmp_path: Path, pg: Schema, mode: str, lake_format: LakeFormat, **options: object
+) -> Path:
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)"
     )
@@ -52,7 +57,7 @@ def _setup(tmp_path: Path, pg: Schema, mode: str, **options: object) -> Path:
         **options,
     }
     source = pg.source(rows_per_partition=10)  # several files per commit
-    return write_cli_config(tmp_path, {"shop": source}, [table])
+    return write_cli_config(tmp_path, {"shop": source}, [table], format=lake_format)
 
 
 def _change(pg: Schema) -> None:
@@ -102,7 +107,8 @@ def _kill_at(tmp_path: Path, point: str, env: dict[str, str]) -> None:
 
 
 def _every_file_is_whole(lake: Path) -> None:
-    for path in lake.glob("part-*.parquet"):
+    """The table's files, committed or not: in its folder (plain Parquet) or `data/` (Iceberg)."""
+    for path in [*lake.glob("part-*.parquet"), *lake.glob("data/part-*.parquet")]:
         assert pq.read_metadata(path).num_rows >= 0
 
 
@@ -121,10 +127,11 @@ def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(
     pg: Schema,
     postgres: PostgresServer,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
     point: str,
     mode: str,
 ) -> None:
-    config = _setup(tmp_path, pg, mode)
+    config = _setup(tmp_path, pg, mode, lake_format)
     home = tmp_path / "home"
     env = cli_env(config, home)
     project = load_project(config)
@@ -186,7 +193,8 @@ def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(
     mode: str,
     full_refresh: bool,
 ) -> None:
-    project = load_project(_setup(tmp_path, pg, mode, bucket_rows=10))
+    """Plain Parquet only: the journal finishes a commit; an Iceberg commit is one catalog swap."""
+    project = load_project(_setup(tmp_path, pg, mode, "parquet", bucket_rows=10))
     lake_dir = tmp_path / "lake" / "orders"
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
@@ -225,10 +233,11 @@ def test_a_full_refresh_that_committed_but_was_not_recorded_is_repeated(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
+    lake_format: LakeFormat,
     mode: str,
     full_refresh_again: bool,
 ) -> None:
-    project = load_project(_setup(tmp_path, pg, mode))
+    project = load_project(_setup(tmp_path, pg, mode, lake_format))
     first = materialize(project, "orders", instance, spark_resource)
     assert first.success, first.failure
     _change(pg)

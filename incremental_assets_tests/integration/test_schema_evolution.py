@@ -1,4 +1,4 @@
-"""Columns added, types widened, and changes the lake can't hold."""
+"""Columns added, types widened, and changes the lake can't hold, on both lake formats."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
+    lake_file_paths,
     lake_files,
     latest_metadata,
     materialize,
@@ -39,6 +41,7 @@ def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     spark: SparkSession,
+    lake_format: LakeFormat,
     mode: str,
 ) -> None:
     pg.execute(
@@ -59,18 +62,20 @@ def test_an_added_column_appears_with_nulls_for_older_rows_to_every_reader(
     assert run.success, run.failure
     assert run.metadata["schema_change"] == "added colour; widened qty int -> bigint"
     # Plain readers take one file's schema; every file now has the new one.
-    files = [
-        pq.read_schema(tmp_path / "lake" / "items" / f)
-        for f in lake_files(tmp_path / "lake", "items")
-    ]
+    files = [pq.read_schema(path) for path in lake_file_paths(tmp_path / "lake", "items")]
     schemas = {tuple((field.name, str(field.type)) for field in schema) for schema in files}
     assert len(schemas) == 1
     lake = read_lake(tmp_path / "lake", "items")
     assert rows_by(lake, ["id", "qty", "colour"])[-2:] == [(40, 40, None), (41, 5000000000, "red")]
-    assert (
-        spark.read.parquet(str(tmp_path / "lake" / "items")).where("id = 41").first()["colour"]
-        == "red"
-    )
+    row = spark.read.parquet(*_plain_reader_paths(tmp_path, lake_format)).where("id = 41").first()
+    assert row is not None and row["colour"] == "red"
+
+
+def _plain_reader_paths(tmp_path: Path, lake_format: LakeFormat) -> list[str]:
+    """What a reader that knows no Iceberg reads: the table's folder, or the snapshot's files."""
+    if lake_format == "parquet":
+        return [str(tmp_path / "lake" / "items")]
+    return [str(path) for path in lake_file_paths(tmp_path / "lake", "items")]
 
 
 def test_an_incompatible_change_fails_before_anything_is_written(
@@ -79,6 +84,7 @@ def test_an_incompatible_change_fails_before_anything_is_written(
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, qty int, at int NOT NULL)")
     pg.execute("INSERT INTO items SELECT i, i, i FROM generate_series(1, 10) i")
@@ -105,6 +111,7 @@ def test_a_merge_run_that_only_changes_the_schema_applies_it(
     db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
     change: str,
 ) -> None:
     """Found by the model-based test: no bucket is touched, yet the lake's schema must change."""
@@ -136,6 +143,7 @@ def test_an_integer_cursor_widened_to_a_decimal_carries_on_past_bigint(
     db: SourceDb,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
     mode: str,
 ) -> None:
     """BIGINT -> BIGINT UNSIGNED (MySQL) or numeric(20,0): a widening, not a full refresh."""
