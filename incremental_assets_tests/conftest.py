@@ -19,6 +19,7 @@ from incremental_assets.config import SparkSpec
 from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import KINDS, SourceDb
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.mariadb import (
     Database,
     MariaDbServer,
@@ -117,3 +118,14 @@ def make_project(request: pytest.FixtureRequest, tmp_path: Path) -> ProjectBuild
     if "lake_format" in request.fixturenames:
         return ProjectBuilder(tmp_path, request.getfixturevalue("lake_format"))
     return ProjectBuilder(tmp_path)
+
+
+@pytest.fixture
+def loads(
+    make_project: ProjectBuilder,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> Loads:
+    """The test's project (written by `make_project`), instance and Spark resource in one:
+    `loads.configure(pg, ORDERS_MERGE)`, then `loads.run()`, `loads.rows(["id"])`, ..."""
+    return Loads(make_project, instance, spark_resource)

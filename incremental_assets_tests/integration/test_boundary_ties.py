@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import dagster as dg
-
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
 
 T = "TIMESTAMPTZ '2025-01-01 12:00:00+00'"
 
@@ -24,26 +20,20 @@ DEFAULTS = {
 }
 
 
-def test_tied_rows_are_neither_lost_nor_loaded_twice(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_tied_rows_are_neither_lost_nor_loaded_twice(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
     pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1, 1000) i")
     pg.execute(
         f"INSERT INTO events SELECT i, {T} - INTERVAL '1 second' FROM generate_series(1001, 1010) i"
     )
-    project = make_project(pg, DEFAULTS, source=PARTITIONS)
+    loads.configure(pg, DEFAULTS, source=PARTITIONS)
 
-    first = materialize(project, "events", instance, spark_resource)
+    first = loads.run()
     # More rows land on the same value after the first run, from another connection.
     pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1011, 1500) i")
     pg.execute(f"INSERT INTO events VALUES (1501, {T} + INTERVAL '1 second')")
-    second = materialize(project, "events", instance, spark_resource)
-    third = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
+    third = loads.run()
 
     assert first.success and second.success and third.success
     assert first.metadata["boundary_rows"] == 1000
@@ -52,22 +42,16 @@ def test_tied_rows_are_neither_lost_nor_loaded_twice(
         second.metadata["rows_written"],
         third.metadata["rows_written"],
     ) == (1010, 491, 0)
-    versions = rows_by(read_lake(tmp_path / "lake", "events"), ["id", "at"])
+    versions = loads.rows(["id", "at"])
     assert len(versions) == len(set(versions)) == 1501
 
 
-def test_an_unusually_large_tie_is_reported(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_an_unusually_large_tie_is_reported(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz NOT NULL)")
     pg.execute(f"INSERT INTO events SELECT i, {T} FROM generate_series(1, 10001) i")
 
-    run = materialize(
-        make_project(pg, DEFAULTS, source=PARTITIONS), "events", instance, spark_resource
-    )
+    loads.configure(pg, DEFAULTS, source=PARTITIONS)
+    run = loads.run()
 
     assert run.success, run.failure
     assert run.metadata["boundary_rows"] == 10001
@@ -78,15 +62,12 @@ def test_an_unusually_large_tie_is_reported(
 
 
 def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Without an integer key the read is split on the cursor; every cut falls on a tied value."""
     pg.execute("CREATE TABLE events (key text PRIMARY KEY, at timestamptz NOT NULL)")
-    project = make_project(pg, DEFAULTS, primary_key=["key"], source=PARTITIONS)
+    loads.configure(pg, DEFAULTS, primary_key=["key"], source=PARTITIONS)
     log = pg.server.log_text
 
     def add(run: int, offsets: range) -> None:
@@ -104,11 +85,11 @@ def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
         return sorted(int(c) for line in reads for c in re.findall(r'"at" <=? (\d+)', line))
 
     add(1, range(4))
-    first = materialize(project, "events", instance, spark_resource)
+    first = loads.run()
     seen = len(log())
     add(2, range(3, 7))  # more ties on the last cursor value, then new values
-    second = materialize(project, "events", instance, spark_resource)
-    third = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
+    third = loads.run()
 
     assert first.success and second.success and third.success
     assert (
@@ -117,7 +98,7 @@ def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
         second.metadata["rows_written"],
         third.metadata["rows_written"],
     ) == (1200, 1500, 1200, 0)
-    keys = rows_by(read_lake(tmp_path / "lake", "events"), ["key"])
+    keys = loads.rows(["key"])
     assert len(keys) == len(set(keys)) == 2400
     # Four partitions in the second run, each cut on a tied value (which only one side reads).
     micros = pg.query(f"SELECT CAST(EXTRACT(EPOCH FROM {T}) * 1000000 AS BIGINT)")[0][0]

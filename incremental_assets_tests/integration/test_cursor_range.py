@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import dagster as dg
 import pytest
 
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import lake_files, materialize, write_project
 
 
 @pytest.mark.parametrize(
@@ -20,10 +16,8 @@ from incremental_assets_tests.support.project import lake_files, materialize, wr
     ],
 )
 def test_a_wall_clock_cursor_beyond_python_years_fails_the_run(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     value: str,
     message: str,
 ) -> None:
@@ -31,28 +25,18 @@ def test_a_wall_clock_cursor_beyond_python_years_fails_the_run(
         "CREATE TABLE events (id int PRIMARY KEY, at timestamp NOT NULL)",
         f"INSERT INTO events VALUES (1, {value})",
     )
-    project = write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [
-                {
-                    "name": "events",
-                    "source": "shop",
-                    "table": f"{pg.name}.events",
-                    "mode": "append",
-                    "cursor": "at",
-                    # An open transaction elsewhere would hold the row back, and the run with it.
-                    "transaction_cap": False,
-                }
-            ],
-        },
+    loads.configure(
+        pg,
+        "events",
+        mode="append",
+        cursor="at",
+        # An open transaction elsewhere would hold the row back, and the run with it.
+        transaction_cap=False,
     )
 
-    run = materialize(project, "events", instance, spark_resource)
+    run = loads.run()
 
     assert not run.success, f"the run succeeded with a wrong window: {run.metadata}"
     assert message in (run.failure or ""), run.failure
     assert "Table 'events'" in (run.failure or ""), run.failure
-    assert lake_files(tmp_path / "lake", "events") == []
+    assert loads.files() == []

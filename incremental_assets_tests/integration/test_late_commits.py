@@ -12,21 +12,19 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources import open_source
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.mariadb import Database, MariaDbServer
 from incremental_assets_tests.support.postgres import (
     PostgresServer,
@@ -34,7 +32,7 @@ from incremental_assets_tests.support.postgres import (
     standby_server,
     wait_for,
 )
-from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
+from incremental_assets_tests.support.project import ProjectBuilder
 
 TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
 
@@ -60,29 +58,26 @@ def _insert_on_time(db: SourceDb, ids: range) -> None:
     )
 
 
-def _ids(tmp_path: Path) -> list[int]:
-    return [row[0] for row in rows_by(read_lake(tmp_path / "lake", "events"), ["id"])]
+def _ids(loads: Loads) -> list[int]:
+    return [row[0] for row in loads.rows(["id"])]
 
 
 @pytest.mark.parametrize("cap", [True, False])
 def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     cap: bool,
 ) -> None:
     db.execute(DB_TABLE)
-    project = make_project(db, DEFAULTS, transaction_cap=cap)
+    loads.configure(db, DEFAULTS, transaction_cap=cap)
     late = _open_late_writer(db)
     _insert_on_time(db, range(1, 6))  # committed, newer
 
-    first = materialize(project, "events", instance, spark_resource)
+    first = loads.run()
     late.commit()
     late.close()
     db.outlast_cap_margin()
-    second = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
 
     assert first.success and second.success, (first.failure, second.failure)
     if cap:
@@ -91,37 +86,34 @@ def test_the_transaction_cap_keeps_the_cursor_below_open_transactions(
         assert (
             first.metadata["rows_written"] == 0
         )  # everything newer than the open transaction waits
-        assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+        assert _ids(loads) == [1, 2, 3, 4, 5, 1000]
         assert second.metadata["transaction_cap_applied"] is False
     else:
         # The control: without the cap the late row is below the cursor and is never read.
         assert "transaction_cap" not in first.metadata
-        assert _ids(tmp_path) == [1, 2, 3, 4, 5]
+        assert _ids(loads) == [1, 2, 3, 4, 5]
 
 
 def test_a_lookback_window_catches_late_rows_and_append_keeps_each_once(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     db.execute(DB_TABLE)
-    project = make_project(db, DEFAULTS, transaction_cap=False, lookback="10m")
+    loads.configure(db, DEFAULTS, transaction_cap=False, lookback="10m")
     late = _open_late_writer(db)
     _insert_on_time(db, range(1, 6))
-    assert materialize(project, "events", instance, spark_resource).success
+    assert loads.run().success
     late.commit()
     late.close()
 
-    second = materialize(project, "events", instance, spark_resource)
-    third = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
+    third = loads.run()
 
     assert second.success and third.success
     assert second.metadata["rows_extracted"] == 6  # the lookback re-read the five loaded rows
     assert second.metadata["rows_written"] == 1  # and kept only the late one
     assert third.metadata["rows_written"] == 0
-    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+    assert _ids(loads) == [1, 2, 3, 4, 5, 1000]
 
 
 @contextmanager
@@ -150,12 +142,9 @@ def _read_only(my: Database) -> Iterator[None]:
 
 @pytest.mark.parametrize("blind_by", ["no_process_privilege", "a_read_only_server"])
 def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
     mariadb: MariaDbServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     blind_by: str,
 ) -> None:
     db = SourceDb("mariadb", my, mariadb)
@@ -167,11 +156,10 @@ def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
         )
         if blind_by == "a_read_only_server":
             stack.enter_context(_read_only(my))
-        refused = materialize(
-            make_project(db, DEFAULTS, source=user), "events", instance, spark_resource
-        )
-        project = make_project(db, DEFAULTS, source=user, lookback="10m")
-        loaded = materialize(project, "events", instance, spark_resource)
+        loads.configure(db, DEFAULTS, source=user)
+        refused = loads.run()
+        loads.configure(db, DEFAULTS, source=user, lookback="10m")
+        loaded = loads.run()
 
     expected = "PROCESS privilege" if blind_by == "no_process_privilege" else "read-only"
     assert not refused.success
@@ -181,7 +169,7 @@ def test_a_mysql_source_that_cannot_see_open_transactions_needs_a_lookback(
     assert loaded.success, loaded.failure
     assert expected in loaded.metadata["transaction_cap"]
     assert expected in loaded.metadata["warnings"]
-    assert _ids(tmp_path) == [1, 2, 3, 4, 5]
+    assert _ids(loads) == [1, 2, 3, 4, 5]
 
 
 @contextmanager
@@ -200,19 +188,17 @@ def _reader_role(pg: Schema) -> Iterator[dict[str, str]]:
 
 
 def test_the_cap_says_when_the_role_cannot_see_other_sessions(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
     postgres: PostgresServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(TABLE)
     with _reader_role(pg) as reader:
-        project = make_project(pg, DEFAULTS, source=reader)
+        loads.configure(pg, DEFAULTS, source=reader)
         late = _open_late_writer(
             SourceDb("postgres", pg, postgres)
         )  # a superuser session the reader can't inspect
-        run = materialize(project, "events", instance, spark_resource)
+        run = loads.run()
         late.rollback()
         late.close()
 
@@ -246,17 +232,12 @@ def _autovacuum_worker(pg: Schema) -> Iterator[int]:
         )
 
 
-def test_autovacuum_workers_do_not_count_as_hidden_sessions(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_autovacuum_workers_do_not_count_as_hidden_sessions(loads: Loads, pg: Schema) -> None:
     """Without pg_read_all_stats an autovacuum worker looks like another role's session."""
     pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'on time')")
     with _reader_role(pg) as reader, _autovacuum_worker(pg) as worker:
-        project = make_project(pg, DEFAULTS, source=reader)
-        run = materialize(project, "events", instance, spark_resource)
+        loads.configure(pg, DEFAULTS, source=reader)
+        run = loads.run()
         still_there = pg.query(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {worker}")
 
     assert still_there == [(1,)]  # the worker was there all through the run
@@ -322,41 +303,35 @@ def test_the_cap_holds_for_a_transaction_that_commits_or_begins_between_its_two_
 
 
 def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_below_it(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(
         TABLE,
         "INSERT INTO events VALUES (1, 'past', now() - INTERVAL '1 hour'), (2, 'future', now() + INTERVAL '10 years')",
     )
-    project = make_project(pg, DEFAULTS)
+    loads.configure(pg, DEFAULTS)
 
-    first = materialize(project, "events", instance, spark_resource)
+    first = loads.run()
     pg.execute("INSERT INTO events (id, note) VALUES (3, 'later')")
-    second = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
 
     assert first.success and second.success, (first.failure, second.failure)
     assert first.metadata["rows_written"] == 2
     future = pg.query("SELECT updated_at FROM events WHERE id = 2")[0][0]
     assert datetime.fromisoformat(first.metadata["cursor"]) < future
-    assert _ids(tmp_path) == [1, 2, 3]  # the future row was re-read, and kept once
+    assert _ids(loads) == [1, 2, 3]  # the future row was re-read, and kept once
 
 
 def test_sessions_that_report_no_transactions_hold_the_cursor_below_their_connection(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     postgres: PostgresServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """`track_activities = off` hides a session's transaction from pg_stat_activity."""
     pg.execute(TABLE, "INSERT INTO events (id, note) VALUES (1, 'before')")
-    project = make_project(pg, DEFAULTS)
-    assert materialize(project, "events", instance, spark_resource).success
+    loads.configure(pg, DEFAULTS)
+    assert loads.run().success
     late = postgres.connect(autocommit=True)
     late.execute("SET track_activities = off")
     late.autocommit = False
@@ -364,16 +339,16 @@ def test_sessions_that_report_no_transactions_hold_the_cursor_below_their_connec
     late.execute("SELECT pg_sleep(0.05)")
     pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(2, 5) i")
 
-    first = materialize(project, "events", instance, spark_resource)
+    first = loads.run()
     late.commit()
     late.close()
-    second = materialize(project, "events", instance, spark_resource)
+    second = loads.run()
 
     assert first.success and second.success, (first.failure, second.failure)
     assert first.metadata["rows_written"] == 0
     assert first.metadata["transaction_cap_applied"] is True
     assert "track_activities = off" in first.metadata["warnings"]
-    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+    assert _ids(loads) == [1, 2, 3, 4, 5, 1000]
 
 
 @contextmanager
@@ -392,21 +367,19 @@ def _prepared(postgres: PostgresServer, pg: Schema) -> Iterator[str]:
 
 
 def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     postgres: PostgresServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(TABLE)
     with _prepared(postgres, pg) as name:
         pg.execute("INSERT INTO events (id, note) SELECT i, 'on time' FROM generate_series(1, 5) i")
-        refused = materialize(make_project(pg, DEFAULTS), "events", instance, spark_resource)
-        project = make_project(pg, DEFAULTS, lookback="10m")
-        with_lookback = materialize(project, "events", instance, spark_resource)
+        loads.configure(pg, DEFAULTS)
+        refused = loads.run()
+        loads.configure(pg, DEFAULTS, lookback="10m")
+        with_lookback = loads.run()
         pg.execute(f"COMMIT PREPARED '{name}'")
-    after_commit = materialize(project, "events", instance, spark_resource)
+    after_commit = loads.run()
 
     assert not refused.success
     assert "Table 'events'" in (refused.failure or "")
@@ -414,16 +387,13 @@ def test_prepared_transactions_need_a_lookback_and_are_caught_by_it(
     assert "lookback" in (refused.failure or "")
     assert with_lookback.success and after_commit.success
     assert "prepared transactions" in with_lookback.metadata["warnings"]
-    assert _ids(tmp_path) == [1, 2, 3, 4, 5, 1000]
+    assert _ids(loads) == [1, 2, 3, 4, 5, 1000]
 
 
 def test_a_hot_standby_needs_a_lookback_because_the_primarys_transactions_are_invisible(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     postgres: PostgresServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(TABLE, "INSERT INTO events (id, note) SELECT i, 'x' FROM generate_series(1, 5) i")
     with standby_server(postgres) as standby:
@@ -435,15 +405,14 @@ def test_a_hot_standby_needs_a_lookback_because_the_primarys_transactions_are_in
                 timeout=30,
             )
         url = {"url": f"jdbc:postgresql://127.0.0.1:{standby.port}/{standby.dbname}"}
-        refused = materialize(
-            make_project(pg, DEFAULTS, source=url), "events", instance, spark_resource
-        )
-        project = make_project(pg, DEFAULTS, source=url, lookback="10m")
-        loaded = materialize(project, "events", instance, spark_resource)
+        loads.configure(pg, DEFAULTS, source=url)
+        refused = loads.run()
+        loads.configure(pg, DEFAULTS, source=url, lookback="10m")
+        loaded = loads.run()
 
     assert not refused.success
     assert "hot standby" in (refused.failure or "") and "lookback" in (refused.failure or "")
     assert loaded.success, loaded.failure
     assert "hot standby" in loaded.metadata["transaction_cap"]
     assert "hot standby" in loaded.metadata["warnings"]
-    assert _ids(tmp_path) == [1, 2, 3, 4, 5]
+    assert _ids(loads) == [1, 2, 3, 4, 5]
