@@ -613,10 +613,12 @@ class LakeMachine(RuleBasedStateMachine):
         self._reconfigure(config, "mode changed", f"mode {mode}; the lake holds {held} files")
         foreign = "batch" if merge else "bucket"
         incremental = self.reference.full_refresh_expected(False, True) == {False}
-        if mode != "full_refresh" and foreign in lake.layouts() and incremental:
-            # Both refusals name the fix; a lake restored or moved behind the run may be the one
-            # it names, as the lake is checked before its layout.
-            named = ["field 'mode'"] if not self.lake_behind else [f"run {TABLE} --full"]
+        behind = self.lake_behind
+        if mode != "full_refresh" and incremental and (behind or foreign in lake.layouts()):
+            # A lake removed, moved or restored while full_refresh mode replaced it on every run
+            # is refused once the table is incremental again; the lake is checked before its
+            # layout, and both refusals name the fix.
+            named = [f"run {TABLE} --full"] if behind else ["field 'mode'"]
             self._refused_until_rebuilt(f"mode changed to {mode}", named, new_row)
 
     @precondition(lambda self: self._can_change_settings() and self.config.mode == "merge")
