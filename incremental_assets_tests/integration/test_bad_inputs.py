@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    lake_files,
-    latest_metadata,
-    materialize,
-)
 
-DEFAULTS = {
-    "name": "orders",
-    "mode": "merge",
-    "cursor": "updated_at",
-    "primary_key": ["id"],
-    "transaction_cap": False,
-}
+DEFAULTS = {**ORDERS_MERGE, "transaction_cap": False}
 
 
 def _break(db: SourceDb, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -95,27 +82,21 @@ CASES = [
     indirect=["db"],
 )
 def test_a_broken_source_fails_clearly_and_moves_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     case: str,
     expected: list[str],
 ) -> None:
     db.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at {tstz})")
     db.execute("INSERT INTO orders VALUES (1, '2025-01-01'), (2, '2025-01-02')")
-    first = materialize(make_project(db, DEFAULTS), "orders", instance, spark_resource)
-    files = lake_files(tmp_path / "lake", "orders")
+    loads.configure(db, DEFAULTS)
+    first = loads.run()
+    files = loads.files()
     db.execute("INSERT INTO orders VALUES (3, '2025-01-03')")
     source, table = _break(db, case)
 
-    run = materialize(
-        make_project(db, DEFAULTS, source=source, **table),
-        "orders",
-        instance,
-        spark_resource,
-    )
+    loads.configure(db, DEFAULTS, source=source, **table)
+    run = loads.run()
 
     assert first.success, first.failure
     assert not run.success
@@ -125,23 +106,20 @@ def test_a_broken_source_fails_clearly_and_moves_nothing(
     for words in expected:
         assert words in (run.failure or "")
     assert "Traceback" not in (run.failure or "")
-    assert lake_files(tmp_path / "lake", "orders") == files
-    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
+    assert loads.files() == files
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
 
 
 def test_a_stored_cursor_that_cannot_be_parsed_is_refused_until_a_full_refresh(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, updated_at timestamptz NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, '2025-01-01')")
-    project = make_project(pg, DEFAULTS)
-    assert materialize(project, "orders", instance, spark_resource).success
-    files = lake_files(tmp_path / "lake", "orders")
-    instance.report_runless_asset_event(
+    loads.configure(pg, DEFAULTS)
+    assert loads.run().success
+    files = loads.files()
+    loads.instance.report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key="orders",
             metadata={
@@ -153,9 +131,9 @@ def test_a_stored_cursor_that_cannot_be_parsed_is_refused_until_a_full_refresh(
         )
     )
 
-    run = materialize(project, "orders", instance, spark_resource)
-    untouched = lake_files(tmp_path / "lake", "orders") == files
-    refresh = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    run = loads.run()
+    untouched = loads.files() == files
+    refresh = loads.run(full_refresh=True)
 
     assert not run.success
     assert "Table 'orders': the stored cursor 'next tuesday'" in (run.failure or "")

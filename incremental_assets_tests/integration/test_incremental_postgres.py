@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pyarrow.compute as pc
 import pytest
 
-from incremental_assets.config import Project
 from incremental_assets.lake import open_lake
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    lake_files,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-)
+from incremental_assets_tests.support.project import rows_by
 
 ORDERS = """
 CREATE TABLE orders (
@@ -45,17 +35,14 @@ def _source_rows(pg: Schema) -> list[tuple[Any, ...]]:
 
 
 def test_first_run_extracts_every_row_and_second_run_only_the_delta(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 101))
-    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
+    loads.configure(pg, ORDERS_MERGE)
 
-    first = materialize(project, "orders", instance, spark_resource)
+    first = loads.run()
     assert first.success, first.failure
     assert first.metadata["rows_extracted"] == 100
     assert first.metadata["previous_cursor"] is None
@@ -65,7 +52,7 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
     pg.execute(
         "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' WHERE id <= 5"
     )
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
 
     assert second.success, second.failure
     assert second.metadata["previous_cursor"] == first.metadata["cursor"]
@@ -73,32 +60,26 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
     # 10 inserted, 5 updated, and the one row tied with the previous cursor read again.
     assert second.metadata["rows_extracted"] == 16
     assert (second.metadata["rows_inserted"], second.metadata["rows_updated"]) == (10, 5)
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == _source_rows(pg)
     assert second.metadata["dagster/row_count"] == 110
 
 
-def test_append_keeps_every_version_exactly_once(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_append_keeps_every_version_exactly_once(loads: Loads, pg: Schema) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 51))
-    project = make_project(pg, "orders", mode="append", cursor="updated_at", primary_key=["id"])
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND)
+    assert loads.run().success
     pg.execute(
         "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10"
     )
     _seed(pg, range(51, 56), at="2025-02-01 00:00:00+00")
 
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
 
     assert second.success, second.failure
     assert second.metadata["rows_written"] == 15
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     versions = rows_by(lake, ["id", "updated_at"])
     assert len(versions) == len(set(versions)) == 65  # 50 originals + 10 new versions + 5 new rows
     latest = {row[0]: row[1] for row in versions}
@@ -107,24 +88,19 @@ def test_append_keeps_every_version_exactly_once(
 
 
 def test_the_window_predicate_is_what_reaches_the_server(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     postgres: Any,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 2001))
-    project = make_project(
+    loads.configure(
         pg,
-        "orders",
+        ORDERS_MERGE,
         source={"rows_per_partition": 500, "max_partitions": 4},
-        mode="merge",
-        cursor="updated_at",
-        primary_key=["id"],
         start="2025-01-01T00:00:10Z",
     )
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
     assert run.success, run.failure
 
     window = run.metadata["extract_filter"]
@@ -195,11 +171,8 @@ def test_the_window_predicate_is_what_reaches_the_server(
     ],
 )
 def test_every_cursor_type_round_trips_exactly(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     column_type: str,
     values: list[str],
     cursors: list[str],
@@ -207,13 +180,13 @@ def test_every_cursor_type_round_trips_exactly(
 ) -> None:
     pg.execute(f"CREATE TABLE orders (id int PRIMARY KEY, c {column_type})")
     pg.execute(f"INSERT INTO orders VALUES (1, {values[0]})")
-    project = make_project(pg, "orders", mode="append", cursor="c", primary_key=["id"])
-    first = materialize(project, "orders", instance, spark_resource)
+    loads.configure(pg, ORDERS_APPEND, cursor="c")
+    first = loads.run()
     assert first.success, first.failure
     assert first.metadata["cursor"] == cursors[0]
     pg.execute(f"INSERT INTO orders VALUES (2, {values[1]})")
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     # The stored text comes back as the exact lower bound: any drift would show in the SQL.
@@ -224,7 +197,7 @@ def test_every_cursor_type_round_trips_exactly(
         run.metadata["rows_extracted"] == 2
     )  # the row on the lower bound, read again, and the new one
     assert run.metadata["rows_written"] == 1
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     source = dict(pg.query("SELECT id, c FROM orders"))
     in_lake = dict(rows_by(lake, ["id", "c"]))
     if column_type == "timestamp":
@@ -234,94 +207,73 @@ def test_every_cursor_type_round_trips_exactly(
 
 
 def test_an_empty_delta_records_a_materialization_with_the_cursor_unchanged(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
-    project = make_project(pg, "orders", mode="append", cursor="updated_at")
-    first = materialize(project, "orders", instance, spark_resource)
-    files = lake_files(tmp_path / "lake", "orders")
+    loads.configure(pg, "orders", mode="append", cursor="updated_at")
+    first = loads.run()
+    files = loads.files()
 
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
 
     assert second.success, second.failure
     assert second.metadata["cursor"] == first.metadata["cursor"]
     assert second.metadata["rows_written"] == 0
     assert second.run_id != first.run_id
-    assert lake_files(tmp_path / "lake", "orders") == files
+    assert loads.files() == files
 
 
-def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(loads: Loads, pg: Schema) -> None:
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, updated_at timestamptz)"
     )
     pg.execute(
         "INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i"
     )
-    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
-    first = materialize(project, "orders", instance, spark_resource)
+    loads.configure(pg, ORDERS_MERGE)
+    first = loads.run()
     assert first.success, first.failure
-    before = read_lake(tmp_path / "lake", "orders")
-    files = lake_files(tmp_path / "lake", "orders")
+    before = loads.lake()
+    files = loads.files()
     # A value Spark can't hold as decimal(38,18) makes the job fail half way through the write.
     pg.execute("INSERT INTO orders VALUES (21, 1e30, TIMESTAMPTZ '2025-02-01 00:00:00+00')")
 
-    failed = materialize(project, "orders", instance, spark_resource)
+    failed = loads.run()
 
     assert not failed.success
     assert "Table 'orders'" in (failed.failure or "")
-    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
-    assert lake_files(tmp_path / "lake", "orders") == files
-    assert read_lake(tmp_path / "lake", "orders").equals(before)
-    assert not list((tmp_path / "lake" / "orders" / "_staging").glob("*"))
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
+    assert loads.files() == files
+    assert loads.lake().equals(before)
+    assert not list((loads.lake_dir / "orders" / "_staging").glob("*"))
 
 
-def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_full_refresh_on_demand_replaces_the_table_and_the_cursor(loads: Loads, pg: Schema) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 21))
-    project = make_project(pg, "orders", mode="append", cursor="updated_at", primary_key=["id"])
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND)
+    assert loads.run().success
     # Rows an incremental run can never see: deleted, and changed without moving the cursor.
     pg.execute("DELETE FROM orders WHERE id > 15")
     pg.execute("UPDATE orders SET status = 'fixed' WHERE id = 1")
 
-    refresh = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    refresh = loads.run(full_refresh=True)
 
     assert refresh.success, refresh.failure
     assert refresh.metadata["full_refresh"] is True
     assert refresh.metadata["rows_extracted"] == 15
     assert refresh.metadata["cursor"] == "2025-01-01T00:00:15.000000+00:00"
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == _source_rows(pg)
 
 
-def test_metadata_carries_every_documented_key(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_metadata_carries_every_documented_key(loads: Loads, pg: Schema) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 6))
-    project = make_project(pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"])
-    run = materialize(project, "orders", instance, spark_resource)
+    loads.configure(pg, ORDERS_MERGE)
+    run = loads.run()
     keys = {
         "cursor",
         "previous_cursor",
@@ -343,53 +295,48 @@ def test_metadata_carries_every_documented_key(
     assert keys <= set(run.metadata)
     assert run.metadata["cursor_column"] == "updated_at"
     assert run.metadata["mode"] == "merge"
-    assert run.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
+    assert run.metadata["dagster/uri"] == str(loads.lake_dir / "orders")
     columns = [c.name for c in run.metadata["dagster/column_schema"].columns]
     assert columns == ["id", "amount", "status", "updated_at", "_batch"]
 
 
 def test_a_second_writer_of_the_same_table_fails_clearly_and_moves_nothing(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
-    project = make_project(
+    project = loads.configure(
         pg, "orders", lake={"lock_timeout": "1s"}, mode="append", cursor="updated_at"
     )
     table = open_lake(project.lake, "orders")
 
     with table.lock("orders", "run 1234-other", timedelta(seconds=1)):
-        blocked = materialize(project, "orders", instance, spark_resource)
+        blocked = loads.run()
 
     assert not blocked.success
     assert "Table 'orders': another run is writing" in (blocked.failure or "")
     assert "run 1234-other" in (blocked.failure or "")
-    assert latest_metadata(instance, "orders") == {}
-    assert materialize(project, "orders", instance, spark_resource).success
+    assert loads.metadata() == {}
+    assert loads.run().success
 
 
 def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 21))
-    project = make_project(
+    loads.configure(
         pg, "orders", mode="full_refresh", cursor="updated_at", start="2025-01-01T00:00:03Z"
     )
-    first = materialize(project, "orders", instance, spark_resource)
+    first = loads.run()
     assert first.success, first.failure
     pg.execute("DELETE FROM orders WHERE id IN (5, 20)")
     pg.execute("UPDATE orders SET status = 'fixed' WHERE id = 6")  # the cursor doesn't move
     _seed(pg, range(21, 23), at="2025-01-02 00:00:00+00")
 
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
 
     assert second.success, second.failure
     assert (second.metadata["full_refresh"], second.metadata["rows_extracted"]) == (True, 18)
@@ -398,51 +345,47 @@ def test_a_full_refresh_table_is_replaced_by_a_new_snapshot_on_every_run(
     assert second.metadata["extract_filter"].startswith(
         "\"updated_at\" >= TIMESTAMPTZ '2025-01-01 00:00:03.000000+00:00' AND"
     )
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     in_window = [row for row in _source_rows(pg) if row[0] >= 3]
     assert rows_by(lake, ["id", "amount", "status", "updated_at"]) == in_window
 
 
 @pytest.mark.parametrize(("before", "after"), [("append", "merge"), ("merge", "append")])
 def test_changing_the_mode_needs_a_full_refresh(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     before: str,
     after: str,
 ) -> None:
     pg.execute(ORDERS)
     _seed(pg, range(1, 11))
     options: dict[str, Any] = {"cursor": "updated_at", "primary_key": ["id"]}
-    first = materialize(
-        make_project(pg, "orders", mode=before, **options), "orders", instance, spark_resource
-    )
+    loads.configure(pg, "orders", mode=before, **options)
+    first = loads.run()
     assert first.success, first.failure
     pg.execute(
         "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 3"
     )
-    project = make_project(pg, "orders", mode=after, **options)
+    loads.configure(pg, "orders", mode=after, **options)
 
-    refused = materialize(project, "orders", instance, spark_resource)
+    refused = loads.run()
 
     assert not refused.success
     written = "merge" if before == "merge" else "append (or full_refresh)"
     assert (
-        f"Table 'orders', field 'mode': the lake table {tmp_path / 'lake' / 'orders'} was written "
+        f"Table 'orders', field 'mode': the lake table {loads.lake_dir / 'orders'} was written "
         f"in {written} mode"
     ) in (refused.failure or "")
     assert f"but the table is now mode {after}" in (refused.failure or "")
     assert "run a full refresh once (asset config full_refresh: true" in (refused.failure or "")
-    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
-    rebuilt = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
+    rebuilt = loads.run(full_refresh=True)
     assert rebuilt.success, rebuilt.failure
     pg.execute(
         "UPDATE orders SET status = 'shipped', updated_at = TIMESTAMPTZ '2025-03-01 00:00:00+00' WHERE id = 1"
     )
-    assert materialize(project, "orders", instance, spark_resource).success
-    versions = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "status"])
+    assert loads.run().success
+    versions = loads.rows(["id", "status"])
     if after == "merge":
         assert versions == [(r[0], r[2]) for r in _source_rows(pg)]
     else:  # the snapshot, then the new version of order 1
@@ -450,41 +393,32 @@ def test_changing_the_mode_needs_a_full_refresh(
 
 
 def test_a_text_cursor_in_the_databases_collation_keeps_the_later_update(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     # ICU's English order puts 'C' after 'b'; Spark compares bytes, where 'C' < 'b'.
     pg.execute('CREATE TABLE orders (id int PRIMARY KEY, c text COLLATE "en-x-icu", v text)')
     pg.execute("INSERT INTO orders VALUES (1, 'a', 'one'), (2, 'b', 'two')")
-    project = make_project(pg, "orders", mode="merge", cursor="c", primary_key=["id"])
-    first = materialize(project, "orders", instance, spark_resource)
+    loads.configure(pg, ORDERS_MERGE, cursor="c")
+    first = loads.run()
     assert first.success, first.failure
     pg.execute("UPDATE orders SET c = 'C', v = 'two, updated' WHERE id = 2")
 
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
 
     assert second.success, second.failure
     assert (second.metadata["previous_cursor"], second.metadata["cursor"]) == ("b", "C")
     assert (second.metadata["rows_updated"], second.metadata["rows_inserted"]) == (1, 0)
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     assert rows_by(lake, ["id", "c", "v"]) == sorted(pg.query("SELECT id, c, v FROM orders"))
 
 
-def test_a_merge_run_that_changes_nothing_rewrites_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_a_merge_run_that_changes_nothing_rewrites_nothing(loads: Loads, pg: Schema) -> None:
     # The last three rows share the newest cursor value: every run reads them again.
-    project = _merged_in_buckets_of_25(make_project, pg, instance, spark_resource, "least(i, 97)")
-    files = lake_files(tmp_path / "lake", "orders")
+    _merged_in_buckets_of_25(loads, pg, "least(i, 97)")
+    files = loads.files()
 
-    idle = materialize(project, "orders", instance, spark_resource)
+    idle = loads.run()
 
     assert idle.success, idle.failure
     counts = ("rows_extracted", "rows_written", "files_written", "rows_rewritten", "rows_updated")
@@ -492,78 +426,64 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(
     assert [idle.metadata[key] for key in counts] == [0, 0, 0, 0, 0]
     assert idle.metadata["spark"] == "not started (nothing new)"
     assert idle.metadata["dagster/row_count"] == 99
-    assert lake_files(tmp_path / "lake", "orders") == files
+    assert loads.files() == files
     # A real change after that lands, and rewrites only its own bucket (keys 75 to 99).
     pg.execute(
         "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id = 99"
     )
 
-    changed = materialize(project, "orders", instance, spark_resource)
+    changed = loads.run()
 
     assert changed.success, changed.failure
     assert [changed.metadata[key] for key in counts] == [3, 1, 1, 25, 1]
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(
         pg.query("SELECT id, v, updated_at FROM orders")
     )
-    assert len(set(lake_files(tmp_path / "lake", "orders")) - set(files)) == 1
+    assert len(set(loads.files()) - set(files)) == 1
 
 
 def test_rows_read_again_only_touch_their_bucket_when_they_changed(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     # Keys 1 and 2 (bucket 0-24) and 99 (bucket 75-99) share the newest cursor value.
-    project = _merged_in_buckets_of_25(
-        make_project, pg, instance, spark_resource, "CASE WHEN i <= 2 THEN 99 ELSE i END"
-    )
-    before = set(lake_files(tmp_path / "lake", "orders"))
+    _merged_in_buckets_of_25(loads, pg, "CASE WHEN i <= 2 THEN 99 ELSE i END")
+    before = set(loads.files())
     later = "TIMESTAMPTZ '2025-01-01 00:10:00+00'"
     pg.execute(
         f"INSERT INTO orders VALUES (100, 'v1', {later})",
         f"UPDATE orders SET v = 'v2', updated_at = {later} WHERE id = 60",
     )
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     # Read: the three tied rows again, 60 and 100. Rewritten: bucket 50-74 (25 rows) and the new
     # bucket 100-124 (1 row); the tied rows' buckets are left alone.
     counts = ("rows_extracted", "rows_inserted", "rows_updated", "rows_rewritten")
     assert [run.metadata[key] for key in counts] == [5, 1, 1, 26]
-    assert len(before - set(lake_files(tmp_path / "lake", "orders"))) == 1
+    assert len(before - set(loads.files())) == 1
     # A re-read row that did change (its cursor kept) still lands, in its own bucket.
     pg.execute("UPDATE orders SET v = 'v3' WHERE id = 60")
     pg.execute(f"UPDATE orders SET updated_at = {later} WHERE id = 1")
 
-    again = materialize(project, "orders", instance, spark_resource)
+    again = loads.run()
 
     assert again.success, again.failure
     assert [again.metadata[key] for key in counts] == [3, 0, 2, 49]
-    lake = read_lake(tmp_path / "lake", "orders")
+    lake = loads.lake()
     assert rows_by(lake, ["id", "v", "updated_at"]) == sorted(
         pg.query("SELECT id, v, updated_at FROM orders")
     )
 
 
-def _merged_in_buckets_of_25(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    seconds: str,
-) -> Project:
+def _merged_in_buckets_of_25(loads: Loads, pg: Schema, seconds: str) -> None:
     """Keys 1 to 99 loaded in merge mode into range buckets of 25 keys; `seconds` of `i` dates them."""
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz)",
         "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "
         f"({seconds}) * INTERVAL '1 s' FROM generate_series(1, 99) i",
     )
-    project = make_project(
-        pg, "orders", mode="merge", cursor="updated_at", primary_key=["id"], bucket_rows=25
-    )
-    assert materialize(project, "orders", instance, spark_resource).success
-    return project
+    loads.configure(pg, ORDERS_MERGE, bucket_rows=25)
+    assert loads.run().success

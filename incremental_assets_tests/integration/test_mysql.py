@@ -149,6 +149,7 @@ def shifted_zones(spark: SparkSession) -> Iterator[None]:
     """The JVM in New York and the Spark session in Kathmandu for the test's length."""
     time_zone = spark._jvm.java.util.TimeZone  # type: ignore[union-attr]
     saved_jvm, saved_session = time_zone.getDefault(), spark.conf.get("spark.sql.session.timeZone")
+    assert saved_session is not None
     time_zone.setDefault(time_zone.getTimeZone("America/New_York"))
     spark.conf.set("spark.sql.session.timeZone", "Asia/Kathmandu")
     try:
@@ -691,7 +692,7 @@ def test_append_keeps_each_row_once_when_ties_differ_only_in_case(
 ) -> None:
     """Found by the model-based test on MariaDB: the tie 'C1' was appended again after 'c1'."""
     my.execute("CREATE TABLE things (id INT, tag VARCHAR(10) NOT NULL)")
-    key = {"primary_key": ["id"]} if keyed else {}
+    key: dict[str, Any] = {"primary_key": ["id"]} if keyed else {}
     project = make_project(my, "things", mode="append", cursor="tag", **key)
     runs = []
     for row in [(1, "c1"), (2, "C1"), (3, "c2")]:

@@ -8,26 +8,13 @@ on PostgreSQL and on MariaDB.
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.writers import merge
 from incremental_assets_tests.support.databases import SourceDb
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-)
-
-
-def _lake(tmp_path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
-    return rows_by(read_lake(tmp_path / "lake", "items"), columns)
+from incremental_assets_tests.support.loads import ITEMS_MERGE, Loads
 
 
 def _source(db: SourceDb, columns: list[str], where: str = "TRUE") -> list[tuple[Any, ...]]:
@@ -36,43 +23,35 @@ def _source(db: SourceDb, columns: list[str], where: str = "TRUE") -> list[tuple
 
 @pytest.mark.parametrize("emptied_by", ["first_load_of_deleted_rows", "deleting_every_key"])
 def test_a_merge_table_whose_lake_holds_no_file_takes_every_later_delta(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     emptied_by: str,
 ) -> None:
     db.execute("CREATE TABLE items (id int PRIMARY KEY, v {text}, at int NOT NULL, gone {bool})")
-    project = make_project(
-        db, "items", mode="merge", cursor="at", primary_key=["id"], delete_column="gone"
-    )
+    loads.configure(db, ITEMS_MERGE, delete_column="gone")
     if emptied_by == "first_load_of_deleted_rows":
         db.execute("INSERT INTO items VALUES (1, 'a', 1, true), (2, 'b', 2, true)")
     else:
         db.execute("INSERT INTO items VALUES (1, 'a', 1, false), (2, 'b', 2, false)")
-        assert materialize(project, "items", instance, spark_resource).success
+        assert loads.run().success
         db.execute("UPDATE items SET gone = true, at = at + 10")
-    emptied = materialize(project, "items", instance, spark_resource)
+    emptied = loads.run()
     db.execute("INSERT INTO items VALUES (3, 'c', 30, false), (4, 'd', 31, false)")
 
-    later = materialize(project, "items", instance, spark_resource)
+    later = loads.run()
 
     assert emptied.success and later.success, (emptied.failure, later.failure)
     assert emptied.metadata["dagster/row_count"] == 0
     assert later.metadata["rows_written"] == 2
     assert later.metadata["dagster/row_count"] == 2
-    assert _lake(tmp_path, ["id", "v"]) == [(3, "c"), (4, "d")]
+    assert loads.rows(["id", "v"]) == [(3, "c"), (4, "d")]
 
 
 @pytest.mark.parametrize("held_by", ["an_open_transaction", "safety_lag"])
 @pytest.mark.parametrize("snapshot", ["full_refresh_mode", "full_refresh_of_a_merge_table"])
 def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     held_by: str,
     snapshot: str,
 ) -> None:
@@ -86,15 +65,15 @@ def test_a_full_refresh_snapshot_holds_every_row_whatever_caps_the_cursor(
         options |= {"mode": "merge", "primary_key": ["id"]}
     if held_by == "safety_lag":
         options["safety_lag"] = "1h"
-    project = make_project(db, "items", **options)
-    assert materialize(project, "items", instance, spark_resource).success
+    loads.configure(db, "items", **options)
+    assert loads.run().success
     with db.open_transaction("items"):
         db.execute("UPDATE items SET v = 'new', at = {now} WHERE id <= 10")
-        run = materialize(project, "items", instance, spark_resource, full_refresh=True)
+        run = loads.run(full_refresh=True)
 
     assert run.success, run.failure
     assert run.metadata["dagster/row_count"] == 100
-    assert _lake(tmp_path, ["id", "v"]) == _source(db, ["id", "v"])
+    assert loads.rows(["id", "v"]) == _source(db, ["id", "v"])
     # The cursor still stops below what the cap held back.
     assert (
         run.metadata["cursor"]
@@ -126,11 +105,8 @@ MARIADB_WIDENINGS = [
     ids=lambda t: t.replace(" ", "_"),
 )
 def test_widening_a_merge_key_keeps_one_row_per_key(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     narrow: str,
     wide: str,
 ) -> None:
@@ -139,22 +115,20 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
     )
     db.insert("items", [(i, i % 3, "v1", i) for i in range(1, 301)])
     # Many buckets, few changes: most buckets are untouched by the delta.
-    project = make_project(
-        db, "items", mode="merge", cursor="at", primary_key=["k", "part"], buckets=64
-    )
-    assert materialize(project, "items", instance, spark_resource).success
+    loads.configure(db, ITEMS_MERGE, primary_key=["k", "part"], buckets=64)
+    assert loads.run().success
     db.execute(
         db.alter_type("items", "k", wide),
         "UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0",
     )
     db.insert("items", [(i, i % 3, "v1", i + 1000) for i in range(301, 321)])
-    assert materialize(project, "items", instance, spark_resource).success
+    assert loads.run().success
     db.execute("UPDATE items SET v = 'v3', at = at + 2000 WHERE at % 70 = 3")
 
-    run = materialize(project, "items", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    lake = _lake(tmp_path, ["k", "part", "v"])
+    lake = loads.rows(["k", "part", "v"])
     assert len({(k, part) for k, part, _ in lake}) == len(lake)  # no key twice
     assert [(Decimal(k), p, v) for k, p, v in lake] == [
         (Decimal(k), p, v) for k, p, v in _source(db, ["k", "part", "v"])
@@ -162,89 +136,74 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
     assert run.metadata["dagster/row_count"] == 320
 
 
-def test_identical_rows_without_a_key_are_each_kept(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_identical_rows_without_a_key_are_each_kept(loads: Loads, db: SourceDb) -> None:
     """A third identical row arrives tied with the cursor after two were loaded."""
     db.execute(
         "CREATE TABLE items (sku {text}, qty int, at int NOT NULL)",
         "INSERT INTO items VALUES ('a', 1, 1), ('a', 1, 1)",
     )
-    project = make_project(db, "items", mode="append", cursor="at", lookback=5)
-    assert materialize(project, "items", instance, spark_resource).success
+    loads.configure(db, "items", mode="append", cursor="at", lookback=5)
+    assert loads.run().success
     db.execute("INSERT INTO items VALUES ('a', 1, 1), ('b', 2, 2)")
 
-    second = materialize(project, "items", instance, spark_resource)
-    third = materialize(project, "items", instance, spark_resource)
+    second = loads.run()
+    third = loads.run()
 
     assert second.success and third.success, (second.failure, third.failure)
     assert second.metadata["rows_written"] == 2
     assert third.metadata["rows_written"] == 0
-    assert _lake(tmp_path, ["sku", "qty", "at"]) == _source(db, ["sku", "qty", "at"])
+    assert loads.rows(["sku", "qty", "at"]) == _source(db, ["sku", "qty", "at"])
 
 
 @pytest.mark.parametrize("change", ["dropped", "added_with_a_default"])
 def test_rows_read_again_after_a_column_change_land_once_without_a_key(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     change: str,
 ) -> None:
     """Inside the lookback, the lake's NULLs must not make re-read rows look new."""
     db.execute("CREATE TABLE items (sku {text}, qty int, note {text}, at int NOT NULL)")
     db.insert("items", [(f"s{i}", i, "n", i) for i in range(1, 11)])
-    project = make_project(db, "items", mode="append", cursor="at", lookback=100)
-    assert materialize(project, "items", instance, spark_resource).success
+    loads.configure(db, "items", mode="append", cursor="at", lookback=100)
+    assert loads.run().success
     if change == "dropped":
         db.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES ('s11', 11, 11)")
     else:
         db.execute("ALTER TABLE items ADD COLUMN color varchar(10) NOT NULL DEFAULT 'red'")
-    runs = [materialize(project, "items", instance, spark_resource) for _ in range(3)]
+    runs = [loads.run() for _ in range(3)]
 
     assert all(run.success for run in runs), [run.failure for run in runs]
     expected = _source(db, ["sku", "qty", "at"])
-    assert _lake(tmp_path, ["sku", "qty", "at"]) == expected
+    assert loads.rows(["sku", "qty", "at"]) == expected
     assert runs[-1].metadata["dagster/row_count"] == len(expected)
 
 
 def test_a_merge_key_with_null_values_is_refused_and_loses_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """A unique column may hold NULL many times: as a merge key those rows collapsed into one."""
     db.execute("CREATE TABLE items (id int PRIMARY KEY, code {key_text} UNIQUE, at int NOT NULL)")
     db.insert("items", [(1, "a", 1), (2, "b", 2)])
-    project = make_project(db, "items", mode="merge", cursor="at", primary_key=["code"])
-    first = materialize(project, "items", instance, spark_resource)
+    loads.configure(db, ITEMS_MERGE, primary_key=["code"])
+    first = loads.run()
     db.execute("INSERT INTO items (id, at) VALUES (3, 3), (4, 4)")
 
-    refused = materialize(project, "items", instance, spark_resource)
+    refused = loads.run()
 
     assert first.success, first.failure
     assert not refused.success
     assert "field 'primary_key': 2 of the rows read have NULL in a key column (code)" in (
         refused.failure or ""
     )
-    assert _lake(tmp_path, ["id", "code"]) == [(1, "a"), (2, "b")]
-    assert latest_metadata(instance, "items")["cursor"] == first.metadata["cursor"]
+    assert loads.rows(["id", "code"]) == [(1, "a"), (2, "b")]
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
 
 
 @pytest.mark.parametrize("patched", [False, True], ids=["merged", "patched"])
 def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     patched: bool,
 ) -> None:
@@ -258,14 +217,14 @@ def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_
         "CREATE TABLE items (n int PRIMARY KEY, id int NOT NULL, v {text} NOT NULL, at int NOT NULL)"
     )
     db.insert("items", [(1, 1, "a", 1), (2, 2, "c", 1)])
-    project = make_project(db, "items", mode="merge", cursor="at", primary_key=["id"])
-    first = materialize(project, "items", instance, spark_resource)
+    loads.configure(db, ITEMS_MERGE)
+    first = loads.run()
     db.insert("items", [(3, 1, "b", 1), (4, 3, "d", 2)])  # tied with the cursor: read with 'a'
 
-    refused = materialize(project, "items", instance, spark_resource)
+    refused = loads.run()
     db.execute("DELETE FROM items WHERE v = 'b'")
     db.insert("items", [(6, 4, "x", 3), (7, 4, "y", 4)])
-    later = materialize(project, "items", instance, spark_resource)
+    later = loads.run()
 
     assert first.success, first.failure
     assert not refused.success
@@ -273,62 +232,49 @@ def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_
         refused.failure or ""
     )
     assert later.success, later.failure
-    assert latest_metadata(instance, "items")["cursor"] == "4"
-    assert _lake(tmp_path, ["id", "v"]) == [(1, "a"), (2, "c"), (3, "d"), (4, "y")]
+    assert loads.metadata()["cursor"] == "4"
+    assert loads.rows(["id", "v"]) == [(1, "a"), (2, "c"), (3, "d"), (4, "y")]
 
 
-def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(loads: Loads, db: SourceDb) -> None:
     """Buckets hash the key: after `primary_key: [id]` becomes `[id, part]` they must follow."""
     # A text key: its buckets are hashes (an integer key's are ranges of its first column).
     db.execute(
         "CREATE TABLE items (id {key_text}, part int, v {text}, at int NOT NULL, PRIMARY KEY (id, part))"
     )
     db.insert("items", [(str(i), 0, "v1", i) for i in range(1, 301)])
-    options: dict[str, Any] = {"mode": "merge", "cursor": "at", "buckets": 64}
-    assert materialize(
-        make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
-    ).success
-    project = make_project(db, "items", primary_key=["id", "part"], **options)
+    loads.configure(db, ITEMS_MERGE, buckets=64)
+    assert loads.run().success
+    loads.configure(db, ITEMS_MERGE, primary_key=["id", "part"], buckets=64)
     db.execute("UPDATE items SET v = 'v2', at = at + 1000 WHERE at % 50 = 0")
-    assert materialize(project, "items", instance, spark_resource).success
+    assert loads.run().success
     db.execute(
         "INSERT INTO items SELECT id, 1, 'other part', at + 2000 FROM items WHERE at % 60 = 0",
         "UPDATE items SET v = 'v3', at = at + 3000 WHERE at % 70 = 3",
     )
 
-    run = materialize(project, "items", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "part", "v"]) == _source(db, ["id", "part", "v"])
+    assert loads.rows(["id", "part", "v"]) == _source(db, ["id", "part", "v"])
     assert run.metadata["dagster/row_count"] == 305
 
 
 def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     db: SourceDb,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Ranges of an integer key can't hold a text key: the table is bucketed again."""
     db.execute(
         "CREATE TABLE items (id int, code {key_text}, v {text}, at int NOT NULL, PRIMARY KEY (id, code))"
     )
     db.insert("items", [(i, f"c{i}", "v1", i) for i in range(1, 51)])
-    options: dict[str, Any] = {"mode": "merge", "cursor": "at"}
-    assert materialize(
-        make_project(db, "items", primary_key=["id"], **options), "items", instance, spark_resource
-    ).success
-    project = make_project(db, "items", primary_key=["code", "id"], **options)
+    loads.configure(db, ITEMS_MERGE)
+    assert loads.run().success
+    loads.configure(db, ITEMS_MERGE, primary_key=["code", "id"])
     db.execute("UPDATE items SET v = 'v2', at = at + 100 WHERE at % 10 = 0")
 
-    run = materialize(project, "items", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "code", "v"]) == _source(db, ["id", "code", "v"])
+    assert loads.rows(["id", "code", "v"]) == _source(db, ["id", "code", "v"])

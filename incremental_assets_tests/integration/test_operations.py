@@ -13,17 +13,9 @@ import pytest
 from incremental_assets.cli import main as cli
 from incremental_assets.config import load_project
 from incremental_assets.factory import build_table_asset
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-    write_project,
-)
 
 DEFAULTS = {
     "name": "orders",
@@ -34,37 +26,36 @@ DEFAULTS = {
 }
 
 
-def _checks(
-    project: Any,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    full_refresh: bool = False,
-) -> dict[str, Any]:
+def _materialize(
+    loads: Loads, config: dict[str, Any], raise_on_error: bool = True
+) -> dg.ExecuteInProcessResult:
+    """A run of the project's `orders` with this asset config, as the launchpad would start it."""
+    project = loads.project
     asset = build_table_asset(
         project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
     )
-    result = dg.materialize(
+    return dg.materialize(
         [asset],
-        instance=instance,
-        resources={"spark": spark_resource},
-        run_config={"ops": {"orders": {"config": {"full_refresh": full_refresh}}}},
+        instance=loads.instance,
+        resources={"spark": loads.spark_resource},
+        run_config={"ops": {"orders": {"config": config}}},
+        raise_on_error=raise_on_error,
     )
+
+
+def _checks(loads: Loads, full_refresh: bool = False) -> dict[str, Any]:
+    result = _materialize(loads, {"full_refresh": full_refresh})
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
-def test_checks_run_with_the_materialization(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_checks_run_with_the_materialization(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL)")
     pg.execute(
         "INSERT INTO orders SELECT i, now() - INTERVAL '3 days' FROM generate_series(1, 20) i"
     )
-    project = make_project(pg, DEFAULTS, checks={"freshness": "1d", "reconcile_counts": 0.0})
+    loads.configure(pg, DEFAULTS, checks={"freshness": "1d", "reconcile_counts": 0.0})
 
-    checks = _checks(project, instance, spark_resource)
+    checks = _checks(loads)
 
     assert set(checks) == {
         "primary_key_unique",
@@ -78,7 +69,7 @@ def test_checks_run_with_the_materialization(
     assert checks["freshness"].severity == dg.AssetCheckSeverity.WARN
     pg.execute("INSERT INTO orders VALUES (21, now())")
     pg.execute("DELETE FROM orders WHERE id <= 5")  # a hard delete the incremental run can't see
-    again = _checks(project, instance, spark_resource)
+    again = _checks(loads)
     assert again["freshness"].passed
     assert not again["row_counts_match_source"].passed
     assert again["row_counts_match_source"].metadata["source_rows"].value == 16
@@ -86,42 +77,32 @@ def test_checks_run_with_the_materialization(
 
 @pytest.mark.parametrize("mode", ["merge", "append"])
 def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     mode: str,
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, 'v1', i FROM generate_series(1, 100) i")
-    project = make_project(pg, DEFAULTS, mode=mode)
-    first = materialize(project, "orders", instance, spark_resource)
+    loads.configure(pg, DEFAULTS, mode=mode)
+    first = loads.run()
     # Rows that landed below the cursor, and rows fixed in place without moving it: only a
     # backfill of their window brings them in.
     pg.execute("INSERT INTO orders SELECT i, 'late', 15 FROM generate_series(101, 105) i")
     pg.execute("UPDATE orders SET v = 'fixed' WHERE at >= 10 AND at < 20 AND id <= 100")
 
-    config = {"ops": {"orders": {"config": {"backfill_from": "10", "backfill_to": "20"}}}}
-    asset = build_table_asset(
-        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
-    )
-    run = dg.materialize(
-        [asset], instance=instance, resources={"spark": spark_resource}, run_config=config
-    )
+    config = {"backfill_from": "10", "backfill_to": "20"}
+    run = _materialize(loads, config)
     metadata = {
         k: v.value
         for k, v in run.get_asset_materialization_events()[0].materialization.metadata.items()
     }
-    twice = dg.materialize(
-        [asset], instance=instance, resources={"spark": spark_resource}, run_config=config
-    )
+    twice = _materialize(loads, config)
 
     assert run.success and twice.success
     assert metadata["backfill"] == "[10, 20)"
     assert metadata["extract_filter"] == '"at" >= 10 AND "at" < 20'
     assert metadata["cursor"] == first.metadata["cursor"] == "100"
-    versions = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "v"])
+    versions = loads.rows(["id", "v"])
     if mode == "merge":
         assert [v for i, v in versions if 10 <= i < 20] == ["fixed"] * 10
         assert [v for i, v in versions if i > 100] == ["late"] * 5
@@ -133,33 +114,30 @@ def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
 
 
 def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 50) i")
-    project = make_project(pg, DEFAULTS, mode="append")
-    assert materialize(project, "orders", instance, spark_resource).success
-    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    project = loads.configure(pg, DEFAULTS, mode="append")
+    assert loads.run().success
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.instance.root_directory))
     config = ["--config", project.path]
 
     assert cli([*config, "cursor", "set", "orders", "40", "--reason", "replay the last ten"]) == 0
-    replay = materialize(project, "orders", instance, spark_resource)
+    replay = loads.run()
     assert cli([*config, "cursor", "reset", "orders", "--reason", "start over"]) == 0
-    reload = materialize(project, "orders", instance, spark_resource)
+    reload = loads.run()
 
     assert replay.metadata["previous_cursor"] == "40"
     assert replay.metadata["rows_extracted"] == 11 and replay.metadata["rows_written"] == 0
     assert reload.metadata["full_refresh"] is True and reload.metadata["rows_extracted"] == 50
-    assert len(rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])) == 50
+    assert len(loads.rows(["id"])) == 50
     notes = [
         str(r.event_log_entry.asset_observation.metadata["note"].value)  # type: ignore[union-attr]
-        for r in instance.fetch_observations(dg.AssetKey("orders"), limit=10).records
+        for r in loads.instance.fetch_observations(dg.AssetKey("orders"), limit=10).records
     ]
     assert notes[0].startswith("start over (reset by ") and notes[1].startswith(
         "replay the last ten (set by "
@@ -168,28 +146,22 @@ def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
     assert "Table 'orders': 'forty' is not a valid integer cursor value" in capsys.readouterr().err
 
 
-def test_the_primary_key_is_read_from_the_database_when_not_given(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_the_primary_key_is_read_from_the_database_when_not_given(loads: Loads, pg: Schema) -> None:
     pg.execute(
         "CREATE TABLE orders (region text, id int, at int NOT NULL, PRIMARY KEY (region, id))"
     )
     pg.execute("INSERT INTO orders VALUES ('eu', 1, 1), ('us', 1, 2)")
-    config = make_project.config(pg, DEFAULTS)
+    config = loads.config(pg, DEFAULTS)
     del config["tables"][0]["primary_key"]
-    project = write_project(tmp_path, config)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.write(config)
+    assert loads.run().success
     pg.execute("UPDATE orders SET at = 3 WHERE region = 'eu'")
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     assert (run.metadata["rows_inserted"], run.metadata["rows_updated"]) == (0, 1)
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["region", "id", "at"]) == [
+    assert loads.rows(["region", "id", "at"]) == [
         ("eu", 1, 3),
         ("us", 1, 2),
     ]
@@ -203,38 +175,25 @@ def test_the_primary_key_is_read_from_the_database_when_not_given(
     ],
 )
 def test_columns_can_be_included_or_excluded(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     selection: dict[str, Any],
     expected: list[str],
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, note text, secret text, at int NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, 'n', 's', 1)")
-    run = materialize(
-        make_project(pg, DEFAULTS, **selection),
-        "orders",
-        instance,
-        spark_resource,
-    )
+    loads.configure(pg, DEFAULTS, **selection)
+    run = loads.run()
     assert run.success, run.failure
-    assert read_lake(tmp_path / "lake", "orders").column_names == [*expected, "_batch"]
+    assert loads.lake().column_names == [*expected, "_batch"]
 
 
-def test_lakexpress_shorthand_entries_load_like_full_ones(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_lakexpress_shorthand_entries_load_like_full_ones(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, created date NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, '2024-12-31'), (2, '2025-01-01'), (3, '2025-01-02')")
-    config = make_project.config(pg, DEFAULTS)
+    config = loads.config(pg, DEFAULTS)
     config["tables"] = [f"{pg.name}.orders:created:date@2025-01-01!upsert"]
-    project = write_project(tmp_path, config)
+    project = loads.write(config)
     table = load_project(project.path).table("orders")
     assert table.cursor is not None
     assert (table.mode.value, table.cursor.column, table.start) == (
@@ -243,34 +202,27 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(
         "2025-01-01",
     )
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id"]) == [(2,), (3,)]
+    assert loads.rows(["id"]) == [(2,), (3,)]
 
 
-def test_row_counts_leave_out_soft_deleted_rows(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_row_counts_leave_out_soft_deleted_rows(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL, deleted_at timestamptz)")
     pg.execute(
         "INSERT INTO orders SELECT i, i, CASE WHEN i % 4 = 0 THEN now() END FROM generate_series(1, 20) i"
     )
-    project = make_project(
-        pg, DEFAULTS, delete_column="deleted_at", checks={"reconcile_counts": 0.0}
-    )
+    loads.configure(pg, DEFAULTS, delete_column="deleted_at", checks={"reconcile_counts": 0.0})
 
-    counts = _checks(project, instance, spark_resource)["row_counts_match_source"]
+    counts = _checks(loads)["row_counts_match_source"]
 
     assert counts.passed, counts.metadata
     assert counts.metadata["source_rows"].value == counts.metadata["lake_rows"].value == 15
 
 
 def test_row_counts_of_files_count_the_latest_version_of_each_key(
-    tmp_path: Path, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+    tmp_path: Path, loads: Loads
 ) -> None:
     landing = tmp_path / "landing" / "orders"
     landing.mkdir(parents=True)
@@ -300,25 +252,19 @@ def test_row_counts_of_files_count_the_latest_version_of_each_key(
         ],
     }
 
-    counts = _checks(write_project(tmp_path, config), instance, spark_resource)[
-        "row_counts_match_source"
-    ]
+    loads.write(config)
+    counts = _checks(loads)["row_counts_match_source"]
 
     assert counts.passed, counts.metadata
     assert counts.metadata["source_rows"].value == counts.metadata["lake_rows"].value == 4
 
 
-def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(loads: Loads, pg: Schema) -> None:
     # Row 2 is younger than the safety lag, so the load never computes its key; counting the
     # source afterwards does, and divides by zero.
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamptz NOT NULL, d int NOT NULL)")
     pg.execute("INSERT INTO orders VALUES (1, now() - INTERVAL '1 hour', 1), (2, now(), 0)")
-    project = make_project(
+    loads.configure(
         pg,
         DEFAULTS,
         query=f"SELECT id / d AS id, at FROM {pg.name}.orders",
@@ -326,54 +272,35 @@ def test_a_check_that_raises_fails_alone_and_the_load_is_recorded(
         checks={"reconcile_counts": 0.0},
     )
 
-    checks = _checks(project, instance, spark_resource)
+    checks = _checks(loads)
 
     counts = checks["row_counts_match_source"]
     assert not counts.passed and counts.severity == dg.AssetCheckSeverity.WARN
     assert "the check row_counts_match_source could not run" in (counts.description or "")
     assert "division by zero" in counts.metadata["error"].value
     assert checks["primary_key_unique"].passed
-    assert latest_metadata(instance, "orders")["rows_written"] == 1
+    assert loads.metadata()["rows_written"] == 1
 
 
-def test_a_full_refresh_that_lands_below_the_cursor_warns(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_a_full_refresh_that_lands_below_the_cursor_warns(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 10) i")
-    project = make_project(pg, DEFAULTS)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, DEFAULTS)
+    assert loads.run().success
     pg.execute("DELETE FROM orders WHERE id > 7")  # the source lost its newest rows
 
-    check = _checks(project, instance, spark_resource, full_refresh=True)["cursor_not_backwards"]
+    check = _checks(loads, full_refresh=True)["cursor_not_backwards"]
 
-    assert latest_metadata(instance, "orders")["cursor"] == "7"
+    assert loads.metadata()["cursor"] == "7"
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["previous_cursor"].value == "10"
 
 
-def test_an_empty_backfill_window_in_asset_config_is_refused(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
-    project = make_project(pg, DEFAULTS, cursor={"column": "at", "type": "int"})
-    asset = build_table_asset(
-        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
-    )
-    config = {"ops": {"orders": {"config": {"backfill_from": "20", "backfill_to": "10"}}}}
+def test_an_empty_backfill_window_in_asset_config_is_refused(loads: Loads, pg: Schema) -> None:
+    loads.configure(pg, DEFAULTS, cursor={"column": "at", "type": "int"})
+    config = {"backfill_from": "20", "backfill_to": "10"}
 
-    run = dg.materialize(
-        [asset],
-        instance=instance,
-        resources={"spark": spark_resource},
-        run_config=config,
-        raise_on_error=False,
-    )
+    run = _materialize(loads, config, raise_on_error=False)
 
     (failure,) = run.get_step_failure_events()
     message = failure.step_failure_data.error.message  # type: ignore[union-attr]
@@ -381,16 +308,14 @@ def test_an_empty_backfill_window_in_asset_config_is_refused(
 
 
 def test_primary_key_unique_groups_by_a_key_read_from_the_database(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE orders (a int, b int, at int NOT NULL, PRIMARY KEY (a, b))")
     pg.execute("INSERT INTO orders VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3)")
-    project = make_project(pg, DEFAULTS, primary_key=None)
+    loads.configure(pg, DEFAULTS, primary_key=None)
 
-    check = _checks(project, instance, spark_resource)["primary_key_unique"]
+    check = _checks(loads)["primary_key_unique"]
 
     assert check.passed, check.metadata
     assert check.metadata["primary_key"].value == "a, b"

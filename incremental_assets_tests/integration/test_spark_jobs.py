@@ -9,12 +9,10 @@ connection, not as Spark jobs.
 
 from __future__ import annotations
 
-import dagster as dg
 import pytest
 
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import ProjectBuilder, materialize
 
 ORDERS = (
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text NOT NULL, updated_at timestamptz "
@@ -34,27 +32,23 @@ CHANGE = (
 
 @pytest.mark.parametrize(("mode", "jobs"), [("append", 2), ("merge", 3)])
 def test_a_small_delta_takes_a_handful_of_spark_jobs(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     mode: str,
     jobs: int,
 ) -> None:
     pg.execute(ORDERS, SEED)
-    project = make_project(
-        pg, "orders", mode=mode, cursor="updated_at", primary_key=["id"], transaction_cap=True
-    )
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_MERGE, mode=mode, transaction_cap=True)
+    assert loads.run().success
     pg.execute(*CHANGE)
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     assert run.metadata["rows_extracted"] == 20  # 10 updated (the tied row among them), 10 new
     assert run.metadata["spark_jobs"] == jobs, run.metadata
     assert run.metadata["spark_stages"] <= jobs + 1
-    nothing = materialize(project, "orders", instance, spark_resource)
+    nothing = loads.run()
     assert (nothing.metadata["spark_jobs"], nothing.metadata["spark"]) == (
         0,
         "not started (nothing new)",

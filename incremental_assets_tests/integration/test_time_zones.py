@@ -9,16 +9,13 @@ JVM's zone when it connects, which would override a `-c TimeZone=` in `options`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, read_lake, rows_by, write_project
+from incremental_assets_tests.support.project import rows_by
 
 # (JVM default zone, Spark session zone, database session zone)
 ZONES = [
@@ -60,30 +57,24 @@ def zones(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[tuple
         spark.conf.set("spark.sql.session.timeZone", saved_session)
 
 
-def _load(tmp_path: Path, pg: Schema, database_zone: str, cursor: str) -> Any:
-    source = pg.source(properties={"sessionInitStatement": f"SET TimeZone = '{database_zone}'"})
-    table = {
-        "name": "moments",
-        "source": "shop",
+def _load(loads: Loads, pg: Schema, database_zone: str, cursor: str) -> None:
+    loads.configure(
+        pg,
+        "moments",
+        source={"properties": {"sessionInitStatement": f"SET TimeZone = '{database_zone}'"}},
         # What the read's own session reports as its zone comes along as a column.
-        "query": f"SELECT m.*, current_setting('TimeZone') AS db_zone FROM {pg.name}.moments m",
-        "mode": "merge",
-        "cursor": cursor,
-        "primary_key": ["id"],
-        "transaction_cap": False,
-    }
-    return write_project(
-        tmp_path,
-        {"lake": {"path": str(tmp_path / "lake")}, "sources": {"shop": source}, "tables": [table]},
+        query=f"SELECT m.*, current_setting('TimeZone') AS db_zone FROM {pg.name}.moments m",
+        mode="merge",
+        cursor=cursor,
+        primary_key=["id"],
+        transaction_cap=False,
     )
 
 
 @pytest.mark.parametrize("cursor", ["ts", "tstz", "d"])
 def test_values_and_cursors_are_exact_whatever_the_zones(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     zones: tuple[str, str, str],
     cursor: str,
 ) -> None:
@@ -97,9 +88,9 @@ def test_values_and_cursors_are_exact_whatever_the_zones(
             "ARRAY[%s, %s]::timestamptz[], ARRAY[NULL, %s]::date[])",
             params=(*row, row[1], ROWS[0][1], row[2], ROWS[1][2], row[3]),
         )
-    project = _load(tmp_path, pg, zones[2], cursor)
+    _load(loads, pg, zones[2], cursor)
 
-    run = materialize(project, "moments", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     columns = ["id", "ts", "tstz", "d", "ts_a", "tstz_a", "d_a"]
@@ -108,7 +99,7 @@ def test_values_and_cursors_are_exact_whatever_the_zones(
         source = sorted(
             conn.execute(f"SELECT {', '.join(columns)} FROM {pg.name}.moments").fetchall()
         )
-    lake = read_lake(tmp_path / "lake", "moments")
+    lake = loads.lake()
     assert rows_by(lake, columns) == source
     assert set(lake["db_zone"].to_pylist()) == {zones[2]} and zones[2] != zones[0]
     expected = {
@@ -121,42 +112,31 @@ def test_values_and_cursors_are_exact_whatever_the_zones(
 
 @pytest.mark.parametrize("timezone", ["America/New_York", "UTC"])
 def test_a_wall_clock_cursor_reads_the_repeated_hour_again_when_dst_ends(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     timezone: str,
 ) -> None:
     pg.execute("CREATE TABLE moments (id int PRIMARY KEY, ts timestamp NOT NULL)")
     pg.execute(
         "INSERT INTO moments VALUES (1, '2025-11-02 01:10:00'), (2, '2025-11-02 01:40:00')"
     )  # first pass
-    table = {
-        "name": "moments",
-        "source": "shop",
-        "table": f"{pg.name}.moments",
-        "mode": "append",
-        "cursor": "ts",
-        "primary_key": ["id"],
-        "timezone": timezone,
-        "transaction_cap": False,
-    }
-    project = write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [table],
-        },
+    loads.configure(
+        pg,
+        "moments",
+        mode="append",
+        cursor="ts",
+        primary_key=["id"],
+        timezone=timezone,
+        transaction_cap=False,
     )
-    assert materialize(project, "moments", instance, spark_resource).success
+    assert loads.run().success
     # An hour later by the clock, the wall clock reads 01:20 again.
     pg.execute("INSERT INTO moments VALUES (3, '2025-11-02 01:20:00'), (4, '2025-11-02 02:05:00')")
 
-    run = materialize(project, "moments", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    ids = [r[0] for r in rows_by(read_lake(tmp_path / "lake", "moments"), ["id"])]
+    ids = [r[0] for r in loads.rows(["id"])]
     if timezone == "UTC":
         assert ids == [1, 2, 4]  # the control: a zone without DST can't know the hour repeats
     else:

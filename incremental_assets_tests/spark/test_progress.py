@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.errors import ConfigError
 from incremental_assets.progress import INTERVAL_ENV, progress_interval, spark_progress
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import materialize, write_project
 
 
 def test_a_long_job_reports_its_stages_as_it_goes(spark: SparkSession) -> None:
@@ -38,27 +35,21 @@ def test_a_quick_job_logs_nothing(spark: SparkSession) -> None:
 
 
 def test_a_materialization_logs_spark_progress_while_it_reads(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY)")
     pg.execute("INSERT INTO orders SELECT generate_series(1, 5)")
     # Each row the read fetches costs 0.4 s in the database: a read of about two seconds.
     query = f"SELECT id, length(CAST(pg_sleep(0.4) AS text)) AS pause FROM {pg.name}.orders"
-    config = {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"shop": pg.source()},
-        "tables": [{"name": "orders", "source": "shop", "query": query, "cursor": "id"}],
-    }
+    loads.configure(pg, "orders", query=query, cursor="id")
     monkeypatch.setenv(INTERVAL_ENV, "0.3")
 
-    run = materialize(write_project(tmp_path, config), "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    messages = [entry.user_message for entry in instance.all_logs(run.run_id)]
+    messages = [entry.user_message for entry in loads.instance.all_logs(run.run_id)]
     assert any(m.startswith("Spark stage ") and "tasks done" in m for m in messages), messages
 
 
