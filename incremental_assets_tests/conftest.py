@@ -2,8 +2,10 @@
 Dagster instance per test. Fixtures only: what they are built from lives in support/.
 
 A test that takes `lake_format` runs once per lake format, and its `make_project` writes that
-format; every other test's project says `format: parquet`, so no test depends on the format a
-new table gets by default (`NEW_TABLES`)."""
+format; the projects of `make_project` and `write_cli_config` in other tests say `format:
+parquet`. The few configurations written whole (the component's, the UI's, the sensors', the
+definitions') leave the format unset, and so run on the default for new tables (`NEW_TABLES`,
+Iceberg)."""
 
 from __future__ import annotations
 

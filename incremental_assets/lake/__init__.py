@@ -43,8 +43,8 @@ def open_lake(spec: LakeSpec, table_name: str, identifier: str | None = None) ->
     return ParquetLake(spec.table_uri(table_name), table_name)
 
 
-# The format of a new table when `lake.format` is unset.
-NEW_TABLES: LakeFormat = "parquet"
+# The format of a new table when `lake.format` is unset (a plain Parquet table keeps its format).
+NEW_TABLES: LakeFormat = "iceberg"
 
 
 def format_of(spec: LakeSpec, table_name: str) -> LakeFormat:

@@ -123,7 +123,9 @@ def test_dg_lists_checks_and_launches_the_tables(tmp_path: Path, pg: Schema, con
     assert [a["asset_key"] for a in assets] == ["shop/orders"]
     assert checked.returncode == 0, _plain(checked.stdout + checked.stderr)[-3000:]
     assert launched.returncode == 0, _plain(launched.stderr)[-3000:]
-    assert len(rows_by(read_lake(folder / "lake", "orders"), ["id"])) == 20  # lake: ./lake there
+    # lake: ./lake there, an Iceberg table (the default) named after the op, key prefix included
+    lake = read_lake(folder / "lake", "orders", "incremental_assets.shop__orders")
+    assert len(rows_by(lake, ["id"])) == 20
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey(["shop", "orders"]))
         assert event is not None and event.asset_materialization is not None

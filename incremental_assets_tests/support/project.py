@@ -88,20 +88,21 @@ def latest_metadata(instance: dg.DagsterInstance, table: str) -> dict[str, Any]:
     return {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
 
 
-def read_lake(lake_dir: Path, table: str) -> pa.Table:
+def read_lake(lake_dir: Path, table: str, identifier: str | None = None) -> pa.Table:
     """The table as its readers read it: a plain Parquet folder with pyarrow, an Iceberg table
-    (one whose folder holds `metadata/`) with PyIceberg through the lake's default catalog."""
+    (one whose folder holds `metadata/`) with PyIceberg through the lake's default catalog, by
+    `identifier` (by default `incremental_assets.<table>`)."""
     if (lake_dir / table / "metadata").is_dir():
-        return iceberg_table(lake_dir, table).scan().to_arrow()
+        return iceberg_table(lake_dir, table, identifier).scan().to_arrow()
     return pads.dataset(str(lake_dir / table), partitioning="hive", format="parquet").to_table()
 
 
-def iceberg_table(lake_dir: Path, table: str) -> Any:
+def iceberg_table(lake_dir: Path, table: str, identifier: str | None = None) -> Any:
     """The PyIceberg table of `table` in the lake's default catalog (SQLite in the lake)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("incremental_assets", uri=f"sqlite:///{lake_dir}/_catalog.db")
-    return catalog.load_table(f"incremental_assets.{table}")
+    return catalog.load_table(identifier or f"incremental_assets.{table}")
 
 
 def rows_by(table: pa.Table, columns: list[str]) -> list[tuple[Any, ...]]:

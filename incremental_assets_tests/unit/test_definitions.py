@@ -63,11 +63,11 @@ def test_one_asset_per_table_grouped_by_source_with_kinds(defs: dg.Definitions) 
     specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
     orders = specs[dg.AssetKey(["raw", "orders"])]
     assert orders.group_name == "shop"
-    assert orders.kinds == {"spark", "postgres", "parquet"}
+    assert orders.kinds == {"spark", "postgres", "iceberg"}  # lake.format unset: a new table
     assert "public.orders" in (orders.description or "")
     assert "merge on key (id)" in (orders.description or "")
     events = specs[dg.AssetKey(["raw", "events"])]
-    assert events.group_name == "landing" and events.kinds == {"spark", "csv", "parquet"}
+    assert events.group_name == "landing" and events.kinds == {"spark", "csv", "iceberg"}
     assert "Fully refreshed on every run" in (
         specs[dg.AssetKey(["raw", "countries"])].description or ""
     )
