@@ -5,12 +5,14 @@
     python -m bench.commits --render bench/results/commits-<time>.json        # COMMITS.md again
 
 A small `bench.orders` in PostgreSQL (--rows, 10,000 by default; bench/run.py's `postgres()`) is
-loaded once into an append table on each lake format, `ours` of bench/engines.py in this process
-(one Spark session, one Dagster instance per format, the default `keep_snapshots`). Then each of
---runs runs inserts --inserts new rows (5) and materializes the table in process on the Iceberg
-lake and, for the first --parquet-runs runs, on the plain Parquet one right after, so both read
-the same rows. An append table adds one data file per run: after 1,000 runs the table holds
-1,000 files, and Iceberg expires snapshots beyond `keep_snapshots` after each commit.
+loaded once into two tables on each lake format, `orders` in append mode and `orders_merge` in
+merge mode, `ours` of bench/engines.py in this process (one Spark session, one Dagster instance
+per format, the default `keep_snapshots`). Then each of --runs runs inserts --inserts new rows
+(5), updates --updates rows spread over the ids (5), and materializes both tables in process on
+the Iceberg lake and, for the first --parquet-runs runs, on the plain Parquet one right after, so
+both read the same rows. The append table adds one data file per run: after 1,000 runs it holds
+1,000 files. The merge table rewrites the buckets the run touched, replacing files each run.
+Iceberg expires snapshots beyond `keep_snapshots` in each commit.
 
 Per run, timed: the materialization's wall time; `write_seconds` from its metadata (from the end of
 Spark's write of the staged files to the end of the commit: moving the files into the table,
@@ -47,7 +49,8 @@ from bench.commits_report import write_commits_report
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMATS = ("iceberg", "parquet")
-TABLE = "orders"
+# The tables each run materializes, by mode.
+TABLES = {"orders": "append", "orders_merge": "merge"}
 
 
 class Stopwatch:
@@ -85,9 +88,11 @@ def _stopwatch() -> Stopwatch:
     return watch
 
 
-def table_state(lake: Path, lake_format: str, identifier: str, catalog: Any) -> dict[str, Any]:
+def table_state(
+    lake: Path, table_name: str, lake_format: str, identifier: str, catalog: Any
+) -> dict[str, Any]:
     """What the table holds on disk after a run (and, for Iceberg, the snapshots it keeps)."""
-    folder = lake / TABLE
+    folder = lake / table_name
     files = [p for p in folder.rglob("*") if p.is_file()]
     state: dict[str, Any] = {
         "data_files": sum(
@@ -124,8 +129,7 @@ class Lake:
         settings = {"lake": {"format": lake_format}}
         (workdir / lake_format).mkdir(parents=True, exist_ok=True)
         self.ours = Ours(workdir / lake_format, pg_url, jdbc, settings, name=name)
-        spec = self.ours.project.lake
-        self.identifier = f"{spec.namespace}.{TABLE}"
+        self.namespace = self.ours.project.lake.namespace
         self._catalog: Any = None
 
     @property
@@ -140,10 +144,10 @@ class Lake:
             self._catalog = load_catalog(name, **properties)
         return self._catalog
 
-    def run(self, watch: Stopwatch, full_refresh: bool = False) -> dict[str, Any]:
+    def run(self, watch: Stopwatch, table: str, full_refresh: bool = False) -> dict[str, Any]:
         watch.reset()
         started = time.perf_counter()
-        metadata = self.ours.materialize(TABLE, full_refresh)
+        metadata = self.ours.materialize(table, full_refresh)
         wall = time.perf_counter() - started
         inside = watch.reset()
         return {
@@ -156,7 +160,11 @@ class Lake:
             "spark_jobs": metadata.get("spark_jobs"),
             "spark_stages": metadata.get("spark_stages"),
             "snapshot_id": metadata.get("iceberg_snapshot_id"),
-            **table_state(self.ours.lake, self.format, self.identifier, self.catalog),
+            "merge_strategy": metadata.get("merge_strategy"),
+            "rows_rewritten": metadata.get("rows_rewritten"),
+            **table_state(
+                self.ours.lake, table, self.format, f"{self.namespace}.{table}", self.catalog
+            ),
         }
 
 
@@ -185,20 +193,26 @@ def run_commits(
         everything["meta"]["keep_snapshots"] = lakes["iceberg"].ours.project.lake.keep_snapshots
         watch = _stopwatch()
         for lake in lakes.values():
-            first = lake.run(watch, full_refresh=True)
-            everything["first_load"][lake.format] = first
-            print(
-                f"first load, {lake.format}: {first['wall']:.2f}s, {first['rows']} rows", flush=True
-            )
+            for table in TABLES:
+                first = lake.run(watch, table, full_refresh=True)
+                everything["first_load"][f"{lake.format} {table}"] = first
+                print(
+                    f"first load, {lake.format} {table}: {first['wall']:.2f}s, "
+                    f"{first['rows']} rows",
+                    flush=True,
+                )
         started = time.perf_counter()
         for run in range(1, args.runs + 1):
-            data.apply_changes(conn, args.rows, inserted=args.inserts, updated=0, recent=False)
+            data.apply_changes(
+                conn, args.rows, inserted=args.inserts, updated=args.updates, recent=False
+            )
             for lake in lakes.values():
                 if lake.format == "parquet" and run > args.parquet_runs:
                     continue
-                outcome = lake.run(watch)
-                outcome.update(format=lake.format, run=run)
-                results.append(outcome)
+                for table in TABLES:
+                    outcome = lake.run(watch, table)
+                    outcome.update(format=lake.format, table=table, run=run)
+                    results.append(outcome)
             if run % 10 == 0 or run == args.runs:
                 _progress(results, run, time.perf_counter() - started)
             if run % 50 == 0:
@@ -206,7 +220,7 @@ def run_commits(
 
 
 def _progress(results: list[dict[str, Any]], run: int, elapsed: float) -> None:
-    last = {r["format"]: r for r in results if r["run"] == run}
+    last = {f"{r['format']} {r['table']}": r for r in results if r["run"] == run}
     shown = ", ".join(
         f"{f} {r['wall']:.2f}s (write {r['write_seconds']:.2f}s"
         + (f", {r['snapshots']} snapshots" if "snapshots" in r else "")
@@ -229,6 +243,7 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=10_000, help="the source's rows at the start")
     parser.add_argument("--inserts", type=int, default=5, help="rows inserted before each run")
+    parser.add_argument("--updates", type=int, default=5, help="rows updated before each run")
     parser.add_argument("--out", type=Path, default=None, help="the results file (JSON)")
     parser.add_argument(
         "--report", type=Path, default=None, help="the section (default: bench/COMMITS.md)"
@@ -255,6 +270,7 @@ def main() -> None:
             "parquet_runs": min(args.parquet_runs, args.runs),
             "rows": args.rows,
             "inserts": args.inserts,
+            "updates": args.updates,
             "started": started.isoformat(),
             "machine": _machine(),
             "command": " ".join(["python -m bench.commits", *sys.argv[1:]]),

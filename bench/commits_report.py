@@ -27,8 +27,15 @@ def window(run: int, last: int) -> range:
     return range(start, min(last, start + WINDOW - 1) + 1)
 
 
-def _by_run(results: list[dict[str, Any]], lake_format: str) -> dict[int, dict[str, Any]]:
-    return {r["run"]: r for r in results if r["format"] == lake_format}
+def _by_run(
+    results: list[dict[str, Any]], lake_format: str, table: str
+) -> dict[int, dict[str, Any]]:
+    """One format's runs of one table (results from before the merge table: `orders` only)."""
+    return {
+        r["run"]: r
+        for r in results
+        if r["format"] == lake_format and r.get("table", "orders") == table
+    }
 
 
 def _median(runs: dict[int, dict[str, Any]], around: range, key: str) -> float | None:
@@ -44,28 +51,36 @@ def _mb(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.2f}"
 
 
+# The tables the benchmark runs, by mode, in the order the section shows them.
+TABLES = {"orders": "append", "orders_merge": "merge"}
+
+
 def commits_section(loaded: dict[str, Any]) -> list[str]:
-    """The section's lines: method, time per run at each checkpoint, what the table holds."""
+    """The section's lines: the method, then for each table the time per run at each checkpoint
+    and what the table holds."""
     meta, results = loaded["meta"], loaded["runs"]
-    iceberg, parquet = _by_run(results, "iceberg"), _by_run(results, "parquet")
-    if not iceberg:
+    tables = [t for t in TABLES if _by_run(results, "iceberg", t)]
+    if not tables:
         return []
-    last = max(iceberg)
-    last_parquet = max(parquet, default=0)
-    points = checkpoints(last)
+    last = max(_by_run(results, "iceberg", tables[0]))
     load = meta.get("load", {})
+    updates = meta.get("updates", 0)
     lines = [
         f"## Iceberg commit cost over {meta['runs']:,} runs",
         "",
         f"`{meta['command']}` (run on {meta['started'][:19]}Z, {meta.get('seconds', 0) / 60:.0f} "
         f"minutes; load average {load.get('start', '?')} at the start, {load.get('end', '?')} at "
-        f"the end; {meta['machine']}). One append table, `bench.orders` of {meta['rows']:,} rows "
-        f"loaded once, then {last:,} runs in one process, each after {meta['inserts']} new rows: "
+        f"the end; {meta['machine']}). `bench.orders` of {meta['rows']:,} rows loaded once into "
+        + ("an append and a merge table" if len(tables) > 1 else "an append table")
+        + f", then {last:,} runs in one process, each after {meta['inserts']} new rows"
+        + (f" and {updates} updated ones" if updates else "")
+        + ": "
         "the Dagster asset materialized in process as `ours` is above (one warm local Spark "
         "session, a persistent Dagster instance per format), on an Iceberg lake (the default SQL "
         f"catalog on SQLite, `keep_snapshots: {meta.get('keep_snapshots', '?')}`) and, right "
-        f"after it on the same rows, for the first {last_parquet:,} runs on a plain Parquet lake. "
-        "Each run adds one data file. Times are medians of the "
+        f"after it on the same rows, for the first {meta['parquet_runs']:,} runs on a plain "
+        "Parquet lake. Each run adds one data file to the append table, and replaces the files "
+        "of the buckets it touched in the merge table. Times are medians of the "
         f"{WINDOW} runs around each checkpoint (runs 1-10 for run 1; plain Parquet's window ends "
         "at its last run). *Wall*: the "
         "materialization, Dagster's run included. *Write*: the run's `write_seconds`, from the "
@@ -73,6 +88,20 @@ def commits_section(loaded: dict[str, Any]) -> list[str]:
         "commit alone (moving the files in; for Iceberg the catalog's swap, then the expiry of "
         "snapshots beyond `keep_snapshots` and the deletion of files only they held). *Facts*: "
         "the reads of the table's state in the run (for Iceberg its manifests), every call summed.",
+    ]
+    for table in tables:
+        lines += _table_lines(results, table)
+    return lines
+
+
+def _table_lines(results: list[dict[str, Any]], table: str) -> list[str]:
+    iceberg, parquet = _by_run(results, "iceberg", table), _by_run(results, "parquet", table)
+    last = max(iceberg)
+    last_parquet = max(parquet, default=0)
+    points = checkpoints(last)
+    lines = [
+        "",
+        f"### `{table}` ({TABLES[table]} mode)",
         "",
         "| runs (window) | wall s, Iceberg | wall s, Parquet | write s, Iceberg | write s, Parquet "
         "| commit s, Iceberg | commit s, Parquet | facts s, Iceberg | facts s, Parquet |",

@@ -22,7 +22,7 @@ from incremental_assets.errors import WriteError
 from incremental_assets.lake.names import DataFile, data_file
 
 STAGING = "_staging"
-_SPARK_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"
+SPARK_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"
 
 
 def arrow_uri(uri: str) -> str:
@@ -53,6 +53,11 @@ class ParquetFolder:
             if info.type == pafs.FileType.File
         )
         return sorted((f for f in found if f is not None), key=lambda f: f.name)
+
+    def list_names(self, *folder: str) -> list[str]:
+        """The names of what is directly in `folder` (none if it doesn't exist)."""
+        selector = pafs.FileSelector(self.join(*folder), allow_not_found=True)
+        return [info.base_name for info in self.fs.get_file_info(selector)]
 
     def holds_plain_table(self) -> bool:
         """Whether the folder holds a table in the plain format: its records or data files at its
@@ -103,7 +108,7 @@ class ParquetFolder:
     def footer_schema(self, path: str) -> T.StructType:
         """A data file's schema as Spark wrote it (kept in the footer), without starting a job."""
         metadata = pq.read_metadata(path, filesystem=self.fs).metadata or {}
-        text = metadata.get(_SPARK_SCHEMA)
+        text = metadata.get(SPARK_SCHEMA)
         if text is None:
             raise WriteError(
                 f"{self.uri}: {os.path.basename(path)} was not written by Spark; the lake table "

@@ -16,10 +16,11 @@ not be applied to another). Each snapshot's summary carries the run's batch, com
 cursor (`incremental-assets.*`), the writers' records are table properties, and the table's
 identity is its Iceberg UUID.
 
-After each commit, snapshots beyond `lake.keep_snapshots` expire, with the files only they
-referenced, and metadata files beyond as many are deleted. Manifests are merged as they
-accumulate (`commit.manifest-merge.enabled`), so a table committed every minute keeps a bounded
-number of them.
+Each commit expires the snapshots beyond `lake.keep_snapshots` in the same swap, then deletes the
+files only they referenced; metadata files beyond as many are deleted. Manifests are merged as
+they accumulate (`commit.manifest-merge.enabled`), by a merge's overwrite as by an append, so a
+table committed every minute keeps a bounded number of them, and what each commit reads to tidy
+up doesn't grow with the table's age.
 """
 
 from __future__ import annotations
@@ -47,10 +48,14 @@ from incremental_assets.pause_points import pause_point
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile as IcebergFile
+    from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.snapshots import Snapshot
 
 DATA = "data"
+METADATA = "metadata"
 # Snapshot summary properties, and table properties holding the writers' records.
 SUMMARY = "incremental-assets."
 PROPERTY = "incremental-assets."
@@ -199,7 +204,7 @@ class IcebergLake:
         table = self._load()
         head = self._head(table) if table is not None else None
         done = []
-        for txn in self._staged_txns():
+        for txn in self.folder.list_names(STAGING):
             if not self._holds_lock() and _age(txn) < ORPHAN_AGE:
                 continue
             if head is None or head.txn != txn:
@@ -243,7 +248,6 @@ class IcebergLake:
                 raise self._conflict(facts) from None
             raise
         self.folder.remove_staging(commit.txn)
-        self._housekeeping()
         return LakeHead(
             table_id=str(snapshot[0]),
             txn=commit.txn,
@@ -294,17 +298,23 @@ class IcebergLake:
             SUMMARY + "batch": str(commit.batch),
             **({SUMMARY + "cursor": commit.cursor} if commit.cursor is not None else {}),
         }
-        update = transaction.update_snapshot(snapshot_properties=summary)
-        producer = update.overwrite() if commit.removes else update.merge_append()
+        if commit.removes:
+            producer: Any = _merging_overwrite(transaction, table, summary)
+        else:
+            producer = transaction.update_snapshot(snapshot_properties=summary).merge_append()
         with producer as change:
             for name in commit.removes:
                 change.delete_data_file(self._files[name])
             for path in added:
                 location = f"{self._location_of(table)}/{path}"
                 change.append_data_file(_data_file(table, transaction, location))
+        expired = _expire(transaction, self.spec.keep_snapshots)
         committed = transaction.commit_transaction()
         snapshot = committed.current_snapshot()
         assert snapshot is not None
+        # The data is committed: what is left is tidying, which the next commit may finish.
+        with contextlib.suppress(Exception):
+            self._delete_unreferenced(committed, expired, str(producer.commit_uuid))
         return committed.metadata.table_uuid, snapshot.snapshot_id
 
     def _create(self, adds: list[tuple[str, str]]) -> Table:
@@ -330,7 +340,7 @@ class IcebergLake:
         """Before a table whose metadata is gone is written anew: drop the catalog's entry, which
         names nothing, and the files of the folder's older copy, which no table will name."""
         self._catalog_().drop_table(self.name)
-        for folder in (DATA, "metadata"):
+        for folder in (DATA, METADATA):
             with contextlib.suppress(FileNotFoundError, OSError):
                 self.folder.fs.delete_dir(self.folder.join(folder))
         self._lost = False
@@ -353,46 +363,20 @@ class IcebergLake:
 
     # -- housekeeping ----------------------------------------------------------------------
 
-    def _housekeeping(self) -> None:
-        """Expire snapshots beyond `keep_snapshots`, and delete the files only they referenced.
-
-        A data file, manifest or manifest list goes once no retained snapshot refers to it (the
-        oldest snapshots expire first). Failures are left for the next commit: the data is
-        committed already.
-        """
-        with contextlib.suppress(Exception):
-            table = self._load()
-            assert table is not None
-            snapshots = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-            expired = snapshots[: max(0, len(snapshots) - self.spec.keep_snapshots)]
-            if not expired:
-                return
-            retained = snapshots[len(expired) :]
-            entries: dict[str, list[str]] = {}  # a manifest's live data files, read once
-
-            def referenced(group: list[Any]) -> tuple[set[str], set[str]]:
-                manifests, files = set(), set()
-                for snapshot in group:
-                    for manifest in snapshot.manifests(table.io):
-                        manifests.add(manifest.manifest_path)
-                        if manifest.manifest_path not in entries:
-                            entries[manifest.manifest_path] = [
-                                e.data_file.file_path
-                                for e in manifest.fetch_manifest_entry(
-                                    table.io, discard_deleted=True
-                                )
-                            ]
-                        files.update(entries[manifest.manifest_path])
-                return manifests, files
-
-            old_manifests, old_files = referenced(expired)
-            kept_manifests, kept_files = referenced(retained)
-            table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
-            doomed = (old_files - kept_files) | (old_manifests - kept_manifests)
-            doomed |= {s.manifest_list for s in expired}
-            for path in doomed:
-                with contextlib.suppress(Exception):
-                    table.io.delete(path)
+    def _delete_unreferenced(self, table: Table, expired: list[Snapshot], commit_uuid: str) -> None:
+        """Delete what no kept snapshot refers to any more: the files only the snapshots this
+        commit expired referenced, and the manifests it wrote but merged away before committing
+        (PyIceberg leaves those behind)."""
+        for path in _only_expired(table, expired):
+            with contextlib.suppress(Exception):
+                table.io.delete(path)
+        current = table.current_snapshot()
+        assert current is not None
+        listed = {os.path.basename(m.manifest_path) for m in current.manifests(table.io)}
+        for name in self.folder.list_names(METADATA):
+            if name.startswith(commit_uuid) and name.endswith(".avro") and name not in listed:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.folder.fs.delete_file(self.folder.join(METADATA, name))
 
     # -- the catalog -----------------------------------------------------------------------
 
@@ -454,18 +438,102 @@ class IcebergLake:
     def _holds_lock(self) -> bool:
         return self.spec.lock and self.folder.is_local
 
-    def _staged_txns(self) -> list[str]:
-        import pyarrow.fs as pafs
-
-        selector = pafs.FileSelector(self.folder.join(STAGING), allow_not_found=True)
-        return [info.base_name for info in self.folder.fs.get_file_info(selector)]
-
     def _delete_moved(self, txn: str) -> None:
         """Delete the files a commit of `txn` moved into `data/`: no snapshot refers to them."""
         for file in self.folder.list_data_files(DATA):
             if f"-{txn}-" in file.name:
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.folder.fs.delete_file(self.folder.join(DATA, file.name))
+
+
+def _merging_overwrite(transaction: Transaction, table: Table, summary: dict[str, str]) -> Any:
+    """An overwrite that merges manifests as `merge_append` does.
+
+    PyIceberg 0.12 merges manifests on appends only, and an overwrite keeps the manifest of the
+    entries it deleted: a merge table committed every minute would add a manifest or two per run,
+    each read by every later run and commit. The merge is PyIceberg's own (`_ManifestMergeManager`,
+    by the table's `commit.manifest*` properties); its classes are private, hence the exact pin.
+    """
+    from pyiceberg.table import TableProperties as P
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+
+    properties = transaction.table_metadata.properties
+    target = int(properties.get(P.MANIFEST_TARGET_SIZE_BYTES, P.MANIFEST_TARGET_SIZE_BYTES_DEFAULT))
+    min_count = int(properties.get(P.MANIFEST_MIN_MERGE_COUNT, P.MANIFEST_MIN_MERGE_COUNT_DEFAULT))
+
+    class MergingOverwrite(_OverwriteFiles):
+        def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+            merger = _ManifestMergeManager(target, min_count, True, self)
+            return merger.merge_manifests(manifests)
+
+    return MergingOverwrite(
+        operation=Operation.OVERWRITE,
+        transaction=transaction,
+        io=table.io,
+        snapshot_properties=summary,
+    )
+
+
+def _expire(transaction: Transaction, keep: int) -> list[Snapshot]:
+    """Expire the oldest snapshots beyond `keep`, in the same commit; return them."""
+    from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+    metadata = transaction.table_metadata
+    protected = {ref.snapshot_id for ref in metadata.refs.values()}
+    snapshots = sorted(metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    expired = [
+        s for s in snapshots[: max(0, len(snapshots) - keep)] if s.snapshot_id not in protected
+    ]
+    if expired:
+        ExpireSnapshots(transaction).by_ids([s.snapshot_id for s in expired]).commit()
+    return expired
+
+
+def _only_expired(table: Table, expired: list[Snapshot]) -> set[str]:
+    """The manifest lists, manifests and data files that only `expired` referenced.
+
+    A table written by this package alone has one line of snapshots, and a manifest or data file
+    a snapshot drops never comes back (data file names are unique): what the oldest kept snapshot
+    doesn't list, no later one does, and the data files no kept snapshot holds are those deleted
+    by that snapshot or by an expired one. So a few manifest lists are read, not every kept
+    snapshot's manifests. With other branches or tags, every kept snapshot is read.
+    """
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    if not expired:
+        return set()
+    io = table.io
+    kept = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    doomed = {s.manifest_list for s in expired}
+    if set(table.metadata.refs) != {"main"}:
+        old_manifests, old_files = _referenced(io, expired)
+        kept_manifests, kept_files = _referenced(io, kept)
+        return doomed | (old_manifests - kept_manifests) | (old_files - kept_files)
+    oldest = kept[0].manifests(io)
+    listed = {m.manifest_path for m in oldest}
+    for snapshot, manifests in [*((s, s.manifests(io)) for s in expired), (kept[0], oldest)]:
+        for manifest in manifests:
+            if manifest.manifest_path not in listed:
+                doomed.add(manifest.manifest_path)
+            if manifest.added_snapshot_id == snapshot.snapshot_id and manifest.deleted_files_count:
+                doomed.update(
+                    entry.data_file.file_path
+                    for entry in manifest.fetch_manifest_entry(io, discard_deleted=False)
+                    if entry.status == ManifestEntryStatus.DELETED
+                )
+    return doomed
+
+
+def _referenced(io: FileIO, snapshots: list[Snapshot]) -> tuple[set[str], set[str]]:
+    """The manifests and the live data files of `snapshots`."""
+    manifests = {m for s in snapshots for m in s.manifests(io)}
+    files = {
+        entry.data_file.file_path
+        for manifest in manifests
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+    }
+    return {m.manifest_path for m in manifests}, files
 
 
 def _data_file(table: Table, transaction: Transaction, location: str) -> IcebergFile:
