@@ -374,9 +374,7 @@ def _result(
     report = plan.report
     if table.mode is Mode.MERGE:
         merge = merge or MergeCounts(0, 0, 0)
-        report = replace(
-            report, rows_rewritten=outcome.rows_rewritten, merge_strategy=outcome.strategy
-        )
+        report = replace(report, rows_rewritten=outcome.rows_rewritten, merge=outcome.path)
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
     committed = outcome.head is not None

@@ -10,15 +10,22 @@ and as every instance has stored them since the first release.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import dagster as dg
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
 from incremental_assets.lake import LakeHead
-from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.results import LoadResult, MergeStrategy, StoredState
+
+# Dagster's standard table keys, which its UI and catalog read. (Dagster's `TableMetadataSet`
+# names them too, but 1.13 exports it only from its private modules.)
+ROW_COUNT = "dagster/row_count"
+URI = "dagster/uri"
+TABLE_NAME = "dagster/table_name"
+COLUMN_SCHEMA = "dagster/column_schema"
 
 # Written as a value even when there is none, so "no cursor" reads back as such.
 _ALWAYS = ("cursor", "previous_cursor")
@@ -56,7 +63,9 @@ class TableMetadata(BaseModel):
     rows_rewritten: int | None = None
     window_fingerprint: str | None = None
     spark: str | None = None
-    merge_strategy: str | None = None
+    merge_strategy: MergeStrategy | None = None
+    buckets_touched: int | None = None
+    buckets_held: int | None = None
     settings_changed: str | None = None
     spark_jobs: int | None = None
     spark_stages: int | None = None
@@ -72,10 +81,16 @@ class TableMetadata(BaseModel):
     # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
     cursor_action: Literal["set", "reset", "convert"] | None = None
     note: str | None = None
-    row_count: int | None = Field(None, alias="dagster/row_count")
-    uri: str | None = Field(None, alias="dagster/uri")
-    table_name: str | None = Field(None, alias="dagster/table_name")
-    column_schema: dg.TableSchema | None = Field(None, alias="dagster/column_schema")
+    row_count: int | None = Field(None, alias=ROW_COUNT)
+    uri: str | None = Field(None, alias=URI)
+    table_name: str | None = Field(None, alias=TABLE_NAME)
+    column_schema: dg.TableSchema | None = Field(None, alias=COLUMN_SCHEMA)
+
+    @field_validator("merge_strategy", mode="before")
+    @classmethod
+    def _older_wording(cls, value: object) -> object:
+        """Earlier versions recorded the strategy as a sentence: read as not recorded."""
+        return value if value in get_args(MergeStrategy) else None
 
     @classmethod
     def extract(cls, metadata: Mapping[str, Any]) -> TableMetadata:
@@ -130,7 +145,8 @@ def metadata_for(
     result: LoadResult, checks_not_run: str | None = None
 ) -> dict[str, dg.MetadataValue]:
     """The materialization metadata for one load. The key names are a public contract."""
-    kind, merge = result.cursor_type, result.merge
+    kind, merge, path = result.cursor_type, result.merge, result.report.merge
+    report = {name: value for name, value in vars(result.report).items() if name != "merge"}
     record = TableMetadata(
         cursor=_text(kind, result.cursor),
         previous_cursor=_text(kind, result.previous_cursor),
@@ -160,7 +176,10 @@ def metadata_for(
         checks_not_run=checks_not_run,
         iceberg_snapshot_id=result.head.snapshot_id if result.head else None,
         table_name=result.table_name,
-        **vars(result.report),
+        merge_strategy=path.strategy if path else None,
+        buckets_touched=path.buckets_touched if path else None,
+        buckets_held=path.buckets_held if path else None,
+        **report,
     )
     return record.as_metadata()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue
@@ -16,6 +17,19 @@ class MergeCounts:
     deleted: int
 
 
+# How a merge applied its delta: each touched bucket patched in a job of its own, every version
+# in the touched buckets ranked in one shuffle, the whole table ranked and rewritten, or no bucket
+# touched and only the schema changed.
+MergeStrategy = Literal["patch buckets", "rank buckets", "rewrite table", "schema only"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergePath:
+    strategy: MergeStrategy
+    buckets_touched: int | None  # None: rewritten whole whatever the delta (refresh, a new key)
+    buckets_held: int  # the buckets the lake held before the merge
+
+
 @dataclass(frozen=True, kw_only=True)
 class WriteOutcome:
     rows_extracted: int
@@ -25,7 +39,7 @@ class WriteOutcome:
     merge: MergeCounts | None
     columns: tuple[tuple[str, str], ...]
     files: tuple[str, ...] = ()  # the data files the commit added
-    strategy: str | None = None  # merge: how the delta was applied
+    path: MergePath | None = None  # merge: how the delta was applied
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
     duplicate_keys: int | None = None  # merge: counted as the rows were written (None: not)
 
@@ -47,7 +61,7 @@ class Report:
     # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
     window_fingerprint: str | None = None
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
-    merge_strategy: str | None = None  # which buckets a merge rewrote, and how
+    merge: MergePath | None = None  # which buckets a merge rewrote, and how
     settings_changed: str | None = None  # the lake-shaping settings changed since the last run
     spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
     spark_stages: int | None = None

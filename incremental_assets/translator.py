@@ -17,6 +17,7 @@ import dagster as dg
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, Project, TableSpec
 from incremental_assets.errors import ConfigError, Problem
 from incremental_assets.lake import NEW_TABLES, format_of
+from incremental_assets.metadata import TABLE_NAME, URI
 from incremental_assets.settings import settings_digest
 
 ALL_TABLES_JOB = "incremental_assets_all"
@@ -42,7 +43,7 @@ class IncrementalAssetsTranslator:
                     return spec.replace_attributes(key=spec.key.with_prefix("raw"))
         """
         metadata: dict[str, dg.MetadataValue | str] = {
-            "dagster/uri": dg.MetadataValue.text(self.lake.table_uri(table.name)),
+            URI: dg.MetadataValue.text(self.lake.table_uri(table.name)),
             "mode": table.mode.value,
             "cursor_column": table.cursor.column if table.cursor else "",
             "source": self.source_text(table),
@@ -50,7 +51,7 @@ class IncrementalAssetsTranslator:
         }
         lake_format = self.lake_format(table)
         if lake_format == "iceberg":
-            metadata["dagster/table_name"] = dg.MetadataValue.text(self.lake_table_name(table))
+            metadata[TABLE_NAME] = dg.MetadataValue.text(self.lake_table_name(table))
         return dg.AssetSpec(
             key=dg.AssetKey(list(table.asset_key_path)),
             group_name=table.source.name,

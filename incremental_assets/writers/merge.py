@@ -30,7 +30,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.lake.facts import KEY
 from incremental_assets.lake.names import data_file_name
-from incremental_assets.results import MergeCounts, WriteOutcome
+from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     ClashingVersions,
@@ -155,15 +155,13 @@ class MergeWriter:
                 plan.lake.discard(plan.txn)
                 return _unchanged(staged, delta)
             whole = _most(touched, buckets)
+        counted_touched = None if rewrites_every_bucket(plan, existing) else len(touched & buckets)
         if whole:
-            replaced, strategy = existing, "rewrite table"
-            if buckets and not rewrites_every_bucket(plan, existing):
-                strategy += f" ({len(touched & buckets)} of {len(buckets)} buckets touched)"
+            replaced = existing
         else:
             # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
             delta = delta.where(F.col(BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
-            strategy = f"{len(touched & buckets)} of {len(buckets)} buckets"
         # Patching works bucket by bucket: a commit that only changes the schema has none.
         patched = (
             bool(touched)
@@ -172,16 +170,17 @@ class MergeWriter:
             and len(touched) <= PATCHBUCKETS
             and sum(f.size for f in replaced) >= PATCH_MIN_BYTES
         )
+        strategy: MergeStrategy
         if patched:
             written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)
-            strategy = f"patch {strategy}: each rewritten alone, unchanged keys copied"
+            strategy = "patch buckets"
         elif whole or touched:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
-            strategy = f"merge {strategy}: every version ranked"
+            strategy = "rewrite table" if whole else "rank buckets"
         else:  # only the schema changes: the other files are rewritten to it in the commit
             columns = column_types(delta.drop(BUCKET).schema, with_batch=True)
             written = _Written(MergeCounts(0, 0, 0), 0, columns, 0, duplicate_keys=0)
-            strategy = f"schema only, {strategy}"
+            strategy = "schema only"
         if written.clashes:
             raise ClashingVersions(written.clashes)
         adds = _named_adds(plan, scheme)
@@ -195,7 +194,9 @@ class MergeWriter:
             merge=written.merge,
             columns=written.columns,
             files=tuple(final for _, final in adds),
-            strategy=strategy,
+            path=MergePath(
+                strategy=strategy, buckets_touched=counted_touched, buckets_held=len(buckets)
+            ),
             head=head,
             duplicate_keys=written.duplicate_keys,
         )
