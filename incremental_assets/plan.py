@@ -93,6 +93,46 @@ class PlanInputs:
     lake_has_files: bool
 
 
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """Where a read starts, decided before the source is asked anything: the previous cursor,
+    the lower bound (lookback applied) and what to freeze."""
+
+    cursor: Cursor
+    previous: CursorValue | None
+    lower: CursorValue | None
+    replace_all: bool
+    partitioning: Partitioning | None = None
+    warnings: tuple[str, ...] = ()
+
+    def freeze_request(self, table: TableSpec) -> FreezeRequest:
+        return FreezeRequest(
+            cursor=self.cursor,
+            lower=self.lower,
+            timezone=table.timezone,
+            partitioning=self.partitioning,
+            limits=time_limits(table, self.cursor.type),
+        )
+
+
+def start_of(
+    table: TableSpec,
+    cursor: Cursor,
+    previous: CursorValue | None,
+    replace_all: bool,
+    partitioning: Partitioning | None = None,
+) -> Start:
+    lower, warnings = lower_bound_of(table, cursor, previous, replace_all)
+    return Start(
+        cursor=cursor,
+        previous=previous,
+        lower=lower,
+        replace_all=replace_all,
+        partitioning=partitioning,
+        warnings=warnings,
+    )
+
+
 def plan_window(inputs: PlanInputs) -> WindowPlan:
     table, stored = inputs.table, inputs.stored
     cursor = resolve_cursor(table, inputs.source.schema())
@@ -108,34 +148,35 @@ def plan_window(inputs: PlanInputs) -> WindowPlan:
         return WindowPlan(cursor=None, replace_all=True, partitioning=partitioning)
     check_cursor_rules(table, cursor.type)
     previous = read_previous_cursor(table, stored, cursor, replace_all)
-    lower, warnings = lower_bound_of(table, cursor, previous, replace_all)
-    request = FreezeRequest(
-        cursor=cursor,
-        lower=lower,
-        timezone=table.timezone,
-        partitioning=partitioning,
-        limits=time_limits(table, cursor.type),
-    )
-    bounds = inputs.source.freeze(request)
-    check_null_cursors(table, cursor, bounds)
+    start = start_of(table, cursor, previous, replace_all, partitioning)
+    bounds = inputs.source.freeze(start.freeze_request(table))
     whole = replace_all and (table.mode is Mode.FULL_REFRESH or inputs.lake_has_files)
+    return plan_from_bounds(table, stored, start, bounds, whole=whole)
+
+
+def plan_from_bounds(
+    table: TableSpec, stored: StoredState, start: Start, bounds: Bounds, *, whole: bool = False
+) -> WindowPlan:
+    """The window to read and the cursor to record, once the source has frozen its bounds: by a
+    run with Spark, and by the check without it, alike."""
+    check_null_cursors(table, start.cursor, bounds)
     read_upper = bounds.newest if whole else bounds.upper
     window = Window(
-        cursor.column,
-        cursor.type,
-        lower,
+        start.cursor.column,
+        start.cursor.type,
+        start.lower,
         read_upper,
         empty=read_upper is None,
         include_nulls=table.null_cursor == "include",
     )
     plan = WindowPlan(
-        cursor=cursor,
-        replace_all=replace_all,
-        partitioning=partitioning,
-        previous=previous,
+        cursor=start.cursor,
+        replace_all=start.replace_all,
+        partitioning=start.partitioning,
+        previous=start.previous,
         window=window,
         bounds=bounds,
-        warnings=warnings,
+        warnings=start.warnings,
         whole=whole,
     )
     plan = replace(plan, reconcile=reconciles(table, plan, stored.batch + 1))

@@ -19,21 +19,15 @@ import hashlib
 from dataclasses import dataclass
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, Mode, TableSpec
-from incremental_assets.config.rules import check_cursor_rules, time_limits
+from incremental_assets.config.rules import check_cursor_rules
 from incremental_assets.cursor import CursorValue, parse_cursor
 from incremental_assets.decisions import RunRequest, check_lake_fits, kind_of_run
 from incremental_assets.errors import CursorError
 from incremental_assets.lake import LakeFacts
-from incremental_assets.plan import (
-    WindowPlan,
-    check_null_cursors,
-    lower_bound_of,
-    reconciles,
-    with_new_cursor,
-)
+from incremental_assets.plan import WindowPlan, lower_bound_of, plan_from_bounds, start_of
 from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
-from incremental_assets.sources.base import Bounds, Cursor, FreezeRequest
+from incremental_assets.sources.base import Cursor
 from incremental_assets.sources.database import Connection, Database, described, fetch_row
 from incremental_assets.sources.freeze_sql import freeze, relation_of
 from incremental_assets.sources.jdbc import refuse_session_names
@@ -88,7 +82,7 @@ def prove_unchanged(
     if isinstance(table.source, FilesSourceSpec):
         if files_listing(table) != stored.window_fingerprint:
             return None
-        return Unchanged(_plan(table, cursor, previous, None), str(stored.window_fingerprint))
+        return Unchanged(_files_plan(table, cursor, previous), str(stored.window_fingerprint))
     return _prove_rows(table, stored, cursor, previous)
 
 
@@ -120,45 +114,37 @@ def _prove_rows(
     assert isinstance(table.source, JdbcSourceSpec)
     database = database_of(table.source)
     refuse_session_names(table, table.source, database)
-    lower, _ = lower_bound_of(table, cursor, previous, replace_all=False)
-    request = FreezeRequest(
-        cursor=cursor, lower=lower, timezone=table.timezone, limits=time_limits(table, cursor.type)
-    )
+    start = start_of(table, cursor, previous, replace_all=False)
     try:
         conn = database.connect(table.source)
         try:
-            bounds = freeze(table, database, request, lambda sql: fetch_row(conn, sql))
+            bounds = freeze(
+                table, database, start.freeze_request(table), lambda sql: fetch_row(conn, sql)
+            )
             window = _window(table, cursor, previous)
             fingerprint = _fetch_fingerprint(conn, database, relation_of(table), window)
         finally:
             conn.close()
     except database.driver_errors:
         return None  # a source Spark may reach but this process can't: let the run try
-    check_null_cursors(table, cursor, bounds)
-    plan = _plan(table, cursor, previous, bounds)
+    plan = plan_from_bounds(table, stored, start, bounds)
     if bounds.null_rows and table.null_cursor == "include":
         return None  # those rows are read again by every run
-    if plan.new_cursor != previous or fingerprint != stored.window_fingerprint:
-        return None
-    if reconciles(table, plan, stored.batch + 1):
+    if plan.new_cursor != previous or fingerprint != stored.window_fingerprint or plan.reconcile:
         return None
     return Unchanged(plan, fingerprint)
 
 
-def _plan(
-    table: TableSpec, cursor: Cursor, previous: CursorValue, bounds: Bounds | None
-) -> WindowPlan:
-    """The plan a run would have made: read the window again, keep the cursor where it is."""
-    window = _window(table, cursor, previous)
-    plan = WindowPlan(
+def _files_plan(table: TableSpec, cursor: Cursor, previous: CursorValue) -> WindowPlan:
+    """A files table's plan: its listing is unchanged, so the run would read the window up to
+    the cursor again, and keep the cursor."""
+    return WindowPlan(
         cursor=cursor,
         replace_all=False,
         previous=previous,
-        window=window,
-        bounds=bounds,
+        window=_window(table, cursor, previous),
         new_cursor=previous,
     )
-    return plan if bounds is None else with_new_cursor(table, plan)
 
 
 def _window(table: TableSpec, cursor: Cursor, upper: CursorValue) -> Window:
