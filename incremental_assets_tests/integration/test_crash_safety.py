@@ -120,6 +120,7 @@ def _every_file_is_whole(lake: Path) -> None:
         ("mid-commit", "append"),
         ("committed", "append"),
         ("mid-commit", "merge"),
+        ("committed", "merge"),
     ],
 )
 def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(

@@ -8,6 +8,7 @@ snapshots expire with their files.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -108,6 +109,8 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     pg.execute(ORDERS, SEED.format(n=50))
     project = make_project(pg, MERGE, lake=ICEBERG)
@@ -128,6 +131,16 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
         assert rows_by(as_of, ["id", "note"]) == rows
         summary = table.snapshot_by_id(snapshot).summary
         assert summary["incremental-assets.txn"] and summary["incremental-assets.cursor"]
+    # The CLI lists the snapshot of the last run, and of every run, newest first.
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    capsys.readouterr()
+    assert cli.main(["--config", project.path, "status", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert cli.main(["--config", project.path, "status", "--history", "orders", "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)
+    assert row["iceberg_snapshot_id"] == list(expected)[-1]
+    assert row["lake_table"] == "incremental_assets.orders"
+    assert [r["iceberg_snapshot_id"] for r in history] == list(expected)[::-1]
 
 
 @pytest.mark.xdist_group("connect")

@@ -16,6 +16,7 @@ from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
+    iceberg_table,
     lake_file_paths,
     lake_files,
     latest_metadata,
@@ -163,3 +164,41 @@ def test_an_integer_cursor_widened_to_a_decimal_carries_on_past_bigint(
     lake = read_lake(tmp_path / "lake", "items")
     assert lake.schema.field("at").type == pa.decimal128(20, 0)
     assert rows_by(lake, ["id", "at"]) == [(1, 10), (2, 20), (3, 2**63 + 5), (4, 30)]
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_a_decimal_given_more_scale_rewrites_every_file_in_the_same_commit(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
+    mode: str,
+) -> None:
+    """Iceberg can't change a decimal's scale in place: the commit replaces every file, so no
+    file of the new snapshot has the old type, and the snapshot before reads as it did."""
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, price numeric(10,2), at int NOT NULL)")
+    pg.execute("INSERT INTO items SELECT i, i + 0.25, i FROM generate_series(1, 20) i")
+    project = make_project(pg, DEFAULTS, mode=mode)
+    first = materialize(project, "items", instance, spark_resource)
+    assert first.success, first.failure
+    pg.execute(
+        "ALTER TABLE items ALTER COLUMN price TYPE numeric(14,4)",
+        "INSERT INTO items VALUES (21, 21.1234, 21)",
+    )
+
+    run = materialize(project, "items", instance, spark_resource)
+
+    assert run.success, run.failure
+    assert "widened price decimal(10,2) -> decimal(14,4)" in run.metadata["schema_change"]
+    lake = read_lake(tmp_path / "lake", "items")
+    assert lake.schema.field("price").type == pa.decimal128(14, 4)
+    assert rows_by(lake, ["id", "price"]) == sorted(pg.query("SELECT id, price FROM items"))
+    for path in lake_file_paths(tmp_path / "lake", "items"):
+        assert pq.read_schema(path).field("price").type == pa.decimal128(14, 4)
+    if lake_format == "iceberg":
+        table = iceberg_table(tmp_path / "lake", "items")
+        before = table.scan(snapshot_id=first.metadata["iceberg_snapshot_id"]).to_arrow()
+        assert before.schema.field("price").type == pa.decimal128(10, 2)
+        assert before.num_rows == 20
