@@ -130,9 +130,13 @@ def unmatched_weights(
     A text key the database compares by collation is matched on its weight, which only the
     database computes: lake rows written without it (the key became text, or came to include a
     text column), or under another collation (the column was converted to another collation or
-    character set), can't be matched, so this run reads the whole table instead.
+    character set), can't be matched, so this run reads the whole table instead. A lake in
+    append's layout holds no merge's rows to match: the mode changed, which `check_lake_fits`
+    refuses.
     """
     if table.mode is not Mode.MERGE or asked.full_refresh or not lake.files:
+        return None
+    if any(f.bucket is None for f in lake.files):
         return None
     recorded = lake.weighed_by
     weighed_by = dict(source.weighed_by or recorded)

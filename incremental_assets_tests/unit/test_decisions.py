@@ -138,6 +138,18 @@ def test_a_key_weight_the_lakes_rows_lack_reads_the_table_whole() -> None:
     assert kind.full_refresh and "don't carry _weight_id" in kind.warnings[0]
 
 
+def test_a_lake_in_appends_layout_is_not_read_whole_for_a_weight_but_refused_for_its_mode() -> None:
+    """Found by the soak (--database mariadb --format iceberg --seed 9203): append turned merge
+    with a text key on MariaDB was read whole for the key's weight, not refused like any other
+    mode change."""
+    table = table_spec()
+    source = SourceFacts(schema=SCHEMA, match_key=("_weight_id",), weighed_by={"_weight_id": "c"})
+    kind = kind_of_run(table, request(table), stored(table), lake(held=BATCHES), source)
+    assert not kind.full_refresh
+    with pytest.raises(ConfigError, match="field 'mode'"):
+        check_lake_fits(table, stored(table), lake(held=BATCHES))
+
+
 def test_a_key_weight_under_another_collation_reads_the_table_whole() -> None:
     table = table_spec()
     weighed = {"columns": ["_weight_id"], "weighed_by": {"_weight_id": "latin1_swedish_ci"}}
