@@ -108,8 +108,11 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
         return None
     started = time.monotonic()
     lake = request.lake_table
-    facts = lake.facts()
-    proof = prove_unchanged(request.table, request.stored, facts, request.asked())
+    stored = request.stored
+    # Proven unchanged, the lake is at the commit the last run recorded, so its files and columns
+    # are that run's: the head alone tells, where the format can read it without its files.
+    facts = lake.facts(with_files=stored.lake_table_id is None or stored.columns is None)
+    proof = prove_unchanged(request.table, stored, facts, request.asked())
     if proof is None:
         return None
     plan = proof.plan
@@ -130,8 +133,8 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
         f"{run.table.name}: nothing new past the cursor, and the rows it would read again are "
         "unchanged: Spark not started"
     )
-    columns = column_types(facts.schema) if facts.schema is not None else ()
-    return _result(run, replace(plan, report=report), _nothing(columns), request.stored.batch, None)
+    columns = column_types(facts.schema) if facts.schema is not None else stored.columns or ()
+    return _result(run, replace(plan, report=report), _nothing(columns), stored.batch, None)
 
 
 def run_incremental_load(

@@ -118,6 +118,11 @@ class TableMetadata(BaseModel):
             lake_table_id=self.lake_table_id,
             lake_commit=self.lake_commit,
             settings=self.settings,
+            columns=(
+                tuple((c.name, c.type) for c in self.column_schema.columns)
+                if self.column_schema is not None
+                else None
+            ),
         )
 
 

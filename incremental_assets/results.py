@@ -112,6 +112,7 @@ class StoredState:
     lake_table_id: str | None = None  # the identity of the lake table the run committed to
     lake_commit: str | None = None  # the lake's last commit when the run ended
     settings: str | None = None  # the lake-shaping settings the run ran under, as JSON
+    columns: tuple[tuple[str, str], ...] | None = None  # the lake's columns after the run
 
     @staticmethod
     def initial() -> StoredState:

@@ -26,12 +26,15 @@ up doesn't grow with the table's age.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import sqlite3
 import uuid
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,7 +93,11 @@ class IcebergLake:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def facts(self) -> LakeFacts:
+    def facts(self, with_files: bool = True) -> LakeFacts:
+        if not with_files:
+            metadata = self._metadata_without_pyiceberg()
+            if metadata is not False:
+                return self._recorded_facts(metadata)
         table = self._load()
         self._table, self._files = table, {}
         pending = self.folder.has_staging()
@@ -105,18 +112,66 @@ class IcebergLake:
                     self._files[found.name] = entry.data_file
                     files.append(found)
         files.sort(key=lambda f: f.name)
-        properties = table.properties
-        replaced = _json(properties.get(_property(SNAPSHOT)))
-        return LakeFacts(
-            uri=self.uri,
+        return _facts(
+            self.uri,
+            self._head(table),
+            table.properties,
+            pending,
             files=tuple(files),
             schema=self.spark_schema(files[-1]) if files else None,
-            head=self._head(table),
-            replaced_batch=None if replaced is None else int(replaced["batch"]),
-            key=_json(properties.get(_property(KEY))),
-            columns=_json(properties.get(_property(COLUMNS))),
-            pending=pending,
         )
+
+    def _recorded_facts(self, metadata: Mapping[str, Any] | None) -> LakeFacts:
+        """The facts from the table's metadata file alone: its head and records, no files."""
+        pending = self.folder.has_staging()
+        if metadata is None:
+            return LakeFacts(uri=self.uri, pending=pending)
+        current = metadata.get("current-snapshot-id")
+        snapshot = next(
+            (s for s in metadata.get("snapshots", []) if s["snapshot-id"] == current), None
+        )
+        head = (
+            _head_of(str(metadata["table-uuid"]), snapshot["snapshot-id"], snapshot.get("summary"))
+            if snapshot is not None
+            else None
+        )
+        return _facts(self.uri, head, metadata.get("properties", {}), pending)
+
+    def _metadata_without_pyiceberg(self) -> Mapping[str, Any] | Literal[False] | None:
+        """The table's metadata file, read through the default catalog's SQLite file with the
+        standard library: PyIceberg and SQLAlchemy take most of a second to import, which a run
+        with nothing new would otherwise spend. None: the catalog has no such table, or names a
+        metadata file that is gone (as `_load` reads it). False: another catalog, or a catalog
+        file this can't read; the caller reads the table through PyIceberg."""
+        properties = self.spec.catalog_properties()
+        uri = properties.get("uri", "")
+        if properties.get("type") != "sql" or not uri.startswith("sqlite:///"):
+            return False
+        path = uri.removeprefix("sqlite:///")
+        if not os.path.isfile(path):
+            return None
+        namespace, name = self.name.rsplit(".", 1)
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                row = db.execute(
+                    "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? "
+                    "AND table_namespace = ? AND table_name = ? "
+                    "AND (iceberg_type IS NULL OR iceberg_type = 'TABLE')",
+                    (properties.get("name", "incremental_assets"), namespace, name),
+                ).fetchone()
+        except sqlite3.Error:
+            return False
+        if row is None or not row[0]:
+            return None
+        location = _local(str(row[0]))
+        try:
+            with open(location, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            return None
+        if location.endswith(".gz.metadata.json"):
+            data = gzip.decompress(data)
+        return dict(json.loads(data))
 
     def _named(self, file: IcebergFile, location: str) -> DataFile:
         name = os.path.basename(file.file_path)
@@ -138,17 +193,7 @@ class IcebergLake:
         snapshot = table.current_snapshot()
         if snapshot is None:
             return None
-        summary = snapshot.summary
-        txn = summary[SUMMARY + "txn"] if summary is not None else None
-        batch = summary[SUMMARY + "batch"] if summary is not None else None
-        return LakeHead(
-            table_id=str(table.metadata.table_uuid),
-            # A snapshot another engine made carries no commit of ours: no run recorded it.
-            txn=str(txn) if txn is not None else f"snapshot {snapshot.snapshot_id}",
-            batch=int(batch) if batch is not None else -1,
-            cursor=summary[SUMMARY + "cursor"] if summary is not None else None,
-            snapshot_id=snapshot.snapshot_id,
-        )
+        return _head_of(str(table.metadata.table_uuid), snapshot.snapshot_id, snapshot.summary)
 
     def staging_uri(self, txn: str) -> str:
         return self.folder.staging_uri(txn)
@@ -444,6 +489,41 @@ class IcebergLake:
             if f"-{txn}-" in file.name:
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.folder.fs.delete_file(self.folder.join(DATA, file.name))
+
+
+def _head_of(table_id: str, snapshot_id: int, summary: Mapping[str, Any] | None) -> LakeHead:
+    """The head a snapshot names: the commit, batch and cursor of ours its summary carries."""
+    summary = summary or {}
+    txn, batch = summary.get(SUMMARY + "txn"), summary.get(SUMMARY + "batch")
+    return LakeHead(
+        table_id=table_id,
+        # A snapshot another engine made carries no commit of ours: no run recorded it.
+        txn=str(txn) if txn is not None else f"snapshot {snapshot_id}",
+        batch=int(batch) if batch is not None else -1,
+        cursor=summary.get(SUMMARY + "cursor"),
+        snapshot_id=snapshot_id,
+    )
+
+
+def _facts(
+    uri: str,
+    head: LakeHead | None,
+    properties: Mapping[str, str],
+    pending: bool,
+    files: tuple[DataFile, ...] = (),
+    schema: T.StructType | None = None,
+) -> LakeFacts:
+    replaced = _json(properties.get(_property(SNAPSHOT)))
+    return LakeFacts(
+        uri=uri,
+        files=files,
+        schema=schema,
+        head=head,
+        replaced_batch=None if replaced is None else int(replaced["batch"]),
+        key=_json(properties.get(_property(KEY))),
+        columns=_json(properties.get(_property(COLUMNS))),
+        pending=pending,
+    )
 
 
 def _merging_overwrite(transaction: Transaction, table: Table, summary: dict[str, str]) -> Any:

@@ -57,7 +57,7 @@ class ParquetLake:
     def describe(self) -> str:
         return self.uri
 
-    def facts(self) -> LakeFacts:
+    def facts(self, with_files: bool = True) -> LakeFacts:
         folder = self.folder
         files = folder.list_data_files()
         snapshot = folder.read_json(folder.join(SNAPSHOT))

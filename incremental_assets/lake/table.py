@@ -45,7 +45,12 @@ class LakeTable(Protocol):
         """The table for messages: its folder, and its catalog identifier if it has one."""
         ...
 
-    def facts(self) -> LakeFacts: ...
+    def facts(self, with_files: bool = True) -> LakeFacts:
+        """What a run reads about the table once. `with_files=False`: the data files and their schema
+        may be left out where the format can tell its head and records without them (an Iceberg
+        table's metadata file, without its manifests), for a run that only checks the table is
+        still at the commit it recorded; the plain format lists its files either way."""
+        ...
 
     def recover(self) -> list[str]:
         """Finish or drop what a dead run left; say what was done."""

@@ -8,6 +8,7 @@ ran during the materialization.
 
 from __future__ import annotations
 
+import shutil
 import stat
 from collections.abc import Callable
 from contextlib import closing
@@ -213,3 +214,41 @@ def test_a_column_narrowed_with_nothing_new_is_still_refused(
 
     assert not narrowed.success
     assert "column 'qty' is int in the lake but smallint in the source" in (narrowed.failure or "")
+
+
+def test_an_iceberg_run_with_nothing_new_reads_its_head_without_pyiceberg(
+    tmp_path: Path, pg: Schema
+) -> None:
+    """A fresh process with nothing new reads the default catalog's row and the metadata file
+    without importing PyIceberg, records what a run with PyIceberg would, and still refuses a
+    lake that is gone."""
+    pg.execute(TABLE, ROWS)
+    spec = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **DEFAULTS}
+    config = write_cli_config(tmp_path, {"shop": pg.source()}, [spec], format="iceberg")
+    env = cli_env(config, tmp_path / "home")
+    home = tmp_path / "home"
+    assert run_cli(tmp_path, env, "--select", "orders").returncode == 0
+
+    quick = run_cli(tmp_path, {**env, "PYTHONPROFILEIMPORTTIME": "1"}, "--select", "orders")
+
+    assert quick.returncode == 0, quick.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in quick.stderr.splitlines() if "|" in line}
+    assert not {m for m in imported if m.startswith("pyiceberg")}
+    first, second = materializations(home, "orders")
+    assert second["spark"] == "not started (nothing new)"
+    for key in (
+        "cursor",
+        "lake_table_id",
+        "lake_commit",
+        "iceberg_snapshot_id",
+        "dagster/row_count",
+    ):
+        assert second[key] == first[key], key
+    assert second["dagster/column_schema"] == first["dagster/column_schema"]
+
+    shutil.rmtree(tmp_path / "lake" / "orders")
+    gone = run_cli(tmp_path, env, "--select", "orders")
+
+    assert gone.returncode != 0
+    assert "is not the table the stored cursor describes" in gone.stderr
+    assert len(materializations(home, "orders")) == 2

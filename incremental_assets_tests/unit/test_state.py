@@ -117,6 +117,7 @@ def test_an_instance_written_before_the_metadata_record_keeps_its_cursor() -> No
             batch=7,
             run_id=None,
             row_count=100,
+            columns=(("id", "bigint"), ("_batch", "bigint")),
         )
         instance.store_event(override)
         records = read_state_records(instance, key)
