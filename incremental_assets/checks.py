@@ -173,6 +173,13 @@ def primary_key_unique(
     if result is not None and not result.full_refresh:
         written = set(result.files)
         files = [f for f in files if f.name in written]
+        if len(files) < len(written):
+            # Never a pass over files it didn't read: `_guarded` reports it as not run.
+            raise RuntimeError(
+                f"another commit replaced {len(written) - len(files)} of the files this run "
+                "wrote before they were read back (two runs of the table at once, without the "
+                "lock?)"
+            )
     # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
     matched = facts.key_columns or list(key)
     duplicates = 0

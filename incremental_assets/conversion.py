@@ -19,7 +19,7 @@ from incremental_assets.decisions import check_lake_matches
 from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import Commit, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
-from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg import CONVERTED, IcebergLake
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import StoredState
@@ -55,6 +55,12 @@ def convert_to_iceberg(
             )
         )
     source = ParquetLake(lake.table_uri(table.name), table.name)
+    target = IcebergLake(lake, table.name, identifier)
+    resumed = target.converted_from(stored.lake_table_id)
+    if resumed is not None:  # converted already, but not recorded: record it now
+        source.drop_records()
+        files = len(target.facts().files)
+        return Converted(head=resumed, files=files, rows=target.count_rows())
     source.recover()
     facts = source.facts()
     if not facts.files:
@@ -67,10 +73,12 @@ def convert_to_iceberg(
         )
     check_lake_matches(table, stored, facts)
     records = {name: value for name, value in ((KEY, facts.key), (COLUMNS, facts.columns)) if value}
+    txn = new_txn()
+    records[CONVERTED] = {"from": stored.lake_table_id, "txn": txn}
     if facts.replaced_batch is not None:
         records[SNAPSHOT] = {"batch": facts.replaced_batch, "txn": "converted"}
     commit = Commit(
-        txn=new_txn(),
+        txn=txn,
         batch=facts.head.batch if facts.head is not None else stored.batch,
         replace_all=False,
         cursor=stored.cursor,
@@ -78,7 +86,6 @@ def convert_to_iceberg(
         removes=[],
         records=records,
     )
-    target = IcebergLake(lake, table.name, identifier)
     head = target.adopt(commit, list(facts.files))
     source.drop_records()
     return Converted(head=head, files=len(facts.files), rows=target.count_rows())

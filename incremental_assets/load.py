@@ -30,7 +30,7 @@ from incremental_assets.dialects import SPARK_SQL, Dialect
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts, LakeTable, open_lake
 from incremental_assets.lake.names import new_txn
-from incremental_assets.lake.table import lake_error, unfinished_commit_error
+from incremental_assets.lake.table import lake_error
 from incremental_assets.pause_points import pause_point
 from incremental_assets.plan import (
     PlanInputs,
@@ -342,7 +342,7 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
     """Clean up after a failed read, stage or commit, and say what state the lake is in."""
     table, lake = run.table, run.lake
     if not lake.discard(txn):
-        return unfinished_commit_error(table.name, lake.uri, txn, root_messages(exc)[-1])
+        return lake.unfinished_error(table.name, txn, root_messages(exc)[-1])
     if isinstance(exc, IncrementalAssetsError):
         return exc
     if isinstance(exc, ClashingVersions):

@@ -179,16 +179,17 @@ class LakeSpec(FrozenModel):
     def catalog_properties(self) -> dict[str, str]:
         """The Iceberg catalog's properties: the configured ones, or the default SQLite file.
 
-        A local lake's files are read and written through fsspec's local file system unless the
-        catalog names a FileIO: PyIceberg's pyarrow one loads pandas, most of a second of a run
-        that has nothing new.
+        A local lake's files are read and written through fsspec's local file system (PyIceberg's
+        pyarrow FileIO loads pandas, most of a second of a run that has nothing new), each file
+        flushed to disk before the catalog can name it (`lake/durable_io.py`), unless the catalog
+        names a FileIO.
         """
         properties = {k: str(v) for k, v in self.catalog.items()} or {
             "type": "sql",
             "uri": f"sqlite:///{self.path.rstrip('/')}/_catalog.db",
         }
         if "://" not in self.path:
-            properties.setdefault("py-io-impl", "pyiceberg.io.fsspec.FsspecFileIO")
+            properties.setdefault("py-io-impl", "incremental_assets.lake.durable_io.DurableFileIO")
         return properties
 
 

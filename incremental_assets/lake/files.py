@@ -158,17 +158,25 @@ class ParquetFolder:
         folders = set()
         for path in staged:
             full = self.join(STAGING, txn, path)
-            _fsync(full)
+            fsync_path(full)
             folders.add(os.path.dirname(full))
         for folder in sorted(folders):
             self.sync_dir(folder)
 
     def sync_dir(self, path: str) -> None:
         if self.is_local:
-            _fsync(path)
+            fsync_path(path)
 
 
-def _fsync(path: str) -> None:
+def local_path(uri: str) -> str:
+    """`file:///a`, `file:/a` and `/a` alike (writers spell a local path each their own way)."""
+    for scheme in ("file://", "file:"):
+        if uri.startswith(scheme):
+            return uri[len(scheme) :]
+    return uri
+
+
+def fsync_path(path: str) -> None:
     """Flush a local file's or folder's contents to disk."""
     descriptor = os.open(path, os.O_RDONLY)
     try:

@@ -43,7 +43,7 @@ from pyspark.sql import types as T
 from incremental_assets.config import LakeSpec
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, LakeFacts, LakeHead
-from incremental_assets.lake.files import STAGING, ParquetFolder
+from incremental_assets.lake.files import STAGING, ParquetFolder, local_path
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.names import DataFile, data_file
 from incremental_assets.lake.table import Commit, LakeFormat
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 DATA = "data"
+# The record of a conversion from a plain Parquet table: {"from": its table id, "txn"}.
+CONVERTED = "_converted"
 METADATA = "metadata"
 # Snapshot summary properties, and table properties holding the writers' records.
 SUMMARY = "incremental-assets."
@@ -163,20 +165,22 @@ class IcebergLake:
             return False
         if row is None or not row[0]:
             return None
-        location = _local(str(row[0]))
+        location = local_path(str(row[0]))
         try:
             with open(location, "rb") as file:
                 data = file.read()
-        except FileNotFoundError:
-            return None
-        if location.endswith(".gz.metadata.json"):
-            data = gzip.decompress(data)
-        return dict(json.loads(data))
+            if location.endswith(".gz.metadata.json"):
+                data = gzip.decompress(data)
+            return dict(json.loads(data))
+        except (FileNotFoundError, ValueError) as exc:
+            if _gone(exc):
+                return None  # as `_load` reads it: a table whose metadata is gone
+            return False
 
     def _named(self, file: IcebergFile, location: str) -> DataFile:
         name = os.path.basename(file.file_path)
         found = data_file(name, file.file_size_in_bytes)
-        if found is None or not _local(file.file_path).startswith(_local(location) + "/"):
+        if found is None or not local_path(file.file_path).startswith(local_path(location) + "/"):
             raise WriteError(
                 TableProblem(
                     self.table_name,
@@ -231,7 +235,7 @@ class IcebergLake:
 
     def _relative(self, iceberg_path: str) -> str:
         """A path under the table's location (as `_named` found it), relative to it."""
-        return _local(iceberg_path)[len(_local(self._location())) + 1 :]
+        return local_path(iceberg_path)[len(local_path(self._location())) + 1 :]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -247,25 +251,40 @@ class IcebergLake:
         `ORPHAN_AGE`, since a younger staging may belong to a run still under way.
         """
         table = self._load()
-        head = self._head(table) if table is not None else None
         done = []
         for txn in self.folder.list_names(STAGING):
-            if not self._holds_lock() and _age(txn) < ORPHAN_AGE:
+            if not self._holds_lock() and self._staging_age(txn) < ORPHAN_AGE:
                 continue
-            if head is None or head.txn != txn:
+            if not _landed(table, txn):
                 self._delete_moved(txn)
             self.folder.remove_staging(txn)
-            done.append(f"removed uncommitted staging {txn}")
+            done.append(f"removed the staging of {txn}, a run that ended before it finished")
         return done
 
     def discard(self, txn: str) -> bool:
-        table = self._load()
-        head = self._head(table) if table is not None else None
-        if head is not None and head.txn == txn:
-            return False  # the snapshot landed: its files are the table's
+        try:
+            table = self._load()
+        except WriteError:
+            return False  # the catalog can't be read: the commit may have landed
+        if _landed(table, txn):
+            return False  # its snapshot is the table's: the files are too
         self._delete_moved(txn)
         self.folder.remove_staging(txn)
         return True
+
+    def _staging_age(self, txn: str) -> timedelta:
+        """How long since a run's staging was last written to: since its commit id was made, or
+        its newest file, whichever is younger (a run may stage for longer than `ORPHAN_AGE`)."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.folder.join(STAGING, txn), recursive=True)
+        try:
+            times = [i.mtime for i in self.folder.fs.get_file_info(selector) if i.mtime is not None]
+        except (FileNotFoundError, OSError):
+            times = []
+        newest = max(times, default=None)
+        written = datetime.now(UTC) - newest if newest is not None else ORPHAN_AGE
+        return min(_age(txn), written)
 
     def commit(self, commit: Commit, facts: LakeFacts) -> LakeHead:
         """Move the staged files into `data/`, then swap the table's metadata in the catalog."""
@@ -284,26 +303,79 @@ class IcebergLake:
             table = self._table if facts.head is not None else self._load()
             if table is None:
                 table = self._create(adds)
-            snapshot = self._swap(table, commit, facts, [final for _, final in adds])
+            table_id, snapshot_id = self._swap(table, commit, facts, [final for _, final in adds])
         except Exception as exc:
-            from pyiceberg.exceptions import CommitFailedException, ValidationException
-
-            self._delete_moved(commit.txn)
-            if isinstance(exc, CommitFailedException | ValidationException | ConcurrentRunError):
+            outcome = self._outcome(exc, commit.txn, facts)
+            if outcome == "unknown":
+                raise  # the files stay: the catalog may have taken the commit (`discard`)
+            if outcome == "refused":
+                self._delete_moved(commit.txn)
                 raise self._conflict(facts) from None
-            raise
+            table_id, snapshot_id = outcome  # it landed: only the catalog's answer was lost
         self.folder.remove_staging(commit.txn)
         return LakeHead(
-            table_id=str(snapshot[0]),
+            table_id=str(table_id),
             txn=commit.txn,
             batch=commit.batch,
             cursor=commit.cursor,
-            snapshot_id=snapshot[1],
+            snapshot_id=snapshot_id,
         )
+
+    def _outcome(
+        self, exc: Exception, txn: str, facts: LakeFacts
+    ) -> tuple[uuid.UUID, int] | Literal["refused", "unknown"]:
+        """What became of a commit whose swap raised: refused (the catalog said so, or the table
+        moved on from the snapshot it was computed against, which a late swap can't apply
+        to), landed (the snapshot it made, found in the table), or unknown (the catalog can't be
+        read, or still holds the snapshot it was computed against)."""
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+        if isinstance(exc, CommitFailedException | ValidationException | ConcurrentRunError):
+            return "refused"
+        try:
+            table = self._load()
+        except Exception:
+            return "unknown"
+        current = table.current_snapshot() if table is not None else None
+        ours = next((s for s in _snapshots(table) if _txn_of(s.summary) == txn), None)
+        if table is not None and ours is not None:
+            return table.metadata.table_uuid, ours.snapshot_id
+        seen = facts.head.snapshot_id if facts.head is not None else None
+        if (current.snapshot_id if current is not None else None) != seen:
+            return "refused"
+        return "unknown"
+
+    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+        return WriteError(
+            TableProblem(
+                table_name,
+                f"the commit {txn} into the {self.describe()} failed, and whether the catalog "
+                f"took it could not be told: {cause}. Its data files are kept. Readers see the "
+                "table before it or after it, never a part of it. The next run reads the table's "
+                "head: a commit that landed is recognised (its batch follows the recorded one) "
+                "and repeated without doubling a row; one that didn't has its files removed. The "
+                "cursor did not move.",
+                fix="fix the cause (the catalog's connection, most often) and run again.",
+            )
+        )
+
+    def converted_from(self, plain_table_id: str | None) -> LakeHead | None:
+        """The head of the Iceberg table a conversion of the plain table `plain_table_id` made,
+        if no commit has followed it: a conversion whose recording didn't happen (the command
+        killed after the snapshot landed) is recorded then instead of refused."""
+        table = self._load()
+        head = self._head(table) if table is not None else None
+        record = _json(table.properties.get(_property(CONVERTED))) if table is not None else None
+        if head is None or record is None or plain_table_id is None:
+            return None
+        if record.get("from") != plain_table_id or record.get("txn") != head.txn:
+            return None
+        return head
 
     def adopt(self, commit: Commit, files: list[DataFile]) -> LakeHead:
         """Make the plain Parquet table in this folder an Iceberg table: its data files, where
-        they are, become the first snapshot, with `commit`'s batch, cursor and records."""
+        they are, become the first snapshot, with `commit`'s batch, cursor and records (and
+        `_converted`: which plain table, by which commit)."""
         if self._load() is not None:
             raise WriteError(
                 TableProblem(
@@ -449,11 +521,11 @@ class IcebergLake:
             table = catalog.load_table(self.name)
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
-        except FileNotFoundError:
+        except Exception as exc:
+            if not _gone(exc):
+                raise self._catalog_error(exc) from None
             self._lost = True
             return None
-        except Exception as exc:
-            raise self._catalog_error(exc) from None
         self._lost = False
         return table
 
@@ -491,16 +563,54 @@ class IcebergLake:
                     self.folder.fs.delete_file(self.folder.join(DATA, file.name))
 
 
+def _gone(exc: Exception) -> bool:
+    """Whether reading a table's metadata file failed because it is missing or cut short (by a
+    crash of a writer whose FileIO didn't sync it), not unreadable for another reason."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, FileNotFoundError | json.JSONDecodeError):
+        return True
+    cause = exc.__cause__  # PyIceberg wraps pydantic's error in its own
+    invalid = cause if isinstance(cause, ValidationError) else exc
+    return isinstance(invalid, ValidationError) and all(
+        e["type"] == "json_invalid" for e in invalid.errors()
+    )
+
+
+def _snapshots(table: Table | None) -> list[Snapshot]:
+    return list(table.metadata.snapshots) if table is not None else []
+
+
+def _txn_of(summary: Mapping[str, Any] | None) -> str | None:
+    """The commit id of ours a snapshot's summary carries (none: another engine's)."""
+    txn = (summary or {}).get(SUMMARY + "txn")
+    return str(txn) if txn is not None else None
+
+
+def _landed(table: Table | None, txn: str) -> bool:
+    """Whether a commit of `txn` is part of the table: a kept snapshot made it, or the current
+    one holds its files (an append's batch outlives the snapshot that added it)."""
+    if any(_txn_of(s.summary) == txn for s in _snapshots(table)):
+        return True
+    current = table.current_snapshot() if table is not None else None
+    if table is None or current is None:
+        return False
+    return any(
+        f"-{txn}-" in os.path.basename(entry.data_file.file_path)
+        for manifest in current.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    )
+
+
 def _head_of(table_id: str, snapshot_id: int, summary: Mapping[str, Any] | None) -> LakeHead:
     """The head a snapshot names: the commit, batch and cursor of ours its summary carries."""
-    summary = summary or {}
-    txn, batch = summary.get(SUMMARY + "txn"), summary.get(SUMMARY + "batch")
+    txn, batch = _txn_of(summary), (summary or {}).get(SUMMARY + "batch")
     return LakeHead(
         table_id=table_id,
         # A snapshot another engine made carries no commit of ours: no run recorded it.
-        txn=str(txn) if txn is not None else f"snapshot {snapshot_id}",
+        txn=txn if txn is not None else f"snapshot {snapshot_id}",
         batch=int(batch) if batch is not None else -1,
-        cursor=summary.get(SUMMARY + "cursor"),
+        cursor=(summary or {}).get(SUMMARY + "cursor"),
         snapshot_id=snapshot_id,
     )
 
@@ -668,14 +778,6 @@ def _name_mapping(transaction: Transaction) -> dict[str, str]:
 def _property(record: str) -> str:
     """The table property holding a writers' record (`_key` -> `incremental-assets.key`)."""
     return PROPERTY + record.lstrip("_")
-
-
-def _local(uri: str) -> str:
-    """`file:///a`, `file:/a` and `/a` alike (writers spell a local path each their own way)."""
-    for scheme in ("file://", "file:"):
-        if uri.startswith(scheme):
-            return uri[len(scheme) :]
-    return uri
 
 
 def _json(text: str | None) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from incremental_assets.errors import ConcurrentRunError, TableProblem
+from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import (
     COLUMNS,
     HEAD,
@@ -134,6 +134,19 @@ class ParquetLake:
             return False  # part applied, maybe: only its staged files can finish it
         self.folder.remove_staging(txn)
         return True
+
+    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+        return WriteError(
+            TableProblem(
+                table_name,
+                f"the commit into the lake at {self.uri} failed part way: {cause}. It is "
+                f"journaled (_journal/{txn}.json) and its staged files are kept: until the next "
+                "run of this table, readers may see some of the new files next to the ones they "
+                "replace. The next run finishes this commit before anything else, then reads "
+                "again from the cursor, which did not move.",
+                fix="fix the cause and run again.",
+            )
+        )
 
     def count_rows(self) -> int:
         files = [self.folder.join(f.name) for f in self.folder.list_data_files()]

@@ -80,6 +80,11 @@ class LakeTable(Protocol):
         """Drop a failed run's staging unless its commit may be part applied; say whether it did."""
         ...
 
+    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+        """The failure of a run whose commit `discard` couldn't drop: what readers see, what the
+        next run does."""
+        ...
+
     def count_rows(self) -> int: ...
 
 
@@ -89,20 +94,6 @@ def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
             table_name,
             f"writing to the lake at {uri} failed: {cause}. Nothing was committed and the cursor "
             "did not move.",
-            fix="fix the cause and run again.",
-        )
-    )
-
-
-def unfinished_commit_error(table_name: str, uri: str, txn: str, cause: str) -> WriteError:
-    return WriteError(
-        TableProblem(
-            table_name,
-            f"the commit into the lake at {uri} failed part way: {cause}. It is journaled "
-            f"(_journal/{txn}.json) and its staged files are kept: until the next run of this "
-            "table, readers may see some of the new files next to the ones they replace. The "
-            "next run finishes this commit before anything else, then reads again from the "
-            "cursor, which did not move.",
             fix="fix the cause and run again.",
         )
     )

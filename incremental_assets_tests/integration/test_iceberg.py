@@ -20,6 +20,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from incremental_assets import cli
+from incremental_assets.cli import lake as lake_cli
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import cli_env, start_cli, write_cli_config
@@ -230,6 +231,7 @@ def test_the_catalog_can_be_the_suites_postgresql(
     assert not (tmp_path / "lake" / "_catalog.db").exists()
 
 
+@pytest.mark.parametrize("killed_before_recording", [False, True])
 def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
     make_project: ProjectBuilder,
     tmp_path: Path,
@@ -237,7 +239,10 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
+    killed_before_recording: bool,
 ) -> None:
+    """Killed after the snapshot landed and before the instance recorded it, the command run
+    again records that conversion instead of refusing a table that exists already."""
     pg.execute(ORDERS, SEED.format(n=100))
     project = make_project(pg, MERGE)
     assert materialize(project, "orders", instance, spark_resource).success
@@ -247,8 +252,15 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
     cursor = latest_metadata(instance, "orders")["cursor"]
     iceberg = make_project(pg, MERGE, lake=ICEBERG)
     monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    command = ["--config", iceberg.path, "lake", "convert", "orders", "--reason", "test"]
+    if killed_before_recording:
+        with monkeypatch.context() as killed:
+            killed.setattr(lake_cli, "record_cursor_override", _killed)
+            with pytest.raises(KeyboardInterrupt):
+                cli.main(command)
+        assert latest_metadata(instance, "orders")["cursor"] == cursor
 
-    code = cli.main(["--config", iceberg.path, "lake", "convert", "orders", "--reason", "test"])
+    code = cli.main(command)
 
     assert code == 0
     table = iceberg_table(tmp_path / "lake", "orders")
@@ -261,6 +273,10 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
     assert after.metadata["full_refresh"] is False
     assert after.metadata["rows_inserted"] == 1
     assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _source(pg)
+
+
+def _killed(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt
 
 
 def test_snapshots_beyond_keep_snapshots_expire_with_the_files_only_they_held(

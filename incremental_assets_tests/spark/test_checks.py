@@ -106,3 +106,20 @@ def test_duplicate_keys_in_the_files_a_run_wrote_fail_the_key_check(
     assert not both.passed and both.metadata["duplicate_keys"].value == 1
     assert not whole_lake.passed and whole_lake.metadata["files_checked"].value == 2
     assert both.severity == dg.AssetCheckSeverity.ERROR
+
+
+def test_the_key_check_doesnt_pass_over_files_another_commit_replaced(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two runs at once without the lock: the files a run wrote are gone before the check reads
+    them back. It can't say the keys are unique, so it doesn't run, saying why."""
+    lake = tmp_path / "orders"
+    lake.mkdir()
+    kept = _lake_file(lake, "20250101T000000aaaa0001", [1, 2, 3])
+    table = ParquetLake(str(lake))
+    replaced = "part-h00001of00016-20250101T000000aaaa0002-00000.parquet"
+
+    with pytest.raises(RuntimeError, match="another commit replaced 1 of the files"):
+        primary_key_unique(
+            lambda: spark, ("id",), table, load_result(full_refresh=False, files=(kept, replaced))
+        )
