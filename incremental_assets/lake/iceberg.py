@@ -66,6 +66,8 @@ SUMMARY = "incremental-assets."
 PROPERTY = "incremental-assets."
 # Without the lock (object stores), staging younger than this may be a live run's.
 ORPHAN_AGE = timedelta(days=1)
+# Every this many commits, the files nothing kept names are deleted (`_delete_orphans`).
+SWEEP_EVERY = 100
 _TABLE_PROPERTIES = {
     # A commit is computed against the snapshot the run read: never rebased onto another.
     "commit.retry.num-retries": "0",
@@ -494,6 +496,37 @@ class IcebergLake:
             if name.startswith(commit_uuid) and name.endswith(".avro") and name not in listed:
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.folder.fs.delete_file(self.folder.join(METADATA, name))
+        if (current.sequence_number or 0) % SWEEP_EVERY == 0:
+            self._delete_orphans(table)
+
+    def _delete_orphans(self, table: Table) -> None:
+        """Delete the files in `data/` and `metadata/` that nothing kept names: what a commit
+        killed between its swap and its tidying left, or another tool's failed commit. Every
+        kept snapshot's manifests are read, so this runs every `SWEEP_EVERY` commits. Without
+        the lock, only files older than `ORPHAN_AGE` go: a younger one may be a live run's. Only
+        data files named as this package names them, manifests and metadata files: another
+        engine's statistics or anything else is left alone."""
+        import pyarrow.fs as pafs
+
+        manifests, files = _referenced(table.io, _snapshots(table))
+        named = [table.metadata_location, *manifests, *files]
+        named += [entry.metadata_file for entry in table.metadata.metadata_log]
+        named += [s.manifest_list for s in _snapshots(table)]
+        # The table's files are all directly in its data/ and metadata/, with unique names
+        # (`_named` refuses others), so names compare alike however a path is spelled.
+        kept = {os.path.basename(path) for path in named}
+        oldest = datetime.now(UTC) - ORPHAN_AGE
+        for folder in (DATA, METADATA):
+            selector = pafs.FileSelector(self.folder.join(folder), allow_not_found=True)
+            for info in self.folder.fs.get_file_info(selector):
+                young = info.mtime is not None and info.mtime > oldest
+                ours = data_file(info.base_name) is not None or info.base_name.endswith(
+                    (".avro", ".metadata.json")
+                )
+                if not ours or info.base_name in kept or (young and not self._holds_lock()):
+                    continue
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.folder.fs.delete_file(info.path)
 
     # -- the catalog -----------------------------------------------------------------------
 

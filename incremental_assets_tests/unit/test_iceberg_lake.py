@@ -265,3 +265,31 @@ def _only_txn(lake: IcebergLake) -> str:
     head = lake.facts().head
     assert head is not None
     return head.txn
+
+
+def test_files_nothing_kept_names_are_swept_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a commit killed between its swap and its tidying left, or another tool's failed
+    commit, goes at the next sweep; another engine's files of other kinds stay."""
+    monkeypatch.setattr("incremental_assets.lake.iceberg.SWEEP_EVERY", 3)
+    lake = _lake(tmp_path)
+    _commit(lake, 1, [batch_group(1)], [])
+    root = tmp_path / "lake" / "orders"
+    orphans = [
+        root / "data" / data_file_name(batch_group(9), "20250101T000000ffffffff", 0),
+        root / "metadata" / "0b1c-m0.avro",
+        root / "metadata" / "00009-dead.metadata.json",
+    ]
+    foreign = root / "metadata" / "stats-1.puffin"
+    for path in [*orphans, foreign]:
+        path.write_bytes(b"x")
+
+    _commit(lake, 2, [batch_group(2)], [])
+    _commit(lake, 3, [batch_group(3)], [])  # the table's third snapshot: a sweep
+
+    assert not [p for p in orphans if p.exists()]
+    assert foreign.exists()
+    foreign.unlink()
+    assert _on_disk(lake) == _referenced(lake)
+    assert sorted(_table(lake).scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
