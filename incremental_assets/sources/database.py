@@ -42,8 +42,11 @@ class Database(Protocol):
     @property
     def dialect(self) -> SourceDialect: ...
 
-    # DB-API errors of its driver, to catch where a source may be unreachable from here.
-    driver_errors: tuple[type[BaseException], ...]
+    @property
+    def driver_errors(self) -> tuple[type[BaseException], ...]:
+        """DB-API errors of its driver, to catch where a source may be unreachable from here."""
+        ...
+
     # Connection settings its sessions are pinned with (lower-cased): a source may not set them.
     pinned_settings: tuple[str, ...]
 

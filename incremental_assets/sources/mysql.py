@@ -20,10 +20,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import pymysql
-from pymysql.constants import FIELD_TYPE
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -36,6 +35,9 @@ from incremental_assets.sources.database import APPLICATION_NAME, Query, with_pa
 from incremental_assets.sources.mysql_client import SESSION_SETUP, connect
 from incremental_assets.sources.transactions import OpenTransactions, instant
 from incremental_assets.sources.transport import decimal_fits, from_epoch
+
+if TYPE_CHECKING:
+    import pymysql
 
 _ZERO = "zero date"
 _WRITERS = (
@@ -63,18 +65,26 @@ _OPEN_TRANSACTIONS = (
     f"(SELECT CONCAT('thread ', t.trx_mysql_thread_id, ', open since ', t.trx_started) {_WRITERS} "
     f"ORDER BY t.trx_started LIMIT 1) AS holder {_WRITERS}"
 )
-_CURSOR_TYPE_CODES = {
-    FIELD_TYPE.TINY: CursorType.INTEGER,
-    FIELD_TYPE.SHORT: CursorType.INTEGER,
-    FIELD_TYPE.INT24: CursorType.INTEGER,
-    FIELD_TYPE.LONG: CursorType.INTEGER,
-    FIELD_TYPE.LONGLONG: CursorType.INTEGER,
-    FIELD_TYPE.DECIMAL: CursorType.DECIMAL,
-    FIELD_TYPE.NEWDECIMAL: CursorType.DECIMAL,
-    FIELD_TYPE.DATE: CursorType.DATE,
-    FIELD_TYPE.DATETIME: CursorType.TIMESTAMP,
-    FIELD_TYPE.TIMESTAMP: CursorType.TIMESTAMPTZ,
-}
+
+
+@cache
+def _cursor_type_codes() -> dict[int, CursorType]:
+    from pymysql.constants import FIELD_TYPE
+
+    return {
+        FIELD_TYPE.TINY: CursorType.INTEGER,
+        FIELD_TYPE.SHORT: CursorType.INTEGER,
+        FIELD_TYPE.INT24: CursorType.INTEGER,
+        FIELD_TYPE.LONG: CursorType.INTEGER,
+        FIELD_TYPE.LONGLONG: CursorType.INTEGER,
+        FIELD_TYPE.DECIMAL: CursorType.DECIMAL,
+        FIELD_TYPE.NEWDECIMAL: CursorType.DECIMAL,
+        FIELD_TYPE.DATE: CursorType.DATE,
+        FIELD_TYPE.DATETIME: CursorType.TIMESTAMP,
+        FIELD_TYPE.TIMESTAMP: CursorType.TIMESTAMPTZ,
+    }
+
+
 _NEUTRAL = (T.TimestampNTZType, T.TimestampType, T.DateType)
 _CHAR_MARKER = "__CHAR_VARCHAR_TYPE_STRING"
 # Columns (by the driver's type name) that travel as SQL of their own and arrive as another type:
@@ -91,7 +101,6 @@ _RETYPED: dict[str, tuple[str, T.DataType]] = {
 class MySqlDatabase:
     name = "mysql"
     dialect = MYSQL
-    driver_errors: tuple[type[BaseException], ...] = (pymysql.Error,)
     pinned_settings: tuple[str, ...] = ("connectionattributes", "sessioninitstatement")
 
     def spark_url(self, source: JdbcSourceSpec) -> str:
@@ -113,6 +122,14 @@ class MySqlDatabase:
             "sessionInitStatement": SESSION_SETUP,
             "preferTimestampNTZ": "true",  # DATETIME is a wall-clock value, TIMESTAMP an instant
         }
+
+    @property
+    def driver_errors(self) -> tuple[type[BaseException], ...]:
+        # PyMySQL is imported once a MySQL source is used: it imports `cryptography`, a tenth of
+        # a second of every process that loads the definitions otherwise.
+        import pymysql
+
+        return (pymysql.Error,)
 
     def connect(self, source: JdbcSourceSpec) -> pymysql.Connection:
         return connect(source)
@@ -182,7 +199,7 @@ class MySqlDatabase:
         )
 
     def cursor_type(self, type_code: Any) -> CursorType:
-        return _CURSOR_TYPE_CODES.get(type_code, CursorType.STRING)
+        return _cursor_type_codes().get(type_code, CursorType.STRING)
 
     def fingerprint_sql(self, relation: str, where: str, columns: list[str]) -> str:
         values = (

@@ -7,13 +7,14 @@ reader's is (`SESSION_SETUP`). SSL parameters of the URL are passed on.
 from __future__ import annotations
 
 from ssl import CERT_NONE, CERT_REQUIRED, get_default_verify_paths
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlparse
-
-import pymysql
 
 from incremental_assets.config import JdbcSourceSpec
 from incremental_assets.sources.database import APPLICATION_NAME
+
+if TYPE_CHECKING:
+    import pymysql
 
 # Every session, the JDBC reader's and the probes': TIMESTAMP read as its instant, CHAR
 # unpadded whatever the server's own SQL mode.
@@ -68,4 +69,6 @@ def _ssl(params: dict[str, str]) -> dict[str, Any] | None:
 
 
 def connect(source: JdbcSourceSpec) -> pymysql.Connection:
+    import pymysql
+
     return pymysql.connect(**connect_args(source))
