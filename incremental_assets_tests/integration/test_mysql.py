@@ -14,26 +14,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import cli_env, run_cli
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.mariadb import Database, MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    Run,
-    lake_files,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-    write_project,
-)
+from incremental_assets_tests.support.project import ProjectBuilder, Run, read_lake, rows_by
 
 BIGINT_UNSIGNED_MAX = 2**64 - 1
 EVERY_TYPE = """
@@ -166,14 +156,9 @@ def _insert(my: Database, table: str, rows: list[tuple[Any, ...]]) -> None:
         cursor.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
 
 
-def _load(
-    make_project: ProjectBuilder,
-    my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    **options: Any,
-) -> Run:
-    return materialize(make_project(my, "things", **options), "things", instance, spark_resource)
+def _load(loads: Loads, my: Database, **options: Any) -> Run:
+    loads.configure(my, "things", **options)
+    return loads.run()
 
 
 def _lake(tmp_path: Path, columns: list[str], table: str = "things") -> list[tuple[Any, ...]]:
@@ -268,32 +253,29 @@ EXPECTED = [
 
 
 def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     shifted_zones: None,
 ) -> None:
     my.execute(EVERY_TYPE)
     _insert(my, "things", ROWS)
 
-    first = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
+    first = _load(loads, my, mode="merge", cursor="at")
     my.execute(
         f"UPDATE things SET state = 'paid', at = 4 WHERE id = {BIGINT_UNSIGNED_MAX}",
         f"INSERT INTO things (id, at) VALUES ({BIGINT_UNSIGNED_MAX - 1}, 5)",
     )
-    second = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
+    second = _load(loads, my, mode="merge", cursor="at")
 
     assert first.success, first.failure
-    lake = read_lake(tmp_path / "lake", "things")
+    lake = loads.lake()
     assert {name: lake.schema.field(name).type for name in LAKE_TYPES} == LAKE_TYPES
     assert second.success, second.failure
     assert (second.metadata["rows_inserted"], second.metadata["rows_updated"]) == (1, 1)
     expected = [*EXPECTED[:2], (Decimal(BIGINT_UNSIGNED_MAX - 1), *[None] * 17, 5, *[None] * 7)]
     changed = list(EXPECTED[2])
     changed[10], changed[18] = "paid", 4
-    assert _lake(tmp_path, list(LAKE_TYPES)) == sorted([*expected, tuple(changed)])
+    assert loads.rows(list(LAKE_TYPES)) == sorted([*expected, tuple(changed)])
 
 
 @pytest.mark.parametrize(
@@ -304,11 +286,8 @@ def test_every_type_arrives_exact_and_unsigned_keys_merge_under_shifted_zones(
     ],
 )
 def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     shifted_zones: None,
     cursor: str,
     recorded: str,
@@ -321,11 +300,11 @@ def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
     base = recorded[:26].replace("T", " ")
     earlier = base[:-1] + "1"
     _insert(my, "things", [(1, earlier), (2, base)])
-    project = make_project(my, "things", mode="append", cursor=cursor, primary_key=["id"])
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="append", cursor=cursor, primary_key=["id"])
+    first = loads.run()
     _insert(my, "things", [(3, base), (4, earlier), (5, base[:-1] + "3")])
 
-    second = materialize(project, "things", instance, spark_resource)
+    second = loads.run()
 
     assert first.success and second.success, (first.failure, second.failure)
     assert first.metadata["cursor"] == recorded
@@ -333,23 +312,20 @@ def test_datetime_and_timestamp_cursors_window_exactly_under_shifted_zones(
     # The new tie with the bound is read, the row below it (committed late) is not, the newer is.
     assert second.metadata["rows_written"] == 2
     assert second.metadata["cursor"] == recorded[:25] + "3" + recorded[26:]
-    assert [r[0] for r in _lake(tmp_path, ["id"])] == [1, 2, 3, 5]
+    assert [r[0] for r in loads.rows(["id"])] == [1, 2, 3, 5]
 
 
 def test_a_zero_date_is_refused_naming_the_column_and_moves_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, shipped DATE, at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES (1, '2025-01-01', 1)")
-    project = make_project(my, "things", mode="merge", cursor="at")
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="merge", cursor="at")
+    first = loads.run()
     my.execute("SET SESSION sql_mode = ''", "INSERT INTO things VALUES (2, '0000-00-00', 2)")
 
-    refused = materialize(project, "things", instance, spark_resource)
+    refused = loads.run()
 
     assert first.success, first.failure
     assert not refused.success
@@ -357,36 +333,30 @@ def test_a_zero_date_is_refused_naming_the_column_and_moves_nothing(
     assert "column 'shipped' of table 'things' holds a zero date" in failure
     assert "NULLIF(shipped, '0000-00-00')" in failure
     assert "Traceback" not in failure
-    assert latest_metadata(instance, "things")["cursor"] == first.metadata["cursor"]
-    assert _lake(tmp_path, ["id", "shipped"]) == [(1, dt.date(2025, 1, 1))]
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
+    assert loads.rows(["id", "shipped"]) == [(1, dt.date(2025, 1, 1))]
 
 
 def test_a_decimal_value_wider_than_the_lake_holds_is_refused_not_rounded(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, wide DECIMAL(65, 30), at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES (1, 0.125, 1), (2, 0.0001, 2)")
 
-    run = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
+    run = _load(loads, my, mode="merge", cursor="at")
 
     assert not run.success
     failure = run.failure or ""
     assert "column 'wide' of table 'things' holds 0.000100000000000000000000000000" in failure
     assert "which decimal(38,3) can't hold exactly" in failure
-    assert lake_files(tmp_path / "lake", "things") == []
+    assert loads.files() == []
 
 
 @pytest.mark.parametrize("mode", ["append", "merge"])
 def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     mode: str,
 ) -> None:
     """The default collation is case-insensitive and pads: 'a' = 'A' = 'a ' in the database."""
@@ -395,25 +365,25 @@ def test_text_cursors_that_differ_only_in_case_or_trailing_spaces_are_ties(
         " DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci"
     )
     my.execute("INSERT INTO things VALUES (1, 'a', 0), (2, 'B', 0)")
-    project = make_project(my, "things", mode=mode, cursor="tag", primary_key=["id"])
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode=mode, cursor="tag", primary_key=["id"])
+    first = loads.run()
     # Ties with the bound in every spelling, one below it, one past it.
     my.execute("INSERT INTO things VALUES (3, 'b', 0), (4, 'B  ', 0), (5, 'A', 0), (6, 'c', 0)")
-    second = materialize(project, "things", instance, spark_resource)
+    second = loads.run()
     my.execute("INSERT INTO things VALUES (7, 'C ', 0), (8, 'c', 0)")
     my.execute("UPDATE things SET v = 1 WHERE id = 6")
-    third = materialize(project, "things", instance, spark_resource)
-    fourth = materialize(project, "things", instance, spark_resource)
+    third = loads.run()
+    fourth = loads.run()
 
     for run in (first, second, third, fourth):
         assert run.success, run.failure
-    ids = [r[0] for r in _lake(tmp_path, ["id"])]
+    ids = [r[0] for r in loads.rows(["id"])]
     assert ids == sorted(set(ids)), "a row landed twice"
     # 5 sorts below the bound: only a lookback would see it. Append keeps one version per key
     # and cursor value, so the tied row changed in place is a new version only for merge.
     assert set(ids) == {1, 2, 3, 4, 6, 7, 8}
     if mode == "merge":
-        assert dict(_lake(tmp_path, ["id", "v"]))[6] == 1
+        assert dict(loads.rows(["id", "v"]))[6] == 1
     assert fourth.metadata["rows_written"] == 0
 
 
@@ -424,11 +394,8 @@ RESPELLED = {"case": "ABC", "trailing space": "abc ", "accent": "àbc"}
 
 @pytest.mark.parametrize("spelling", list(RESPELLED))
 def test_a_merge_key_respelled_as_the_database_holds_equal_stays_one_row(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spelling: str,
 ) -> None:
     """The database holds 'abc' and 'ABC' one key: the update replaces the lake's row.
@@ -440,24 +407,21 @@ def test_a_merge_key_respelled_as_the_database_holds_equal_stays_one_row(
         " DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci"
     )
     my.execute("INSERT INTO things VALUES ('abc', 1, 0), ('xyz', 1, 0)")
-    project = make_project(my, "things", mode="merge", cursor="at")
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="merge", cursor="at")
+    first = loads.run()
     my.execute(f"UPDATE things SET id = '{RESPELLED[spelling]}', at = 2, v = 1 WHERE id = 'abc'")
-    second = materialize(project, "things", instance, spark_resource)
+    second = loads.run()
 
     for run in (first, second):
         assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "v"]) == sorted([(RESPELLED[spelling], 1), ("xyz", 0)])
+    assert loads.rows(["id", "v"]) == sorted([(RESPELLED[spelling], 1), ("xyz", 0)])
     assert second.metadata["rows_inserted"] == 0
     assert second.metadata["rows_updated"] == 1
 
 
 def test_a_key_converted_to_another_collation_is_read_whole_once_and_stays_one_row(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """latin1 and utf8mb4 weigh 'abc' differently: the lake's weights stopped matching."""
     my.execute(
@@ -465,27 +429,24 @@ def test_a_key_converted_to_another_collation_is_read_whole_once_and_stays_one_r
         " DEFAULT CHARSET latin1 COLLATE latin1_swedish_ci"
     )
     my.execute("INSERT INTO things VALUES ('abc', 1, 0), ('xyz', 1, 0)")
-    project = make_project(my, "things", mode="merge", cursor="at")
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="merge", cursor="at")
+    first = loads.run()
     my.execute("ALTER TABLE things CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
     my.execute("UPDATE things SET at = 2, v = 1 WHERE id = 'abc'")
-    converted = materialize(project, "things", instance, spark_resource)
+    converted = loads.run()
     my.execute("UPDATE things SET at = 3, v = 2 WHERE id = 'xyz'")
-    later = materialize(project, "things", instance, spark_resource)
+    later = loads.run()
 
     for run in (first, converted, later):
         assert run.success, run.failure
-    assert _lake(tmp_path, ["id", "v"]) == [("abc", 1), ("xyz", 2)]
+    assert loads.rows(["id", "v"]) == [("abc", 1), ("xyz", 2)]
     assert (first.metadata["full_refresh"], converted.metadata["full_refresh"]) == (True, True)
     assert later.metadata["full_refresh"] is False
 
 
 def test_reconcile_keeps_a_key_the_database_respelled_without_moving_the_cursor(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Compared byte for byte, 'ABC' in the source looked like 'abc' deleted: the row was lost."""
     my.execute(
@@ -494,47 +455,43 @@ def test_reconcile_keeps_a_key_the_database_respelled_without_moving_the_cursor(
     )
     # 'abc' sits below the cursor (2): no run reads it again.
     my.execute("INSERT INTO things VALUES ('abc', 1), ('gone', 1), ('zzz', 2)")
-    project = make_project(my, "things", mode="merge", cursor="at", deletes="reconcile")
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="merge", cursor="at", deletes="reconcile")
+    first = loads.run()
     my.execute("UPDATE things SET id = 'ABC ' WHERE id = 'abc'")
     my.execute("DELETE FROM things WHERE id = 'gone'")
-    second = materialize(project, "things", instance, spark_resource)
+    second = loads.run()
 
     for run in (first, second):
         assert run.success, run.failure
     assert second.metadata["deletes_reconciled"] is True
-    assert _lake(tmp_path, ["id"]) == [("abc",), ("zzz",)]
+    assert loads.rows(["id"]) == [("abc",), ("zzz",)]
 
 
 def test_keys_come_from_the_catalog_and_columns_can_be_chosen(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     my.execute(
         "CREATE TABLE things (region CHAR(2), id INT, secret TEXT, note TEXT, at INT NOT NULL,"
         " PRIMARY KEY (region, id))"
     )
     my.execute("INSERT INTO things VALUES ('eu', 1, 's', 'n', 1), ('us', 1, 's', 'n', 1)")
-    project = make_project(my, "things", mode="merge", cursor="at", exclude_columns=["secret"])
-    first = materialize(project, "things", instance, spark_resource)
+    loads.configure(my, "things", mode="merge", cursor="at", exclude_columns=["secret"])
+    first = loads.run()
     my.execute("UPDATE things SET note = 'changed', at = 2 WHERE region = 'eu'")
-    second = materialize(project, "things", instance, spark_resource)
+    second = loads.run()
 
     assert first.success and second.success, (first.failure, second.failure)
     assert (second.metadata["rows_inserted"], second.metadata["rows_updated"]) == (0, 1)
-    lake = read_lake(tmp_path / "lake", "things")
+    lake = loads.lake()
     assert "secret" not in lake.column_names
-    assert _lake(tmp_path, ["region", "id", "note"]) == [("eu", 1, "changed"), ("us", 1, "n")]
+    assert loads.rows(["region", "id", "note"]) == [("eu", 1, "changed"), ("us", 1, "n")]
 
 
 def test_each_partition_reads_the_window_predicate_and_a_jdbc_mariadb_url_works(
+    loads: Loads,
     tmp_path: Path,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, at INT NOT NULL)")
     my.execute(
@@ -556,18 +513,18 @@ def test_each_partition_reads_the_window_predicate_and_a_jdbc_mariadb_url_works(
             }
         ],
     }
-    project = write_project(tmp_path, config)
-    assert materialize(project, "things", instance, spark_resource).success
+    loads.write(config)
+    assert loads.run().success
     my.execute("INSERT INTO things SELECT seq, seq FROM seq_401_to_800")
     with _general_log(my) as reads:
-        run = materialize(project, "things", instance, spark_resource)
+        run = loads.run()
 
     assert run.success, run.failure
     assert run.metadata["rows_written"] == 400
     window = "WHERE `at` >= 400 AND `at` <= 800) AS src  WHERE "  # and a partition's range
     partitions = [r for r in reads() if window in r]
     assert len(partitions) == 4, reads()
-    assert [r[0] for r in _lake(tmp_path, ["id"])] == list(range(1, 801))
+    assert [r[0] for r in loads.rows(["id"])] == list(range(1, 801))
 
 
 @contextmanager
@@ -591,11 +548,8 @@ def _general_log(my: Database) -> Iterator[Callable[[], list[str]]]:
 
 
 def test_a_query_is_read_in_the_servers_own_sql_mode(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Under NO_BACKSLASH_ESCAPES the query's 'a\\b' is the three characters its author meant."""
     my.execute(
@@ -604,47 +558,34 @@ def test_a_query_is_read_in_the_servers_own_sql_mode(
     my.execute("INSERT INTO things VALUES (1, CONCAT('a', CHAR(92), 'b'), 1), (2, 'ab', 1)")
     with my.sql_mode("NO_BACKSLASH_ESCAPES"):
         query = "SELECT * FROM things WHERE tag <> 'a\\b'"
-        run = _load(make_project, my, instance, spark_resource, query=query, cursor="at")
+        run = _load(loads, my, query=query, cursor="at")
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id"]) == [(2,)]
+    assert loads.rows(["id"]) == [(2,)]
 
 
 def test_char_arrives_unpadded_whatever_the_servers_sql_mode(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """PAD_CHAR_TO_FULL_LENGTH in the server's SQL mode padded CHAR values (and merge keys)."""
     my.execute("CREATE TABLE things (id CHAR(5) PRIMARY KEY, at INT NOT NULL)")
     my.execute("INSERT INTO things VALUES ('ab', 1)")
     with my.sql_mode("PAD_CHAR_TO_FULL_LENGTH"):
-        run = _load(make_project, my, instance, spark_resource, mode="merge", cursor="at")
+        run = _load(loads, my, mode="merge", cursor="at")
 
     assert run.success, run.failure
-    assert _lake(tmp_path, ["id"]) == [("ab",)]
+    assert loads.rows(["id"]) == [("ab",)]
 
 
 def test_a_named_time_zone_needs_the_servers_zone_tables(
-    make_project: ProjectBuilder,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     my.execute("CREATE TABLE things (id INT PRIMARY KEY, wall DATETIME(6) NOT NULL)")
     my.execute("INSERT INTO things VALUES (1, '2025-01-01 00:00:00')")
 
-    run = _load(
-        make_project,
-        my,
-        instance,
-        spark_resource,
-        mode="append",
-        cursor="wall",
-        timezone="Europe/Paris",
-    )
+    run = _load(loads, my, mode="append", cursor="wall", timezone="Europe/Paris")
 
     assert not run.success
     failure = run.failure or ""
@@ -657,11 +598,8 @@ def test_a_named_time_zone_needs_the_servers_zone_tables(
     ("before", "after"), [("1.50", "1.70"), ("2025-01-01 00:00:00.1", "2025-01-01 00:00:00.2")]
 )
 def test_a_tied_row_changed_below_its_integer_part_is_work(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     before: str,
     after: str,
 ) -> None:
@@ -669,39 +607,36 @@ def test_a_tied_row_changed_below_its_integer_part_is_work(
     kind = "DECIMAL(10, 2)" if "." in before and ":" not in before else "DATETIME(6)"
     my.execute(f"CREATE TABLE things (id INT PRIMARY KEY, v {kind}, at INT NOT NULL)")
     my.execute(f"INSERT INTO things VALUES (1, '{before}', 1)")
-    project = make_project(my, "things", mode="merge", cursor="at")
-    assert materialize(project, "things", instance, spark_resource).success
+    loads.configure(my, "things", mode="merge", cursor="at")
+    assert loads.run().success
     my.execute(f"UPDATE things SET v = '{after}'")
 
-    run = materialize(project, "things", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     assert run.metadata["rows_updated"] == 1
     expected = Decimal(after) if kind.startswith("DECIMAL") else dt.datetime.fromisoformat(after)
-    assert _lake(tmp_path, ["v"]) == [(expected,)]
+    assert loads.rows(["v"]) == [(expected,)]
 
 
 @pytest.mark.parametrize("keyed", [True, False])
 def test_append_keeps_each_row_once_when_ties_differ_only_in_case(
-    make_project: ProjectBuilder,
+    loads: Loads,
     my: Database,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    tmp_path: Path,
     keyed: bool,
 ) -> None:
     """Found by the model-based test on MariaDB: the tie 'C1' was appended again after 'c1'."""
     my.execute("CREATE TABLE things (id INT, tag VARCHAR(10) NOT NULL)")
     key: dict[str, Any] = {"primary_key": ["id"]} if keyed else {}
-    project = make_project(my, "things", mode="append", cursor="tag", **key)
+    loads.configure(my, "things", mode="append", cursor="tag", **key)
     runs = []
     for row in [(1, "c1"), (2, "C1"), (3, "c2")]:
         my.execute(f"INSERT INTO things VALUES {row}")
-        runs.append(materialize(project, "things", instance, spark_resource))
+        runs.append(loads.run())
 
     assert all(run.success for run in runs), [run.failure for run in runs]
     assert [run.metadata["rows_written"] for run in runs] == [1, 1, 1]
-    assert _lake(tmp_path, ["id", "tag"]) == [(1, "c1"), (2, "C1"), (3, "c2")]
+    assert loads.rows(["id", "tag"]) == [(1, "c1"), (2, "C1"), (3, "c2")]
 
 
 @pytest.mark.xdist_group("connect")
@@ -722,13 +657,11 @@ def test_over_spark_connect_tinyint1_is_still_a_number(
 
 
 def test_a_mysql_table_records_every_metadata_key_a_postgresql_one_does(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
     postgres: PostgresServer,
     my: Database,
     mariadb: MariaDbServer,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """The same table and the same changes on both: first load, a merge, then nothing new."""
     recorded: dict[str, list[set[str]]] = {}
@@ -738,13 +671,13 @@ def test_a_mysql_table_records_every_metadata_key_a_postgresql_one_does(
             f"CREATE TABLE {name} (id int PRIMARY KEY, v {{text}}, at {{tstz}}, gone {{bool}})"
         )
         db.insert(name, [(i, "a", f"2025-01-01 00:00:0{i}", False) for i in range(1, 4)])
-        project = make_project(
+        loads.configure(
             db, name, mode="merge", cursor="at", delete_column="gone", deletes="reconcile"
         )
-        runs = [materialize(project, name, instance, spark_resource)]
+        runs = [loads.run()]
         db.execute(f"UPDATE {name} SET v = 'b', at = '2025-01-02 00:00:00' WHERE id = 1")
         db.execute(f"DELETE FROM {name} WHERE id = 2")
-        runs += [materialize(project, name, instance, spark_resource) for _ in range(2)]
+        runs += [loads.run() for _ in range(2)]
         assert all(run.success for run in runs), [run.failure for run in runs]
         assert [run.metadata["rows_deleted"] for run in runs] == [0, 1, 0]
         recorded[db.kind] = [set(run.metadata) for run in runs]
