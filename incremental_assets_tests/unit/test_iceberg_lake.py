@@ -1,7 +1,7 @@
 """The Iceberg lake table's commit on its own, without Spark: fed Parquet files written by pyarrow
 into its staging, as the writers' Spark jobs would leave them.
 
-* Committed every few minutes, it stays the same size to read and to commit: after hundreds of
+* Committed every few minutes, it stays the same size to read and to commit: after dozens of
   commits, in append and in merge mode, the current snapshot lists a bounded number of
   manifests, only `keep_snapshots` snapshots are kept, and every file in the table's folder is
   one a kept snapshot or metadata file names.
@@ -34,7 +34,7 @@ from incremental_assets.lake.names import BucketScheme, batch_group, data_file_n
 
 BUCKETS = 8
 KEEP = 5
-RUNS = 120
+RUNS = 45
 _txns = itertools.count()
 
 
