@@ -91,6 +91,9 @@ class IcebergLake:
         self._table: Table | None = None  # as `facts` found it: the base of the next commit
         self._lost = False  # the catalog names the table, but its metadata is gone
         self._files: dict[str, IcebergFile] = {}  # the table's data files, by name
+        # Commits whose swap raised without telling whether the catalog took them: the catalog
+        # (REST, say) may still be applying one, so its files stay for the next run to judge.
+        self._unknown: set[str] = set()
 
     def describe(self) -> str:
         return f"Iceberg table {self.name} at {self.uri}"
@@ -98,10 +101,8 @@ class IcebergLake:
     # -- reading ---------------------------------------------------------------------------
 
     def facts(self, with_files: bool = True) -> LakeFacts:
-        if not with_files:
-            metadata = self._metadata_without_pyiceberg()
-            if metadata is not False:
-                return self._recorded_facts(metadata)
+        if not with_files and (recorded := self._recorded_facts()) is not None:
+            return recorded
         table = self._load()
         self._table, self._files = table, {}
         pending = self.folder.has_staging()
@@ -125,34 +126,20 @@ class IcebergLake:
             schema=self.spark_schema(files[-1]) if files else None,
         )
 
-    def _recorded_facts(self, metadata: Mapping[str, Any] | None) -> LakeFacts:
-        """The facts from the table's metadata file alone: its head and records, no files."""
-        pending = self.folder.has_staging()
-        if metadata is None:
-            return LakeFacts(uri=self.uri, pending=pending)
-        current = metadata.get("current-snapshot-id")
-        snapshot = next(
-            (s for s in metadata.get("snapshots", []) if s["snapshot-id"] == current), None
-        )
-        head = (
-            _head_of(str(metadata["table-uuid"]), snapshot["snapshot-id"], snapshot.get("summary"))
-            if snapshot is not None
-            else None
-        )
-        return _facts(self.uri, head, metadata.get("properties", {}), pending)
-
-    def _metadata_without_pyiceberg(self) -> Mapping[str, Any] | Literal[False] | None:
-        """The table's metadata file, read through the default catalog's SQLite file with the
+    def _recorded_facts(self) -> LakeFacts | None:
+        """The head and records from the catalog row and the metadata file alone, read with the
         standard library: PyIceberg and SQLAlchemy take most of a second to import, which a run
-        with nothing new would otherwise spend. None: the catalog has no such table, or names a
-        metadata file that is gone (as `_load` reads it). False: another catalog, or a catalog
-        file this can't read; the caller reads the table through PyIceberg."""
+        with nothing new would otherwise spend.
+
+        Only for a SQL catalog on a local SQLite file, a local metadata file and a head whose
+        manifest list is there; anything else (another catalog, a table that isn't there, a file
+        that can't be read) is None, and the caller reads the table through PyIceberg, which
+        refuses or explains it as the run with Spark would.
+        """
         properties = self.spec.catalog_properties()
         uri = properties.get("uri", "")
-        if properties.get("type") != "sql" or not uri.startswith("sqlite:///"):
-            return False
         path = uri.removeprefix("sqlite:///")
-        if not os.path.isfile(path):
+        if properties.get("type") != "sql" or path == uri or "?" in uri:
             return None
         namespace, name = self.name.rsplit(".", 1)
         try:
@@ -163,21 +150,23 @@ class IcebergLake:
                     "AND (iceberg_type IS NULL OR iceberg_type = 'TABLE')",
                     (properties.get("name", "incremental_assets"), namespace, name),
                 ).fetchone()
-        except sqlite3.Error:
-            return False
-        if row is None or not row[0]:
-            return None
-        location = local_path(str(row[0]))
-        try:
-            with open(location, "rb") as file:
+            location = str(row[0])
+            if "://" in location and not location.startswith("file:"):
+                return None
+            with open(local_path(location), "rb") as file:
                 data = file.read()
             if location.endswith(".gz.metadata.json"):
                 data = gzip.decompress(data)
-            return dict(json.loads(data))
-        except (FileNotFoundError, ValueError) as exc:
-            if _gone(exc):
-                return None  # as `_load` reads it: a table whose metadata is gone
-            return False
+            metadata = json.loads(data)
+            current = metadata["current-snapshot-id"]
+            snapshot = next(s for s in metadata["snapshots"] if s["snapshot-id"] == current)
+            if not os.path.isfile(local_path(snapshot["manifest-list"])):
+                return None
+        except Exception:
+            return None
+        head = _head_of(str(metadata["table-uuid"]), current, snapshot.get("summary"))
+        pending = self.folder.has_staging()
+        return _facts(self.uri, head, metadata.get("properties", {}), pending)
 
     def _named(self, file: IcebergFile, location: str) -> DataFile:
         name = os.path.basename(file.file_path)
@@ -249,21 +238,27 @@ class IcebergLake:
     def recover(self) -> list[str]:
         """Drop what runs that died before their commit left: staging, and files moved for it.
 
-        Where the lock keeps other writers out, all of it; elsewhere only what is older than
-        `ORPHAN_AGE`, since a younger staging may belong to a run still under way.
+        Where the lock keeps other writers out, all of it, and the files moved into `data/` for
+        a commit no snapshot made. Elsewhere only stagings older than `ORPHAN_AGE` (a younger one
+        may belong to a run under way), and not their moved files: by then the commit's snapshot
+        may have expired while older kept ones still name its files. The sweep
+        (`_delete_orphans`) removes those once nothing kept names them.
         """
         table = self._load()
         done = []
         for txn in self.folder.list_names(STAGING):
-            if not self._holds_lock() and self._staging_age(txn) < ORPHAN_AGE:
+            locked = self._holds_lock()
+            if not locked and self._staging_age(txn) < ORPHAN_AGE:
                 continue
-            if not _landed(table, txn):
+            if locked and not _landed(table, txn):
                 self._delete_moved(txn)
             self.folder.remove_staging(txn)
             done.append(f"removed the staging of {txn}, a run that ended before it finished")
         return done
 
     def discard(self, txn: str) -> bool:
+        if txn in self._unknown:
+            return False
         try:
             table = self._load()
         except WriteError:
@@ -309,7 +304,8 @@ class IcebergLake:
         except Exception as exc:
             outcome = self._outcome(exc, commit.txn, facts)
             if outcome == "unknown":
-                raise  # the files stay: the catalog may have taken the commit (`discard`)
+                self._unknown.add(commit.txn)
+                raise  # the files stay: the catalog may take the commit yet (`discard`)
             if outcome == "refused":
                 self._delete_moved(commit.txn)
                 raise self._conflict(facts) from None
@@ -342,6 +338,8 @@ class IcebergLake:
         ours = next((s for s in _snapshots(table) if _txn_of(s.summary) == txn), None)
         if table is not None and ours is not None:
             return table.metadata.table_uuid, ours.snapshot_id
+        if _landed(table, txn):
+            return "unknown"  # its files are the table's, its snapshot already expired
         seen = facts.head.snapshot_id if facts.head is not None else None
         if (current.snapshot_id if current is not None else None) != seen:
             return "refused"
@@ -502,8 +500,8 @@ class IcebergLake:
     def _delete_orphans(self, table: Table) -> None:
         """Delete the files in `data/` and `metadata/` that nothing kept names: what a commit
         killed between its swap and its tidying left, or another tool's failed commit. Every
-        kept snapshot's manifests are read, so this runs every `SWEEP_EVERY` commits. Without
-        the lock, only files older than `ORPHAN_AGE` go: a younger one may be a live run's. Only
+        kept snapshot's manifests are read, so this runs every `SWEEP_EVERY` commits. Files older
+        than `ORPHAN_AGE` only, but for data files where the lock keeps other writers out. Only
         data files named as this package names them, manifests and metadata files: another
         engine's statistics or anything else is left alone."""
         import pyarrow.fs as pafs
@@ -523,7 +521,10 @@ class IcebergLake:
                 ours = data_file(info.base_name) is not None or info.base_name.endswith(
                     (".avro", ".metadata.json")
                 )
-                if not ours or info.base_name in kept or (young and not self._holds_lock()):
+                # The lock keeps out this package's writers only: another engine's commit under
+                # way may have written manifests already.
+                unsafe = young and (folder == METADATA or not self._holds_lock())
+                if not ours or info.base_name in kept or unsafe:
                     continue
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.folder.fs.delete_file(info.path)

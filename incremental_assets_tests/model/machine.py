@@ -924,7 +924,12 @@ class LakeMachine(RuleBasedStateMachine):
         if outcome.killed:
             self._say("killed", f"# killed at {point}")
             holds_files = None if before is None else bool(before.files)
-            self.reference.killed(full_refresh, point != "staged", holds_files)
+            # Committed: past the commit, or (plain Parquet) with its journal written, which the
+            # next run rolls forward; an Iceberg commit killed before its swap never happened.
+            committed = point == "committed" or (
+                point == "mid-commit" and self.env.lake_format == "parquet"
+            )
+            self.reference.killed(full_refresh, committed, holds_files)
             self.dirty = True
             self.after_kill = self.after_kill or point != "staged"
             return

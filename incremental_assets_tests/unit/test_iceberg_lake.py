@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -163,6 +164,9 @@ def test_a_commit_whose_catalog_answer_was_lost_after_it_landed_keeps_its_files(
 def test_a_commit_the_catalog_may_not_have_taken_is_said_so_and_cleaned_only_once_known(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A swap that raised while the table still holds the snapshot it was computed against: a
+    REST catalog may be applying it still, so the failed run keeps its files, and the next run
+    (which holds the lock) finds it never landed and removes them."""
     lake = _lake(tmp_path)
     _commit(lake, 1, [batch_group(1)], [])
     commit = _staged(lake, 2, [batch_group(2)])
@@ -176,12 +180,16 @@ def test_a_commit_the_catalog_may_not_have_taken_is_said_so_and_cleaned_only_onc
         lake.commit(commit, facts)
     monkeypatch.undo()
 
-    # The table still holds the snapshot the commit was computed against: it didn't land.
-    assert lake.discard(commit.txn)
-    assert _files_of(lake) == [f"part-{batch_group(1)}-{_only_txn(lake)}-00000.parquet"]
-    assert not list((tmp_path / "lake" / "orders" / "data").glob(f"*-{commit.txn}-*"))
+    moved = tmp_path / "lake" / "orders" / "data"
+    assert not lake.discard(commit.txn)
+    assert list(moved.glob(f"*-{commit.txn}-*"))
     message = str(lake.unfinished_error("orders", commit.txn, "lost"))
     assert "whether the catalog took it could not be told" in message
+
+    next_run = _lake(tmp_path)
+    assert len(next_run.recover()) == 1
+    assert _files_of(next_run) == [f"part-{batch_group(1)}-{_only_txn(next_run)}-00000.parquet"]
+    assert not list(moved.glob(f"*-{commit.txn}-*"))
 
 
 def test_a_writer_whose_snapshot_expired_under_it_is_refused_as_a_conflict(
@@ -282,14 +290,46 @@ def test_files_nothing_kept_names_are_swept_and_nothing_else(
         root / "metadata" / "00009-dead.metadata.json",
     ]
     foreign = root / "metadata" / "stats-1.puffin"
-    for path in [*orphans, foreign]:
+    # Another engine's commit under way has written its manifest already.
+    young = root / "metadata" / "a1b2-m0.avro"
+    two_days_ago = time.time() - 2 * 86400
+    for path in [*orphans, foreign, young]:
         path.write_bytes(b"x")
+        if path is not young:
+            os.utime(path, (two_days_ago, two_days_ago))
 
     _commit(lake, 2, [batch_group(2)], [])
     _commit(lake, 3, [batch_group(3)], [])  # the table's third snapshot: a sweep
 
     assert not [p for p in orphans if p.exists()]
-    assert foreign.exists()
+    assert foreign.exists() and young.exists()
     foreign.unlink()
+    young.unlink()
     assert _on_disk(lake) == _referenced(lake)
     assert sorted(_table(lake).scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+
+
+def test_the_head_read_without_pyiceberg_is_pyicebergs_or_none_at_all(tmp_path: Path) -> None:
+    """The no-JVM check's head: the same as PyIceberg reads it, where it can be read that way;
+    where it can't (a catalog URI with options, a manifest list gone), PyIceberg reads it, and
+    refuses what it refuses."""
+    options = LakeSpec(
+        path=str(tmp_path / "lake"),
+        format="iceberg",
+        catalog={"type": "sql", "uri": f"sqlite:///{tmp_path}/lake/_catalog.db?timeout=30"},
+    )
+    (tmp_path / "lake").mkdir()
+    lake = open_lake(options, "orders")
+    assert isinstance(lake, IcebergLake)
+    _commit(lake, 1, [batch_group(1)], [])
+    assert lake.facts(with_files=False).head == lake.facts().head is not None
+    default = _lake(tmp_path / "other")
+    _commit(default, 1, [batch_group(1)], [])
+    quick = default.facts(with_files=False)
+    assert quick.head == default.facts().head and quick.files == ()
+
+    snapshot = _table(default).current_snapshot()
+    Path(local_path(snapshot.manifest_list)).unlink()
+
+    with pytest.raises(FileNotFoundError):
+        default.facts(with_files=False)
