@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile as IcebergFile
     from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
 DATA = "data"
@@ -402,7 +403,7 @@ class IcebergLake:
         seen = facts.head.snapshot_id if facts.head is not None else None
         if (current.snapshot_id if current is not None else None) != seen:
             raise ConcurrentRunError("the table moved on since this run read it")
-        transaction = table.transaction()
+        transaction = _transaction(table)
         if added:
             every_file_replaced = set(commit.removes) >= set(self._files)
             _evolve(transaction, self._arrow_schema(added[0]), every_file_replaced)
@@ -668,6 +669,28 @@ def _facts(
         columns=_json(properties.get(_property(COLUMNS))),
         pending=pending,
     )
+
+
+def _transaction(table: Table) -> Transaction:
+    """A transaction that builds its table's metadata once per staged update.
+
+    PyIceberg's rebuilds it, a deep copy of every kept snapshot, each time `table_metadata` is
+    read, which a commit does some thirty times: most of a commit's time once the table keeps its
+    100 snapshots. The metadata is a frozen model, and each staged update makes a new tuple of
+    them, so a copy kept until then is the one PyIceberg would build.
+    """
+    from pyiceberg.table import Transaction
+
+    class CachingTransaction(Transaction):
+        _built: tuple[tuple[Any, ...], TableMetadata] | None = None
+
+        @property
+        def table_metadata(self) -> TableMetadata:
+            if self._built is None or self._built[0] is not self._updates:
+                self._built = (self._updates, super().table_metadata)
+            return self._built[1]
+
+    return CachingTransaction(table)
 
 
 def _merging_overwrite(transaction: Transaction, table: Table, summary: dict[str, str]) -> Any:
