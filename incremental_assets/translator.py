@@ -26,6 +26,12 @@ TABLE_METADATA_KEY = "incremental_assets/table"
 
 
 class IncrementalAssetsTranslator:
+    """Every name and spec derived from a table's configuration.
+
+    Override `get_asset_spec` for keys, groups, kinds, tags and metadata; the other names (op,
+    schedule, sensor, pool, Iceberg identifier) follow the asset key, so they follow an override.
+    """
+
     def __init__(self, lake: LakeSpec, suffix: str = "") -> None:
         self.lake = lake
         # Tells apart the project-wide names (job, automation sensor) of several projects.
@@ -80,6 +86,7 @@ class IncrementalAssetsTranslator:
         return f"{self.lake.namespace}.{'__'.join(table.asset_key_path)}"
 
     def asset_key(self, table: TableSpec) -> dg.AssetKey:
+        """The table's asset key, as `get_asset_spec` gives it."""
         return self.get_asset_spec(table).key
 
     def op_name(self, table: TableSpec) -> str:
@@ -87,12 +94,15 @@ class IncrementalAssetsTranslator:
         return op_name_of(self.asset_key(table))
 
     def schedule_name(self, table: TableSpec) -> str:
+        """The table's schedule (`schedule:`): `<op name>_schedule`."""
         return f"{self.op_name(table)}_schedule"
 
     def key_audit_schedule_name(self, table: TableSpec) -> str:
+        """The schedule of the table's whole-lake key audit (`checks.key_audit`)."""
         return f"{self.op_name(table)}_key_audit"
 
     def sensor_name(self, table: TableSpec) -> str:
+        """The table's source-change sensor (`sensor:`)."""
         return sensor_name_of(self.asset_key(table))
 
     def pool(self, table: TableSpec) -> str:
@@ -101,13 +111,16 @@ class IncrementalAssetsTranslator:
 
     @property
     def job_name(self) -> str:
+        """The job that materializes every table of the project."""
         return ALL_TABLES_JOB + self.suffix
 
     @property
     def automation_sensor_name(self) -> str:
+        """The project's automation sensor (`automation:` on any table)."""
         return AUTOMATION_SENSOR + self.suffix
 
     def automation_condition(self, table: TableSpec) -> dg.AutomationCondition[Any] | None:
+        """The table's Dagster automation condition, from its `automation:` setting."""
         if table.automation is None:
             return None
         if table.automation in ("eager", "on_missing"):
@@ -126,12 +139,14 @@ class IncrementalAssetsTranslator:
         return (missing & ~dg.AutomationCondition.in_progress()).with_label(label)
 
     def source_text(self, table: TableSpec) -> str:
+        """The source as the asset's metadata shows it: the database URL and table, or the files."""
         if isinstance(table.source, JdbcSourceSpec):
             what = f"the query of table {table.name}" if table.query else table.table
             return f"{what} in {table.source.redacted_url()}"
         return f"{table.source.format} files at {table.source.path}/{table.table}"
 
     def describe(self, table: TableSpec) -> str:
+        """The asset's description when the table sets none: mode, key, cursor and source."""
         if table.cursor is None:
             how = "Fully refreshed on every run (no cursor)"
         else:
