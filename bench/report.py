@@ -290,15 +290,8 @@ def _mysql_section(meta: dict[str, Any], mysql: list[dict[str, Any]]) -> list[st
     return lines
 
 
-def write_report(
-    meta: dict[str, Any],
-    results: list[dict[str, Any]],
-    path: Path,
-    end_to_end: list[dict[str, Any]] | None = None,
-    mysql: list[dict[str, Any]] | None = None,
-) -> None:
-    medians = _medians(results)
-    engines = [e for e in ENGINES if any(k[1] == e for k in medians)]
+def _summary(medians: dict[tuple[str, str], dict[str, float]], engines: list[str]) -> list[str]:
+    """Each scenario's median wall time per engine, and its ratio to ours."""
     summary = ["| scenario | " + " | ".join(engines) + " |", "|---|" + "---:|" * len(engines)]
     for scenario in ORDER:
         if (scenario, "ours") not in medians:
@@ -309,6 +302,44 @@ def write_report(
             m = medians.get((scenario, engine))
             cells.append("-" if m is None else f"{m['wall']:.2f} s ({m['wall'] / ours:.2f}x)")
         summary.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return summary
+
+
+def _other_size_section(loaded: dict[str, Any]) -> list[str]:
+    """Another run of the harness (at another size): its in-process summary and targets."""
+    meta = loaded["meta"]
+    medians = _medians(loaded["results"])
+    engines = [e for e in ENGINES if any(k[1] == e for k in medians)]
+    title = f"## In process at {meta['rows']:,} rows ({meta['started'][:10]})"
+    return [
+        title,
+        "",
+        f"`{meta['command']}` (run on {meta['started'][:19]}Z; load average "
+        + ", ".join(f"{k} {v}" for k, v in meta.get("load", {}).items())
+        + f"). Medians of {meta['repeats']} runs; the same method as above. Wall time and its "
+        "ratio to ours:",
+        "",
+        *_summary(medians, engines),
+        "",
+        *[
+            line.replace("## In-process targets", f"### Targets at {meta['rows']:,} rows")
+            for line in _targets(medians)
+        ],
+    ]
+
+
+def write_report(
+    meta: dict[str, Any],
+    results: list[dict[str, Any]],
+    path: Path,
+    end_to_end: list[dict[str, Any]] | None = None,
+    mysql: list[dict[str, Any]] | None = None,
+    also: tuple[dict[str, Any], ...] = (),
+) -> None:
+    """`also`: other runs' results (at another size), shown as their summaries and targets."""
+    medians = _medians(results)
+    engines = [e for e in ENGINES if any(k[1] == e for k in medians)]
+    summary = _summary(medians, engines)
     lines = [
         "# Benchmarks",
         "",
@@ -358,6 +389,8 @@ def write_report(
             lines += _scenario_table(scenario, medians, engines)
     if mysql:
         lines += _mysql_section(meta, mysql)
+    for other in also:
+        lines += _other_size_section(other)
     # Sections other harnesses write: the commit cost over many runs (bench/commits.py), the
     # levers (bench/levers.py), and the notes on this run's figures.
     for part in ("COMMITS.md", "LEVERS.md", "NOTES.md"):
@@ -372,6 +405,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.report")
     parser.add_argument("results", type=Path)
     parser.add_argument("--report", type=Path, default=Path(__file__).parents[1] / "BENCHMARKS.md")
+    parser.add_argument(
+        "--also", type=Path, nargs="*", default=[], help="other runs' results, at other sizes"
+    )
     args = parser.parse_args()
     loaded = json.loads(args.results.read_text())
     write_report(
@@ -380,6 +416,7 @@ def main() -> None:
         args.report,
         loaded.get("end_to_end"),
         loaded.get("mysql"),
+        tuple(json.loads(p.read_text()) for p in args.also),
     )
 
 
