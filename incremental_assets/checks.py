@@ -114,7 +114,7 @@ def evaluate_checks(
 
 def not_examined(table: TableSpec, result: LoadResult) -> str | None:
     """Why `primary_key_unique` has nothing to examine in this run, if it hasn't."""
-    if table.mode is not Mode.MERGE or result.full_refresh or result.files:
+    if table.mode is not Mode.MERGE or result.full_refresh or result.files_written:
         return None
     return f"{KEY_UNIQUE}: this run wrote no file, so there was nothing to check"
 
@@ -167,27 +167,12 @@ def primary_key_unique(
     result)."""
     if result is not None and result.duplicate_keys is not None:
         # The merge counted them in the job that wrote its files.
-        return _key_result(result.duplicate_keys, len(result.files), key, "as written")
-    facts = lake.facts()
-    files = list(facts.files)
-    if result is not None and not result.full_refresh:
-        written = set(result.files)
-        files = [f for f in files if f.name in written]
-        if len(files) < len(written):
-            # Never a pass over files it didn't read: `_guarded` reports it as not run.
-            raise RuntimeError(
-                f"another commit replaced {len(written) - len(files)} of the files this run "
-                "wrote before they were read back (two runs of the table at once, without the "
-                "lock?)"
-            )
+        return _key_result(result.duplicate_keys, result.files_written, key, "as written")
     # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
-    matched = facts.key_columns or list(key)
-    duplicates = 0
-    if files:
-        keys = [F.col(f"`{c}`") for c in matched]
-        rows = spark().read.parquet(*lake.file_uris(files)).groupBy(*keys).count()
-        duplicates = rows.where(F.col("count") > 1).count()
-    return _key_result(duplicates, len(files), key or tuple(matched), "read again")
+    matched = lake.facts().key_columns or list(key)
+    written = None if result is None or result.full_refresh else list(result.files)
+    duplicates, files = lake.duplicate_keys(spark(), matched, written)
+    return _key_result(duplicates, files, key or tuple(matched), "read again")
 
 
 def _key_result(duplicates: int, files: int, key: tuple[str, ...], how: str) -> dg.AssetCheckResult:

@@ -1,27 +1,35 @@
-"""Converting a table's plain Parquet lake to Iceberg in place: the same files, the same cursor.
+"""Converting a table's plain Parquet lake to Iceberg in place: the same rows, the same cursor.
 
-    the stored state + the plain table it describes -> an Iceberg table whose first snapshot
-    holds those files where they are, with the last commit's batch and cursor
+    the stored state + the plain table it describes -> an Iceberg table at the same place,
+    created with its rows in one snapshot that carries the last commit's batch and cursor
 
-No row is read or written: the data files become the snapshot's as they are, so the table reads
-the same through PyIceberg as it did as a folder, and the next run adds to it from the stored
-cursor. The plain format's own records (`_head`, `_snapshot`, `_columns`, `_key`) become table
-properties and are removed from the folder. The caller holds the table's lock and records the
-new lake table with the cursor (`cli/lake.py`).
+Spark reads the plain table's files and creates the Iceberg table from them in one catalog
+commit (`CREATE TABLE ... AS SELECT`): the table never exists without its rows, and a
+conversion cut short either made it whole or made nothing. The plain format's records become
+the snapshot's (`_key`, `_columns`, `_snapshot`), with the plain table's identity (`converted-
+from`), and its files and records are then removed from the folder. Run again after it was cut
+short, it finishes: a conversion that committed is recognised by that identity. The caller holds
+the table's lock and records the new lake table with the cursor (`cli/lake.py`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
 
 from incremental_assets.config import LakeSpec, TableSpec
 from incremental_assets.decisions import check_lake_matches
 from incremental_assets.errors import ConfigError, TableProblem, WriteError
-from incremental_assets.lake import Commit, LakeHead
+from incremental_assets.lake import LakeFacts, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
-from incremental_assets.lake.iceberg import CONVERTED, IcebergLake
+from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.records import CONVERTED, head_snapshot, summary_of
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
+from incremental_assets.pause_points import pause_point
 from incremental_assets.results import StoredState
 
 
@@ -33,9 +41,39 @@ class Converted:
 
 
 def convert_to_iceberg(
-    table: TableSpec, lake: LakeSpec, identifier: str, stored: StoredState
+    spark: SparkSession, table: TableSpec, lake: LakeSpec, identifier: str, stored: StoredState
 ) -> Converted:
     """The plain Parquet table the stored cursor describes, made an Iceberg table in place."""
+    _check_convertible(table, lake, stored)
+    source = ParquetLake(lake.table_uri(table.name), table.name)
+    target = IcebergLake(lake, table.name, identifier)
+    resumed = _converted_from(target, stored.lake_table_id)
+    if resumed is not None:  # converted already, but not recorded: finish and record it now
+        removed = _remove_plain(source)
+        return Converted(head=resumed, files=removed, rows=target.count_rows())
+    source.recover()
+    facts = source.facts()
+    if not facts.files:
+        raise WriteError(
+            TableProblem(
+                table.name,
+                f"{source.uri} holds no plain Parquet data files to convert.",
+                fix=f"rebuild the table with `incremental-assets run {table.name} --full`.",
+            )
+        )
+    check_lake_matches(table, stored, facts)
+    txn = new_txn()
+    commit = IcebergCommit.open(target, spark, target.facts(), txn, _summary(facts, stored, txn))
+    frame = commit.spark.read.parquet(*source.file_uris(list(facts.files)))
+    merge = facts.layout == "merge"
+    settings = TableSettings.of(lake.codec, merge, _partitioning(facts, table.buckets))
+    head = commit.replace(frame, settings)
+    pause_point("committed")
+    _remove_plain(source)
+    return Converted(head=head, files=len(facts.files), rows=target.count_rows())
+
+
+def _check_convertible(table: TableSpec, lake: LakeSpec, stored: StoredState) -> None:
     if lake.format == "parquet":
         raise ConfigError(
             TableProblem(
@@ -54,38 +92,51 @@ def convert_to_iceberg(
                 fix=f"run it: `incremental-assets run {table.name}`.",
             )
         )
-    source = ParquetLake(lake.table_uri(table.name), table.name)
-    target = IcebergLake(lake, table.name, identifier)
-    resumed = target.converted_from(stored.lake_table_id)
-    if resumed is not None:  # converted already, but not recorded: record it now
-        source.drop_records()
-        files = len(target.facts().files)
-        return Converted(head=resumed, files=files, rows=target.count_rows())
-    source.recover()
-    facts = source.facts()
-    if not facts.files:
-        raise WriteError(
-            TableProblem(
-                table.name,
-                f"{source.uri} holds no plain Parquet data files to convert.",
-                fix=f"rebuild the table with `incremental-assets run {table.name} --full`.",
-            )
-        )
-    check_lake_matches(table, stored, facts)
-    records = {name: value for name, value in ((KEY, facts.key), (COLUMNS, facts.columns)) if value}
-    txn = new_txn()
-    records[CONVERTED] = {"from": stored.lake_table_id, "txn": txn}
+
+
+def _summary(facts: LakeFacts, stored: StoredState, txn: str) -> dict[str, str]:
+    records: dict[str, object] = {KEY: facts.key, COLUMNS: facts.columns}
     if facts.replaced_batch is not None:
         records[SNAPSHOT] = {"batch": facts.replaced_batch, "txn": "converted"}
-    commit = Commit(
+    records[CONVERTED] = {"from": stored.lake_table_id, "txn": txn}
+    return summary_of(
         txn=txn,
         batch=facts.head.batch if facts.head is not None else stored.batch,
-        replace_all=False,
         cursor=stored.cursor,
-        adds=[],
-        removes=[],
+        layout=facts.layout or "batches",
         records=records,
+        run_id=None,
     )
-    head = target.adopt(commit, list(facts.files))
+
+
+def _partitioning(facts: LakeFacts, buckets: int | None) -> tuple[str, ...]:
+    """A merge table keeps its key ranges as partitions; a hashed key is bucketed by Iceberg
+    into the configured `buckets`, if any (the next full refresh sizes them by its rows)."""
+    scheme = next((f.bucket[0] for f in facts.files if f.bucket is not None), None)
+    key = facts.key_columns
+    if scheme is None or not key:
+        return ()
+    if scheme.kind == "range":
+        return (f"truncate({scheme.size}, `{key[0]}`)",)
+    return (f"bucket({buckets}, `{key[0]}`)",) if buckets and buckets > 1 else ()
+
+
+def _converted_from(target: IcebergLake, plain_id: str | None) -> LakeHead | None:
+    """The Iceberg table's head, if a conversion of the plain table `plain_id` made it."""
+    state = target.state()
+    snapshot = head_snapshot(state) if state is not None else None
+    if state is None or snapshot is None or plain_id is None:
+        return None
+    made = json.loads(snapshot.summary.get(CONVERTED, "{}"))
+    if made.get("from") != plain_id:
+        return None
+    return target.facts().head
+
+
+def _remove_plain(source: ParquetLake) -> int:
+    """Remove the plain table's data files and records from the folder; how many files."""
+    files = source.folder.list_data_files()
+    for file in files:
+        source.folder.fs.delete_file(source.folder.join(file.name))
     source.drop_records()
-    return Converted(head=head, files=len(facts.files), rows=target.count_rows())
+    return len(files)

@@ -111,7 +111,7 @@ def changed_delete_column(
     The lake's rows were kept or removed by the old column: rows the new one deletes are still
     there, and rows only the old one deleted are missing. Only the whole source tells.
     """
-    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.files:
+    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.holds_rows:
         return None
     change = changed_settings(stored.settings, asked.settings).get("delete_column")
     if change is None:
@@ -134,9 +134,9 @@ def unmatched_weights(
     append's layout holds no merge's rows to match: the mode changed, which `check_lake_fits`
     refuses.
     """
-    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.files:
+    if table.mode is not Mode.MERGE or asked.full_refresh or not lake.holds_rows:
         return None
-    if any(f.bucket is None for f in lake.files):
+    if lake.layout != "merge":
         return None
     recorded = lake.weighed_by
     weighed_by = dict(source.weighed_by or recorded)
@@ -178,16 +178,14 @@ def _whole_before_backfill(table: TableSpec, problem: str) -> WriteError:
 def check_lake_fits(table: TableSpec, stored: StoredState, lake: LakeFacts) -> None:
     """An incremental run adds to the lake table its stored cursor describes, in its layout."""
     check_lake_matches(table, stored, lake)
-    # Append tables (and full_refresh ones) hold batches; merge tables hold buckets of the key.
-    foreign = next(
-        (f for f in lake.files if (f.bucket is None) == (table.mode is Mode.MERGE)), None
-    )
-    if foreign is not None:
-        written = "merge" if foreign.bucket is not None else "append (or full_refresh)"
+    # Append tables (and full_refresh ones) hold batches; merge tables hold rows matched on a key.
+    wanted = "merge" if table.mode is Mode.MERGE else "batches"
+    if lake.layout is not None and lake.layout != wanted:
+        written = "merge" if lake.layout == "merge" else "append (or full_refresh)"
         raise ConfigError(
             TableProblem(
                 table.name,
-                f"the lake table {lake.uri} was written in {written} mode ({foreign.name}), but "
+                f"the lake table {lake.uri} was written in {written} mode, but "
                 f"the table is now mode {table.mode.value}. Loading into it incrementally would "
                 "leave duplicate keys, so nothing was written and the cursor did not move.",
                 "mode",
@@ -207,9 +205,11 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
     add only the newest rows to a table that lacks the older ones, or has others.
     """
     recorded = f"run {stored.run_id} recorded the cursor {stored.cursor!r}"
+    if lake.misplaced is not None:
+        raise _not_the_table(table, lake, f"{lake.misplaced}, but {recorded}")
     if stored.lake_table_id is None:
         # Recorded before lake tables had an identity: only an emptied lake can be told.
-        if stored.row_count and not lake.files:
+        if stored.row_count and not lake.holds_rows:
             raise _not_the_table(
                 table,
                 lake,
@@ -221,7 +221,7 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
     if head is None:
         found = (
             "it holds no table (deleted, moved, or lake.path or lake.format changed)"
-            if not lake.files
+            if not lake.holds_rows
             else "it holds data files but no record of the table's identity and commits "
             "(restored from a copy older than that record, or written by another tool)"
         )
@@ -244,6 +244,15 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
         )
     if head.txn == stored.lake_commit or head.batch == stored.batch + 1:
         return
+    if head.batch == stored.batch:
+        raise _not_the_table(
+            table,
+            lake,
+            f"its last commit ({head.txn}) is another run's of batch {head.batch}, the batch "
+            f"{recorded} after commit {stored.lake_commit}: two runs of the table overlapped, "
+            "and the one recorded last is not the one the lake holds last. (The project's "
+            "dagster.yaml limits each table's pool to one run at a time, which prevents it)",
+        )
     raise _not_the_table(
         table,
         lake,

@@ -91,6 +91,7 @@ def build_table_asset(
                     full_refresh=config.full_refresh,
                     backfill=_backfill(table, config, stored),
                     lake_name=translator.lake_table_name(table),
+                    run_id=context.run_id,
                 )
                 with spark_work() as work:
                     result = _load(context, spark, table, request)

@@ -66,6 +66,7 @@ class LoadRequest:
     # Re-extract [from, to) in the cursor's text form, leaving the cursor where it is.
     backfill: tuple[str, str] | None = None
     lake_name: str | None = None  # the Iceberg table's identifier (the translator's)
+    run_id: str | None = None  # the Dagster run, recorded with the lake's commit (Iceberg)
 
     @cached_property
     def lake_table(self) -> LakeTable:
@@ -153,6 +154,7 @@ def run_incremental_load(
         result = run_incremental_load(spark, LoadRequest(table=t, lake=lake, stored=stored))
     """
     lake = request.lake_table
+    spark = lake.session(spark)
     recovered = [f"{request.table.name}: {note}" for note in lake.recover()]
     for note in recovered:
         log(note)
@@ -176,7 +178,7 @@ def run_incremental_load(
         outcome = _nothing(column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, request.stored.batch, None)
     write = _write_plan(run, source, plan, change, source_facts)
-    writer = writer_for(table.mode, spark)
+    writer = writer_for(table.mode, spark, run.lake)
     try:
         source_keys = source.read_keys() if write.reconcile else None
         delta = source.read(plan.window, plan.bounds, plan.partitioning)
@@ -238,7 +240,7 @@ def _plan(run: _Run, source: Source, kind: RunKind, listing: str | None, log: Lo
         source=source,
         stored=request.stored,
         full_refresh=kind.full_refresh,
-        lake_has_files=bool(run.facts.files),
+        lake_has_files=run.facts.holds_rows,
     )
     if request.backfill:
         check_lake_fits(run.table, request.stored, run.facts)
@@ -293,6 +295,7 @@ def _write_plan(
         if merge
         else (),
         key_enforced=key_enforced(table, facts),
+        run_id=run.request.run_id,
     )
 
 
@@ -335,14 +338,15 @@ def _key_error(table: TableSpec, found: str, why: str, fix: str) -> WriteError:
 
 def _schema_change(run: _Run, source: Source, replace_all: bool) -> SchemaChange:
     lake = None if replace_all else run.facts.schema
-    return plan_schema_change(run.table.name, lake, source.schema())
+    return plan_schema_change(run.table.name, lake, run.lake.storable(source.schema()))
 
 
 def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError:
     """Clean up after a failed read, stage or commit, and say what state the lake is in."""
     table, lake = run.table, run.lake
+    cause = lake.redact(root_messages(exc)[-1])
     if not lake.discard(txn):
-        return lake.unfinished_error(table.name, txn, root_messages(exc)[-1])
+        return lake.unfinished_error(table.name, txn, cause)
     if isinstance(exc, IncrementalAssetsError):
         return exc
     if isinstance(exc, ClashingVersions):
@@ -362,7 +366,7 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
     source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION")
     if any(mark in messages for mark in source_marks):
         return source_error(table, exc, "reading the rows")
-    return lake_error(table.name, lake.uri, root_messages(exc)[-1])
+    return lake_error(table.name, lake.uri, cause)
 
 
 def _result(
@@ -377,7 +381,7 @@ def _result(
     report = plan.report
     if table.mode is Mode.MERGE:
         merge = merge or MergeCounts(0, 0, 0)
-        report = replace(report, rows_rewritten=outcome.rows_rewritten, merge=outcome.path)
+        report = replace(report, rows_rewritten=outcome.rows_rewritten, merge_path=outcome.path)
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
     committed = outcome.head is not None

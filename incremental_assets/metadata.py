@@ -150,8 +150,8 @@ def metadata_for(
     result: LoadResult, checks_not_run: str | None = None
 ) -> dict[str, dg.MetadataValue]:
     """The materialization metadata for one load. The key names are a public contract."""
-    kind, merge, path = result.cursor_type, result.merge, result.report.merge
-    report = {name: value for name, value in vars(result.report).items() if name != "merge"}
+    kind, merge, path = result.cursor_type, result.merge, result.report.merge_path
+    report = {name: value for name, value in vars(result.report).items() if name != "merge_path"}
     record = TableMetadata(
         cursor=_text(kind, result.cursor),
         previous_cursor=_text(kind, result.previous_cursor),

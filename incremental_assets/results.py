@@ -17,17 +17,28 @@ class MergeCounts:
     deleted: int
 
 
-# How a merge applied its delta: each touched bucket patched in a job of its own, every version
-# in the touched buckets ranked in one shuffle, the whole table ranked and rewritten, or no bucket
-# touched and only the schema changed.
-MergeStrategy = Literal["patch buckets", "rank buckets", "rewrite table", "schema only"]
+# How a merge applied its delta. Plain Parquet: each touched bucket patched in a job of its own,
+# every version in the touched buckets ranked in one shuffle, the whole table ranked and
+# rewritten, or no bucket touched and only the schema changed. Iceberg: row by row, its changes
+# written as delete files and new rows (merge on read) or as the files they touch rewritten
+# (copy on write), or the whole table rewritten.
+MergeStrategy = Literal[
+    "patch buckets",
+    "rank buckets",
+    "rewrite table",
+    "schema only",
+    "merge on read",
+    "copy on write",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
 class MergePath:
     strategy: MergeStrategy
-    buckets_touched: int | None  # None: rewritten whole whatever the delta (refresh, a new key)
-    buckets_held: int  # the buckets the lake held before the merge
+    # The buckets (Iceberg: partitions) the merge changed; None: rewritten whole whatever the
+    # delta (a refresh, a new key).
+    buckets_touched: int | None
+    buckets_held: int | None  # the buckets the lake held before the merge (plain Parquet)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +72,7 @@ class Report:
     # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
     window_fingerprint: str | None = None
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
-    merge: MergePath | None = None  # which buckets a merge rewrote, and how
+    merge_path: MergePath | None = None  # which buckets a merge rewrote, and how
     settings_changed: str | None = None  # the lake-shaping settings changed since the last run
     spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
     spark_stages: int | None = None

@@ -13,6 +13,7 @@ from incremental_assets.cli.context import (
     tables_of,
 )
 from incremental_assets.conversion import convert_to_iceberg
+from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.state import read_stored_state, record_cursor_override
 from incremental_assets.translator import translator_for
 
@@ -24,7 +25,11 @@ def convert(args: argparse.Namespace) -> int:
     with open_instance() as instance, table_lock(project, table, "lake convert"):
         key = asset_key(project, table)
         stored = read_stored_state(instance, key)
-        converted = convert_to_iceberg(table, project.lake, identifier, stored)
+        session = IncrementalSparkResource.from_spec(project.spark).spark_session
+        try:
+            converted = convert_to_iceberg(session, table, project.lake, identifier, stored)
+        finally:
+            session.stop()
         note = f"{args.reason} (converted to Iceberg by {actor()} with incremental-assets lake convert)"
         record_cursor_override(
             instance,

@@ -17,6 +17,10 @@ from pyspark.sql import types as T
 
 from incremental_assets.lake.names import DataFile
 
+# What a table's rows are laid out for: `merge` (matched on a key), `batches` (append and
+# full_refresh tables). A table written in one can't take the other's runs incrementally.
+Layout = Literal["merge", "batches"]
+
 # The records a commit writes beside its data files, by name.
 SNAPSHOT = "_snapshot"  # {"batch", "txn"}: the last commit that replaced the whole table
 COLUMNS = "_columns"  # append tables: since which batch each column is in the source
@@ -79,6 +83,11 @@ class LakeFacts:
     key: Mapping[str, Any] | None = None  # the `_key` record
     columns: Mapping[str, Any] | None = None  # the `_columns` record
     pending: bool = False  # a commit or a run's staging waits for `LakeTable.recover`
+    layout: Layout | None = None  # None: nothing written yet
+    holds_rows: bool = False  # the table has rows (a plain table: data files)
+    # The catalog names the table, but not here: its metadata lives at another place (the lake
+    # was copied or moved, or the name is another lake's), or can't be read. Says which.
+    misplaced: str | None = None
 
     @property
     def exists(self) -> bool:

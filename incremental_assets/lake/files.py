@@ -44,26 +44,29 @@ class ParquetFolder:
     def spark_uri(self, *parts: str) -> str:
         return "/".join([self.uri, *parts])
 
+    def entries(self, *folder: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        """What is in `folder` (the table's own by default; none if it doesn't exist)."""
+        selector = pafs.FileSelector(self.join(*folder), recursive=recursive, allow_not_found=True)
+        return list(self.fs.get_file_info(selector))
+
     def list_data_files(self, *folder: str) -> list[DataFile]:
         """The data files directly in `folder` (the table's own by default), by name."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.join(*folder), allow_not_found=True))
         found = (
             data_file(info.base_name, info.size)
-            for info in infos
+            for info in self.entries(*folder)
             if info.type == pafs.FileType.File
         )
         return sorted((f for f in found if f is not None), key=lambda f: f.name)
 
     def list_names(self, *folder: str) -> list[str]:
         """The names of what is directly in `folder` (none if it doesn't exist)."""
-        selector = pafs.FileSelector(self.join(*folder), allow_not_found=True)
-        return [info.base_name for info in self.fs.get_file_info(selector)]
+        return [info.base_name for info in self.entries(*folder)]
 
     def holds_plain_table(self) -> bool:
         """Whether the folder holds a table in the plain format: its records or data files at its
         root, and no Iceberg metadata (a converted table keeps its files at the root)."""
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            infos = self.entries()
         except OSError:  # not a folder: the run says so when it writes there
             return False
         names = {info.base_name for info in infos}
@@ -79,17 +82,14 @@ class ParquetFolder:
     def staged_parquet(self, txn: str, subdir: str) -> list[str]:
         """Staged Parquet files under `_staging/<txn>/<subdir>`, as paths relative to it."""
         root = self.join(STAGING, txn, subdir)
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
         return sorted(
             info.path[len(root) + 1 :]
-            for info in self.fs.get_file_info(selector)
+            for info in self.entries(STAGING, txn, subdir, recursive=True)
             if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
         )
 
     def has_staging(self) -> bool:
-        return bool(
-            self.fs.get_file_info(pafs.FileSelector(self.join(STAGING), allow_not_found=True))
-        )
+        return bool(self.entries(STAGING))
 
     def remove_staging(self, txn: str | None = None) -> list[str]:
         """Delete a run's staging (every run's, without `txn`); name what was removed."""
@@ -98,9 +98,7 @@ class ParquetFolder:
                 self.fs.delete_dir(self.join(STAGING, txn))
             return [txn]
         removed = []
-        for info in self.fs.get_file_info(
-            pafs.FileSelector(self.join(STAGING), allow_not_found=True)
-        ):
+        for info in self.entries(STAGING):
             self.fs.delete_dir(info.path)
             removed.append(info.base_name)
         return removed

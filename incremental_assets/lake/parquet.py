@@ -21,6 +21,8 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
@@ -31,6 +33,7 @@ from incremental_assets.lake.facts import (
     SNAPSHOT,
     LakeFacts,
     LakeHead,
+    Layout,
     files_digest,
 )
 from incremental_assets.lake.files import ParquetFolder
@@ -70,6 +73,8 @@ class ParquetLake:
             key=_record(folder.read_json(folder.join(KEY))) or None,
             columns=_record(folder.read_json(folder.join(COLUMNS))) or None,
             pending=has_journal(folder) or folder.has_staging(),
+            layout=layout_of(files),
+            holds_rows=bool(files),
         )
 
     def recover(self) -> list[str]:
@@ -79,6 +84,37 @@ class ParquetLake:
 
     def lock(self, table_name: str, owner: str, timeout: timedelta) -> AbstractContextManager[None]:
         return folder_lock(self.folder, table_name, owner, timeout)
+
+    def session(self, spark: SparkSession) -> SparkSession:
+        return spark
+
+    def storable(self, schema: T.StructType) -> T.StructType:
+        return schema
+
+    def redact(self, text: str) -> str:
+        return text
+
+    def duplicate_keys(
+        self, spark: SparkSession, key: list[str], written: list[str] | None
+    ) -> tuple[int, int]:
+        """Keys held twice in the data files `written` names (every file with None): a key
+        always lands in the same bucket, so the buckets a merge wrote hold all of its keys."""
+        files = self.folder.list_data_files()
+        if written is not None:
+            names = set(written)
+            files = [f for f in files if f.name in names]
+            if len(files) < len(names):
+                # Never a pass over files it didn't read: the check reports it as not run.
+                raise RuntimeError(
+                    f"another commit replaced {len(names) - len(files)} of the files this run "
+                    "wrote before they were read back (two runs of the table at once, without "
+                    "the lock?)"
+                )
+        if not files:
+            return 0, 0
+        columns = [F.col(f"`{c}`") for c in key]
+        rows = spark.read.parquet(*self.file_uris(files)).groupBy(*columns).count()
+        return rows.where(F.col("count") > 1).count(), len(files)
 
     def staging_uri(self, txn: str) -> str:
         return self.folder.staging_uri(txn)
@@ -157,6 +193,13 @@ class ParquetLake:
         import pyarrow.dataset as pads
 
         return int(pads.dataset(files, filesystem=self.folder.fs, format="parquet").count_rows())
+
+
+def layout_of(files: list[DataFile]) -> Layout | None:
+    """What the files' names say they hold: buckets of a key, or batches (the newest file's)."""
+    if not files:
+        return None
+    return "merge" if files[-1].bucket is not None else "batches"
 
 
 def _record(value: object) -> dict[str, Any]:

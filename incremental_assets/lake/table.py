@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.errors import TableProblem, WriteError
-from incremental_assets.lake.facts import LakeFacts, LakeHead
-from incremental_assets.lake.names import DataFile
+from incremental_assets.lake.facts import LakeFacts
 
 LakeFormat = Literal["parquet", "iceberg"]
 
@@ -48,7 +48,7 @@ class LakeTable(Protocol):
     def facts(self, with_files: bool = True) -> LakeFacts:
         """What a run reads about the table once. `with_files=False`: the data files and their schema
         may be left out where the format can tell its head and records without them (an Iceberg
-        table's metadata file, without its manifests), for a run that only checks the table is
+        table's metadata file, read without PyIceberg), for a run that only checks the table is
         still at the commit it recorded; the plain format lists its files either way."""
         ...
 
@@ -60,20 +60,12 @@ class LakeTable(Protocol):
         """The writer lock where the storage offers one; a no-op elsewhere."""
         ...
 
-    def staging_uri(self, txn: str) -> str: ...
-
-    def staged_parquet(self, txn: str, subdir: str) -> list[str]: ...
-
-    def file_uris(self, files: list[DataFile]) -> list[str]: ...
-
-    def spark_schema(self, file: DataFile) -> T.StructType: ...
-
-    def files_reaching(self, files: list[DataFile], column: str, lower: object) -> list[DataFile]:
-        """The files whose statistics say `column` may reach `lower` (or can't tell)."""
+    def session(self, spark: SparkSession) -> SparkSession:
+        """The session a run of this table uses: `spark`, or one where its catalog is `spark`'s."""
         ...
 
-    def commit(self, commit: Commit, facts: LakeFacts) -> LakeHead:
-        """Apply `commit` to the table as `facts` found it; return the new head."""
+    def storable(self, schema: T.StructType) -> T.StructType:
+        """The source's schema as the table holds it."""
         ...
 
     def discard(self, txn: str) -> bool:
@@ -83,6 +75,18 @@ class LakeTable(Protocol):
     def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
         """The failure of a run whose commit `discard` couldn't drop: what readers see, what the
         next run does."""
+        ...
+
+    def redact(self, text: str) -> str:
+        """`text` without the secrets of the lake's catalog."""
+        ...
+
+    def duplicate_keys(
+        self, spark: SparkSession, key: list[str], written: list[str] | None
+    ) -> tuple[int, int]:
+        """Keys held more than once, and the files read to tell: in the files `written` names
+        where every row of a key is in one file of them (the plain format's buckets), else in the
+        whole table."""
         ...
 
     def count_rows(self) -> int: ...

@@ -13,6 +13,8 @@ source dropped, or added since, is NULL in the lake and would make every re-read
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
@@ -30,6 +32,7 @@ from incremental_assets.writers.base import (
     commit_replacing,
     conformed,
     counted,
+    folder_lake,
     null_safe_match,
     observed,
     write_parquet,
@@ -51,7 +54,7 @@ class AppendWriter:
         frame, written = counted(
             frame.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")), "written"
         )
-        write_parquet(frame, f"{plan.lake.staging_uri(plan.txn)}/{_SUBDIR}", plan)
+        write_parquet(frame, f"{folder_lake(plan).staging_uri(plan.txn)}/{_SUBDIR}", plan)
         return Staged(
             rows_extracted=observed(extracted),
             rows_written=observed(written),
@@ -61,7 +64,7 @@ class AppendWriter:
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         group = batch_group(plan.batch)
-        files = plan.lake.staged_parquet(plan.txn, staged.subdir)
+        files = folder_lake(plan).staged_parquet(plan.txn, staged.subdir)
         if staged.rows_written == 0 and not plan.replace_all:
             files = []  # keep the table free of empty files; a replaced table keeps one for its schema
         adds = [
@@ -94,34 +97,49 @@ def _column_history(plan: WritePlan) -> dict[str, object]:
 
 def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
     assert plan.boundary is not None
+    lake = folder_lake(plan)
     earlier = [f for f in plan.facts.files if f.batch is not None and f.batch < plan.batch]
     # A text cursor the database compares by its collation ('c1' = 'C1 ' in MySQL's default):
     # Spark can't tell which lake rows the window holds, so it compares every earlier row.
     windowed = not plan.delta_beats_lake
     if windowed and earlier and plan.boundary.lower is not None and not plan.boundary.include_nulls:
-        earlier = plan.lake.files_reaching(earlier, plan.boundary.column, plan.boundary.lower)
+        earlier = lake.files_reaching(earlier, plan.boundary.column, plan.boundary.lower)
     if not earlier:
         return frame
     reader = frame.sparkSession.read
     if plan.schema is not None and plan.schema.lake is not None:
         reader = reader.schema(plan.schema.lake)  # one schema for every lake file: no inference
-    loaded = reader.parquet(*plan.lake.file_uris(earlier))
-    if windowed:
+    loaded = reader.parquet(*lake.file_uris(earlier))
+    earliest = min(f.batch for f in earlier if f.batch is not None)
+    return drop_loaded(frame, loaded, plan, lambda: earliest)
+
+
+def drop_loaded(
+    frame: DataFrame, loaded: DataFrame, plan: WritePlan, earliest_batch: Callable[[], int]
+) -> DataFrame:
+    """The rows of `frame` that `loaded` (earlier batches' rows) doesn't hold already: by key
+    and cursor, or as a multiset of values. `earliest_batch` names the oldest batch `loaded`
+    holds, for the columns every one of its rows can be compared on."""
+    assert plan.boundary is not None
+    if not plan.delta_beats_lake:
         loaded = loaded.where(F.expr(render_window(plan.boundary, SPARK_SQL)))
     if plan.primary_key:
         versions = list(dict.fromkeys([*plan.primary_key, plan.boundary.column]))
         return frame.alias("d").join(
             loaded.select(*versions).alias("l"), null_safe_match("d", "l", versions), "left_anti"
         )
-    earliest = min(f.batch for f in earlier if f.batch is not None)
-    return _beyond_counts(frame, loaded, _comparable(frame, plan, earliest))
+    return _beyond_counts(frame, loaded, _comparable(frame, plan, earliest_batch))
 
 
-def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: int) -> list[str]:
+def _comparable(
+    frame: DataFrame, plan: WritePlan, earliest_batch: Callable[[], int]
+) -> list[str]:
     if plan.schema is None or plan.schema.lake is None:
         return [c for c in frame.columns if c != BATCH_COLUMN]
     history = ColumnHistory.from_record(plan.facts.columns)
-    return history.comparable(plan.schema, earliest_batch)
+    if not history.since:
+        return history.comparable(plan.schema, 0)  # no column came later: every one compares
+    return history.comparable(plan.schema, earliest_batch())
 
 
 def _beyond_counts(frame: DataFrame, loaded: DataFrame, columns: list[str]) -> DataFrame:

@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
 from incremental_assets.lake.names import data_file_name
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
 from incremental_assets.writers.schema import SchemaChange, conform
@@ -52,6 +53,7 @@ class WritePlan:
     # The key is the source's own primary key, read from its catalog: no two rows read share it,
     # so a merge needn't look for rows that do (`ClashingVersions`).
     key_enforced: bool = False
+    run_id: str | None = None  # the Dagster run, recorded with the commit where the format can
 
     @property
     def row_key(self) -> tuple[str, ...]:
@@ -84,6 +86,12 @@ class ClashingVersions(Exception):
     def __init__(self, rows: int) -> None:
         super().__init__(f"{rows} rows differ from another row with their key and cursor value")
         self.rows = rows
+
+
+def folder_lake(plan: WritePlan) -> ParquetLake:
+    """The plan's lake as a folder of files the writer stages and commits (plain Parquet)."""
+    assert isinstance(plan.lake, ParquetLake), plan.lake
+    return plan.lake
 
 
 class Writer(Protocol):
@@ -158,7 +166,7 @@ def commit_replacing(
         removes=[f.name for f in replaced] + rewritten,
         records=records,
     )
-    return plan.lake.commit(commit, plan.facts)
+    return folder_lake(plan).commit(commit, plan.facts)
 
 
 def rewrite_to_schema(
@@ -167,14 +175,15 @@ def rewrite_to_schema(
     """Rewrite files this commit doesn't replace to the new schema, each within its own group."""
     if plan.schema is None or not plan.schema.rewrites_lake or not files:
         return [], []
-    frame = spark.read.parquet(*plan.lake.file_uris(files))
+    lake = folder_lake(plan)
+    frame = spark.read.parquet(*lake.file_uris(files))
     frame = frame.withColumn(
         _GROUP, F.regexp_extract(F.col("_metadata.file_name"), r"^part-([^-]+)-", 1)
     )
-    staging = f"{plan.lake.staging_uri(plan.txn)}/{_EVOLVED}"
+    staging = f"{lake.staging_uri(plan.txn)}/{_EVOLVED}"
     write_parquet(conform(frame, plan.schema.target), staging, plan, partition_by=_GROUP)
     adds = []
-    for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _EVOLVED)):
+    for i, path in enumerate(lake.staged_parquet(plan.txn, _EVOLVED)):
         group = path.split("/", 1)[0].split("=", 1)[1]
         adds.append((f"{_EVOLVED}/{path}", data_file_name(group, plan.txn, i)))
     return adds, [f.name for f in files]

@@ -40,6 +40,7 @@ from incremental_assets.writers.base import (
     commit_replacing,
     conformed,
     counted,
+    folder_lake,
     observed,
     write_parquet,
 )
@@ -281,14 +282,14 @@ class MergeWriter:
         )
 
     def _staged(self, plan: WritePlan, subdir: str) -> str:
-        return f"{plan.lake.staging_uri(plan.txn)}/{subdir}"
+        return f"{folder_lake(plan).staging_uri(plan.txn)}/{subdir}"
 
     def _read_lake(self, plan: WritePlan, files: list[DataFile]) -> DataFrame:
         # Every lake file carries one schema (a schema change rewrites them all): no inference.
         reader = self.spark.read
         if plan.schema is not None and plan.schema.lake is not None:
             reader = reader.schema(plan.schema.lake)
-        return reader.parquet(*plan.lake.file_uris(files))
+        return reader.parquet(*folder_lake(plan).file_uris(files))
 
     def _changed_by_rereads(
         self,
@@ -416,7 +417,7 @@ def _reread(plan: WritePlan) -> Column:
 
 def _named_adds(plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:
     adds = []
-    for i, path in enumerate(plan.lake.staged_parquet(plan.txn, _MERGED)):
+    for i, path in enumerate(folder_lake(plan).staged_parquet(plan.txn, _MERGED)):
         bucket = int(path.split("/", 1)[0].split("=", 1)[1])
         adds.append((f"{_MERGED}/{path}", data_file_name(scheme.group(bucket), plan.txn, i)))
     return adds

@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
 
 BUCKET = "__bucket"
+DELETED = "__deleted"
 SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE, CLASHES = (
     "__src",
     "__h",
@@ -77,13 +78,52 @@ def ranked_merge(
     return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
 
 
+def latest_versions(
+    delta: DataFrame, plan: WritePlan, lake_rows: DataFrame | None = None
+) -> tuple[DataFrame, Observation]:
+    """Each key's latest version in `delta` (and `lake_rows`, which lose a tie), with `DELETED`
+    saying whether its delete column deletes its key; `rows` (of the delta), `null_keys` and
+    `clashes` are observed.
+
+    For a merge that matches the delta with the lake row by row (an Iceberg `MERGE INTO`, which
+    takes at most one version of a key), and for a table whose rows are matched again under a
+    new key.
+    """
+    data_columns = list(delta.columns)
+    key = [F.col(f"`{c}`") for c in plan.row_key]
+    null_key = F.lit(False)
+    for column in key:
+        null_key = null_key | column.isNull()
+    from_delta = F.col(SOURCE) == 1
+    rows = delta.withColumn(SOURCE, F.lit(1))
+    if lake_rows is not None:
+        rows = rows.unionByName(lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True)
+    hashed = rows.withColumn(HASH, row_hash(data_columns))
+    in_order = W.partitionBy(*key).orderBy(*precedence(plan))
+    ranked = hashed.withColumn(RANK, F.row_number().over(in_order)).withColumn(
+        CLASHES, F.lit(0) if plan.key_enforced else _clashes(plan, in_order)
+    )
+    counts = Observation("versions")
+    ranked = ranked.observe(
+        counts,
+        F.count_if(from_delta).alias("rows"),
+        F.count_if(from_delta & null_key).alias("null_keys"),
+        F.sum(F.col(CLASHES)).alias("clashes"),
+    )
+    winners = ranked.where(F.col(RANK) == 1).withColumn(
+        DELETED, soft_deleted(ranked, plan.delete_column)
+    )
+    return winners.select(*[F.col(f"`{c}`") for c in data_columns], DELETED), counts
+
+
 def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, Observation]:
     """`merged`, observed for keys that more than one written row has (`primary_key_unique`).
 
-    The rows are clustered by bucket and sorted by key already (the ranking's window), so the
-    count rides on the write: no pass over the files once they are written.
+    The rows are clustered by bucket (if they have one) and sorted by key already (the ranking's
+    window), so the count rides on the write: no pass over the files once they are written.
     """
-    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
+    buckets = [F.col(BUCKET)] if BUCKET in merged.columns else []
+    by_key = W.partitionBy(*buckets, *[F.col(f"`{c}`") for c in plan.row_key])
     counted = merged.withColumn(RANK, F.count(F.lit(1)).over(by_key))
     duplicates = Observation("keys")
     # Each of a key's n rows adds 1/n: the sum is the number of keys written more than once.

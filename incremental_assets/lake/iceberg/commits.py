@@ -1,0 +1,336 @@
+"""One run's commit to an Iceberg table, made by Spark: on a branch, then `main` moved to it.
+
+    evolve      the table's schema, in place (columns added, types promoted): no snapshot
+    begin       a branch `ia-<commit id>` at the snapshot the run read its facts from
+    (write)     the writer appends or merges into the branch: one snapshot, its summary ours
+    publish     `fast_forward` main to the branch, which Iceberg refuses unless main is still
+                where the branch began; the branch is dropped
+    replace     a snapshot of the whole table (`CREATE [OR REPLACE] TABLE ... AS SELECT`): a
+                first load, a full refresh, a change of key or of a type Iceberg can't promote
+
+So each run adds one snapshot to `main`, or none; a second writer that committed meanwhile makes
+this commit fail, whatever Iceberg's own retries do (they only ever rebase onto the run's own
+branch); readers see `main` before or after. A run that dies leaves its branch, which the next
+commit drops once it is a day old (a younger one may be a live run's); Iceberg's Spark writer
+deletes the files of a write that failed, and a branch's files go with its snapshot's expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
+from incremental_assets.lake.facts import LakeFacts, LakeHead
+from incremental_assets.lake.iceberg.records import (
+    PREFIX,
+    REWRITE,
+    RUN_ID,
+    SnapshotInfo,
+    TableState,
+    branch_name,
+    head_of,
+    head_snapshot,
+    landed,
+    made_by,
+    our_branches,
+)
+from incremental_assets.lake.iceberg.schema import promotable
+from incremental_assets.lake.iceberg.table import IcebergLake
+from incremental_assets.pause_points import pause_point
+
+# A branch left younger than this may be a live run's (without the lock, runs can overlap).
+ORPHAN_AGE = timedelta(days=1)
+_SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
+MERGE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
+# What Iceberg says when it can't tell whether the catalog took a commit.
+_UNKNOWN_OUTCOME = ("CommitStateUnknownException", "Commit state unknown")
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """How a table the run creates or replaces is laid out."""
+
+    partitioning: tuple[str, ...] = ()  # Spark SQL transforms: `truncate(1000, id)`, ...
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def of(codec: str, merge: bool, partitioning: tuple[str, ...] = ()) -> TableSettings:
+        """A table of this package's: format v2, old metadata files deleted as they are
+        replaced, exact statistics for `_batch` (a rerun replaces its batch by them), and merge
+        tables merge-on-read (a merge writes delete files, not the files its rows are in)."""
+        properties = {
+            "format-version": "2",
+            "write.parquet.compression-codec": codec,
+            "write.metadata.delete-after-commit.enabled": "true",
+            "write.metadata.previous-versions-max": "100",
+            "write.metadata.metrics.column._batch": "full",
+        }
+        if merge:
+            properties |= {mode: "merge-on-read" for mode in MERGE_MODES}
+        return TableSettings(partitioning=partitioning, properties=properties)
+
+
+@dataclass
+class IcebergCommit:
+    """One run's commit under way; `lake.commits` holds it until it is published or dropped."""
+
+    lake: IcebergLake
+    spark: SparkSession  # bound to the lake's catalog
+    facts: LakeFacts  # the table as the run read it: `main` must still be there
+    txn: str
+    summary: Mapping[str, str]  # the snapshot summary properties of the run's snapshot
+    branch: str | None = None
+    snapshot: SnapshotInfo | None = None  # the snapshot the commit made, once published
+    _unknown: bool = False  # the fast-forward raised without saying whether it took
+
+    @staticmethod
+    def open(
+        lake: IcebergLake,
+        spark: SparkSession,
+        facts: LakeFacts,
+        txn: str,
+        summary: Mapping[str, str],
+    ) -> IcebergCommit:
+        commit = IcebergCommit(lake, lake.session(spark), facts, txn, summary)
+        lake.commits[txn] = commit
+        return commit
+
+    @property
+    def base(self) -> int | None:
+        """The snapshot `main` was at when the run read the table."""
+        return self.facts.head.snapshot_id if self.facts.head is not None else None
+
+    # -- reading what the run was computed against ----------------------------------------
+
+    def base_frame(self) -> DataFrame:
+        """The table's rows as the run read its facts (the snapshot `main` was at)."""
+        reader = self.spark.read
+        if self.base is not None:
+            reader = reader.option("snapshot-id", str(self.base))
+        return reader.table(self.lake.reference())
+
+    # -- changing the table in place ------------------------------------------------------
+
+    def evolve(self, lake: T.StructType | None, target: T.StructType) -> bool:
+        """Add the target's new columns and promote widened types, in place; False if a type
+        changes in a way only rewriting the rows can (`replace`)."""
+        if lake is None:
+            return True
+        held = {f.name: f.dataType for f in lake.fields}
+        statements = []
+        for column in target.fields:
+            old = held.get(column.name)
+            name = f"`{column.name}`"
+            if old is None:
+                statements.append(f"ADD COLUMN {name} {column.dataType.simpleString()}")
+            elif old != column.dataType:
+                if not promotable(old, column.dataType):
+                    return False
+                statements.append(f"ALTER COLUMN {name} TYPE {column.dataType.simpleString()}")
+        for statement in statements:
+            self.spark.sql(f"ALTER TABLE {self.lake.reference()} {statement}")
+        return True
+
+    # -- a snapshot on the run's branch, then main moved to it ----------------------------
+
+    def begin(self) -> str:
+        """Make the run's branch where main was when the run read it; the write's target."""
+        self._drop_orphan_branches()
+        self.branch = branch_name(self.txn)
+        at = f" AS OF VERSION {self.base}" if self.base is not None else ""
+        self.spark.sql(f"ALTER TABLE {self.lake.reference()} CREATE BRANCH `{self.branch}`{at}")
+        return self.lake.reference(self.branch)
+
+    def written(self) -> SnapshotInfo | None:
+        """The snapshot the write made on the branch, if it made one."""
+        state = self._state()
+        if state is None or self.branch is None or self.branch not in state.refs:
+            return None
+        snapshot = state.snapshots.get(state.refs[self.branch])
+        if snapshot is None or snapshot.snapshot_id == self.base:
+            return None
+        return snapshot
+
+    def publish(self) -> LakeHead:
+        """Move main to the branch, if main is still where the branch began; drop the branch."""
+        assert self.branch is not None
+        pause_point("mid-commit")
+        try:
+            self.spark.sql(
+                f"CALL {self.lake.catalog.name}.system.fast_forward(table => "
+                f"'{self.lake.procedure_table()}', branch => 'main', to => '{self.branch}')"
+            ).collect()
+        except Exception as exc:
+            self._settle(exc)
+        self.lake.commits.pop(self.txn, None)
+        self._drop_branch(self.branch)
+        return self._head()
+
+    def abandon(self) -> bool:
+        """Drop the run's branch, unless its commit may have landed; say whether it did."""
+        if self._unknown:
+            return False
+        if self.branch is not None:
+            self._drop_branch(self.branch)
+        return True
+
+    # -- a snapshot of the whole table -----------------------------------------------------
+
+    def replace(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
+        """The table made `frame`'s rows in one snapshot: created, or replaced in place (the
+        table keeps its identity and its older snapshots, readable as they were)."""
+        if self.facts.misplaced is not None:
+            self.lake.forget()  # the lake's own catalog only; elsewhere it refuses
+        self._replace_table(frame, settings, self.summary)
+        self.lake.commits.pop(self.txn, None)
+        return self._head()
+
+    def rewrite_types(self, frame: DataFrame, settings: TableSettings) -> None:
+        """Give columns types Iceberg can't change in place (a decimal's scale, an integer made
+        a decimal): the table replaced by its own rows, `frame`, cast, in the partitioning it
+        has. The snapshot carries the head's commit forward (it changes no row), and the run's
+        own snapshot follows from it."""
+        state = self._state()
+        head = state.snapshots.get(self.base) if state is not None and self.base else None
+        assert state is not None and head is not None
+        carried = {k: v for k, v in head.summary.items() if k.startswith(PREFIX) or k == RUN_ID}
+        kept = replace(settings, partitioning=state.partitioning)
+        self._replace_table(frame, kept, {**carried, REWRITE: "types"})
+        rewritten = self._state()
+        self.facts = replace(self.facts, head=head_of(rewritten) if rewritten else None)
+
+    def _replace_table(
+        self, frame: DataFrame, settings: TableSettings, summary: Mapping[str, str]
+    ) -> None:
+        lake, spark = self.lake, self.spark
+        namespace = ".".join(f"`{p}`" for p in [lake.catalog.name, *lake.namespace.split(".")])
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        state = self._state()
+        exists = state is not None
+        if exists and self._current(state) != self.base:
+            raise self._conflict(state)
+        view = f"ia_{self.txn}"
+        frame.createOrReplaceTempView(view)
+        verb = "CREATE OR REPLACE TABLE" if exists else "CREATE TABLE"
+        parts = settings.partitioning
+        partitioned = f" PARTITIONED BY ({', '.join(parts)})" if parts else ""
+        properties = ", ".join(f"'{k}'='{v}'" for k, v in settings.properties.items())
+        location = lake.uri if "://" in lake.uri else f"file:{lake.uri}"
+        try:
+            with self.summarized(summary):
+                pause_point("mid-commit")
+                spark.sql(
+                    f"{verb} {lake.reference()} USING iceberg{partitioned} LOCATION "
+                    f"'{location}' TBLPROPERTIES ({properties}) AS SELECT * FROM `{view}`"
+                )
+        except Exception as exc:
+            if "already exists" in str(exc) and not exists:
+                raise self._conflict(self._state()) from None
+            self._settle(exc)
+        finally:
+            spark.catalog.dropTempView(view)
+
+    # -- summaries, states, outcomes --------------------------------------------------------
+
+    @contextmanager
+    def summarized(self, summary: Mapping[str, str] | None = None) -> Iterator[None]:
+        """The run's summary (or `summary`) on every snapshot written meanwhile: Spark takes it
+        from the session's configuration, for SQL statements as for DataFrame writes."""
+        summary = self.summary if summary is None else summary
+        keys = [_SNAPSHOT_PROPERTY + key for key in summary]
+        for key, value in summary.items():
+            self.spark.conf.set(_SNAPSHOT_PROPERTY + key, value)
+        try:
+            yield
+        finally:
+            for key in keys:
+                self.spark.conf.unset(key)
+
+    def _state(self) -> TableState | None:
+        return self.lake.state()
+
+    @staticmethod
+    def _current(state: TableState | None) -> int | None:
+        return state.current_snapshot_id if state is not None else None
+
+    def _head(self) -> LakeHead:
+        """The head the run's commit made (another writer may have committed after it)."""
+        state = self._state()
+        head = made_by(state, self.txn) if state is not None else None
+        if state is None or head is None or head.snapshot_id is None:
+            raise self._conflict(state)
+        self.snapshot = state.snapshots[head.snapshot_id]
+        return head
+
+    def _settle(self, exc: Exception) -> None:
+        """After a commit raised: go on if it landed (only the answer was lost); fail as a
+        conflict if another writer moved main; as a commit whose outcome can't be told if the
+        catalog said so or can't be read; else with the cause, the commit surely not taken."""
+        try:
+            state = self._state()
+        except WriteError:
+            self._unknown = True
+            raise exc from None
+        if state is not None and landed(state, self.txn):
+            return
+        if self._current(state) != self.base or "not an ancestor" in str(exc):
+            self.abandon()
+            raise self._conflict(state) from None
+        if any(mark in str(exc) for mark in _UNKNOWN_OUTCOME):
+            self._unknown = True
+            raise exc
+        self.abandon()
+        raise exc
+
+    def _conflict(self, state: TableState | None) -> ConcurrentRunError:
+        snapshot = head_snapshot(state) if state is not None else None
+        head = head_of(state) if state is not None else None
+        if snapshot is None or head is None:
+            now = "no snapshot"
+        else:
+            now = f"snapshot {head.snapshot_id} (commit {head.txn}, batch {head.batch})"
+            writer = snapshot.summary.get(RUN_ID)
+            if writer:
+                now += f", made by Dagster run {writer}"
+        was = f"snapshot {self.base}" if self.base is not None else "no snapshot"
+        return ConcurrentRunError(
+            TableProblem(
+                self.lake.table_name,
+                f"another writer committed to the {self.lake.describe()} while this run was "
+                f"computing its commit against {was}: the table is now at {now}. Two runs of "
+                "the table overlapped (no lock keeps them apart on this storage), or another "
+                "engine wrote to it. This run's commit was refused, so nothing of it was "
+                "committed and the cursor did not move.",
+                fix="run again: the next run starts from what the other one recorded. To keep "
+                "runs of a table from overlapping, give each table's Dagster pool a limit of 1 "
+                "(the project's dagster.yaml does).",
+            )
+        )
+
+    def _drop_branch(self, branch: str) -> None:
+        with suppress(Exception):
+            self.spark.sql(f"ALTER TABLE {self.lake.reference()} DROP BRANCH IF EXISTS `{branch}`")
+
+    def _drop_orphan_branches(self) -> None:
+        state = self._state()
+        if state is None:
+            return
+        for branch, txn in our_branches(state).items():
+            if txn != self.txn and _age(txn) >= ORPHAN_AGE:
+                self._drop_branch(branch)
+
+
+def _age(txn: str) -> timedelta:
+    """How old a commit id is (it starts with its UTC time)."""
+    try:
+        started = datetime.strptime(txn[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return ORPHAN_AGE
+    return datetime.now(UTC) - started
+

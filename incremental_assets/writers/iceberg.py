@@ -1,0 +1,396 @@
+"""Writers for the Iceberg lake: Spark writes each run's rows into the table itself.
+
+    append, full_refresh   the run's rows are one batch (`_batch`), appended on the run's
+                           branch; a batch committed but never recorded is replaced by its
+                           rerun in the same snapshot; a run that replaces the table writes a
+                           snapshot of the whole table
+    merge                  each key's latest version in the delta (rows that clash, or have a
+                           NULL key, fail the run before anything is written), then one
+                           `MERGE INTO` on the run's branch: a version newer than the lake's (or
+                           as new: the delta wins a tie) replaces it, a delete column removes it,
+                           a reconciled key gone from the source is removed, and a version equal
+                           to the lake's changes nothing. Merge tables are merge-on-read: a run
+                           writes its new rows and delete files, not the files they touch.
+
+Whatever the mode, a run's commit goes through `lake/iceberg/commits.py`: a snapshot on the run's
+branch, then `main` moved to it if nothing else moved `main` meanwhile; or a snapshot replacing
+the whole table. Its summary carries the run's commit id, batch, cursor and records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
+from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.records import SnapshotInfo, summary_of
+from incremental_assets.lake.iceberg.table import IcebergLake
+from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
+from incremental_assets.writers.append import drop_loaded
+from incremental_assets.writers.base import (
+    BATCH_COLUMN,
+    ClashingVersions,
+    Staged,
+    WritePlan,
+    column_types,
+    conformed,
+    counted,
+    observed,
+)
+from incremental_assets.writers.buckets import choose_scheme, integer_key, key_changed
+from incremental_assets.writers.schema import ColumnHistory
+from incremental_assets.writers.versions import DELETED, GONE, latest_versions, with_key_count
+
+# What Spark's MERGE INTO counts, in the summary of the snapshot it makes.
+_MERGED = "spark.merge-into.num-target-rows-"
+# Without `buckets`, about a million rows a bucket; a smaller table isn't partitioned.
+_BUCKET_ROWS = 1_000_000
+# Key types Iceberg's `bucket` transform takes.
+_BUCKETABLE = (
+    T.IntegerType,
+    T.LongType,
+    T.DecimalType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+    T.StringType,
+    T.BinaryType,
+)
+
+
+def iceberg_lake(plan: WritePlan) -> IcebergLake:
+    assert isinstance(plan.lake, IcebergLake), plan.lake
+    return plan.lake
+
+
+class IcebergAppendWriter:
+    """Append and full_refresh tables: one batch per run."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self._commit: IcebergCommit | None = None
+        self._frame: DataFrame | None = None
+        self._observed: tuple[Observation, Observation] | None = None
+
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
+        """Write the batch on the run's branch (a replaced table: in its snapshot, at commit)."""
+        commit = _open(self.spark, plan, "batches", _column_records(plan))
+        self._commit = commit
+        frame, extracted = counted(conformed(delta, plan), "extracted")
+        if plan.boundary is not None and not plan.replace_all:
+            earlier = commit.base_frame().where(F.col(BATCH_COLUMN) < plan.batch)
+            frame = drop_loaded(frame, earlier, plan, lambda: _earliest_batch(earlier))
+        frame, written = counted(
+            frame.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")), "written"
+        )
+        self._frame, self._observed = frame, (extracted, written)
+        if plan.replace_all:
+            return Staged(rows_extracted=0, rows_written=0, subdir="")
+        _evolve(commit, plan, merge=False)
+        target = commit.begin()
+        with commit.summarized():
+            if plan.facts.head is not None and plan.facts.head.batch == plan.batch:
+                # The batch was committed by a run that died before recording it: replaced.
+                frame.writeTo(target).overwrite(F.col(BATCH_COLUMN) == plan.batch)
+            else:
+                frame.writeTo(target).append()
+        return self._staged()
+
+    def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
+        commit, frame = self._commit, self._frame
+        assert commit is not None and frame is not None
+        if plan.replace_all:
+            head = commit.replace(frame, _settings(plan, merge=False))
+            staged = self._staged()
+        else:
+            if commit.written() is None or (staged.rows_written == 0 and not _evolved(plan)):
+                commit.abandon()
+                return _nothing_written(staged)
+            head = commit.publish()
+        return WriteOutcome(
+            rows_extracted=staged.rows_extracted,
+            rows_written=staged.rows_written,
+            files_written=_files_added(commit.snapshot),
+            rows_rewritten=staged.rows_written,
+            merge=None,
+            columns=staged.columns,
+            head=head,
+        )
+
+    def _staged(self) -> Staged:
+        assert self._frame is not None and self._observed is not None
+        extracted, written = self._observed
+        return Staged(
+            rows_extracted=observed(extracted),
+            rows_written=observed(written),
+            subdir="",
+            columns=column_types(self._frame.schema),
+        )
+
+
+class IcebergMergeWriter:
+    """Merge tables: each key's latest version, merged into the table row by row."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self._commit: IcebergCommit | None = None
+        self._source: DataFrame | None = None
+        self._clashes = 0
+
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
+        """Each key's latest version, kept in Spark's storage (the source is read once, here):
+        rows, NULL keys and clashes are known before anything is written."""
+        commit = _open(self.spark, plan, "merge", {KEY: _key_record(plan)})
+        self._commit = commit
+        frame = conformed(delta, plan).withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint"))
+        winners, counts = latest_versions(frame, plan)
+        winners = winners.withColumn(GONE, F.lit(False))
+        if keys is not None and plan.reconcile:
+            winners = winners.unionByName(_gone_keys(commit, plan, keys, winners), True)
+        self._source = winners.localCheckpoint()
+        seen = counts.get
+        self._clashes = int(seen.get("clashes") or 0)
+        rows = int(seen.get("rows") or 0)
+        return Staged(
+            rows_extracted=rows,
+            rows_written=rows,
+            subdir="",
+            columns=column_types(frame.schema),
+            null_keys=int(seen.get("null_keys") or 0),
+        )
+
+    def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
+        commit, source = self._commit, self._source
+        assert commit is not None and source is not None
+        if self._clashes:
+            raise ClashingVersions(self._clashes)
+        if plan.replace_all or key_changed(plan):
+            return _replace_merged(commit, source, staged, plan)
+        _evolve(commit, plan, merge=True)
+        target = commit.begin()
+        view = f"ia_{plan.txn}_delta"
+        source.createOrReplaceTempView(view)
+        try:
+            with commit.summarized():
+                commit.spark.sql(_merge_sql(target, view, source.schema, plan))
+            snapshot = commit.written()
+            counts = _merge_counts(snapshot)
+            if snapshot is None or (counts == MergeCounts(0, 0, 0) and not _evolved(plan)):
+                commit.abandon()
+                return _nothing_written(staged, MergeCounts(0, 0, 0))
+            duplicates = _duplicates_among(commit.spark.table(target), source, plan)
+            head = commit.publish()
+        finally:
+            commit.spark.catalog.dropTempView(view)
+        return WriteOutcome(
+            rows_extracted=staged.rows_extracted,
+            rows_written=counts.inserted + counts.updated,
+            files_written=_files_added(commit.snapshot),
+            rows_rewritten=int(snapshot.summary.get("added-records", 0)),
+            merge=counts,
+            columns=staged.columns,
+            path=MergePath(
+                strategy=_strategy(commit),
+                buckets_touched=_int(snapshot.summary.get("changed-partition-count")),
+                buckets_held=None,
+            ),
+            head=head,
+            duplicate_keys=duplicates,
+        )
+
+
+def _replace_merged(
+    commit: IcebergCommit, source: DataFrame, staged: Staged, plan: WritePlan
+) -> WriteOutcome:
+    """The table replaced by the latest version of every key: the delta's, for a full refresh;
+    the lake's rows' and the delta's, matched again, when the key changed."""
+    rows = source.where(~F.col(DELETED) & ~F.col(GONE)).drop(DELETED, GONE)
+    if not plan.replace_all:
+        merged, _ = latest_versions(rows, plan, conformed(commit.base_frame(), plan))
+        rows = merged.where(~F.col(DELETED)).drop(DELETED)
+    rows, key_counts = with_key_count(rows, plan)
+    key = F.col(f"`{plan.row_key[0]}`")
+    measures = [F.count(F.lit(1)).alias("rows")]
+    if integer_key(rows, plan):
+        measures += [F.min(key).alias("low"), F.max(key).alias("high")]
+    observation = Observation("replaced")
+    rows = rows.observe(observation, *measures).localCheckpoint()
+    seen = observation.get
+    written = int(seen.get("rows") or 0)
+    partitioning = _partitioning(plan, rows, written, seen.get("low"), seen.get("high"))
+    head = commit.replace(rows, _settings(plan, True, partitioning))
+    return WriteOutcome(
+        rows_extracted=staged.rows_extracted,
+        rows_written=written,
+        files_written=_files_added(commit.snapshot),
+        rows_rewritten=written,
+        merge=MergeCounts(written, 0, 0) if plan.replace_all else _merge_counts(None),
+        columns=staged.columns,
+        path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
+        head=head,
+        duplicate_keys=observed(key_counts, "duplicate_keys"),
+    )
+
+
+def _open(spark: SparkSession, plan: WritePlan, layout: Layout, records: dict[str, Any]) -> IcebergCommit:
+    """The run's commit, its summary carrying the records as the commit leaves them."""
+    lake = iceberg_lake(plan)
+    kept: dict[str, Any] = {}
+    if not plan.replace_all:
+        kept = {KEY: plan.facts.key, COLUMNS: plan.facts.columns}
+        if plan.facts.replaced_batch is not None:
+            kept[SNAPSHOT] = {"batch": plan.facts.replaced_batch}
+    else:
+        kept[SNAPSHOT] = {"batch": plan.batch, "txn": plan.txn}
+    summary = summary_of(
+        txn=plan.txn,
+        batch=plan.batch,
+        cursor=plan.cursor,
+        layout=layout,
+        records={**kept, **records},
+        run_id=plan.run_id,
+    )
+    return IcebergCommit.open(lake, spark, plan.facts, plan.txn, summary)
+
+
+def _column_records(plan: WritePlan) -> dict[str, Any]:
+    """The append table's column history after this batch (`writers/append.py`)."""
+    if plan.schema is None:
+        return {}
+    history = ColumnHistory() if plan.replace_all else ColumnHistory.from_record(plan.facts.columns)
+    return {COLUMNS: history.after(plan.schema, plan.batch).to_record()}
+
+
+def _key_record(plan: WritePlan) -> dict[str, Any]:
+    return {"columns": list(plan.row_key), "weighed_by": dict(plan.weighed_by)}
+
+
+def _evolve(commit: IcebergCommit, plan: WritePlan, merge: bool) -> None:
+    """The table's columns made the run's: in place where Iceberg can; else the table is
+    replaced by its own rows cast to the new types, before the run's own snapshot."""
+    if plan.schema is None or plan.schema.lake is None or not _evolved(plan):
+        return
+    lake = T.StructType([f for f in plan.schema.lake.fields if not f.name.startswith("_")])
+    if not commit.evolve(lake, plan.schema.target):
+        commit.rewrite_types(conformed(commit.base_frame(), plan), _settings(plan, merge))
+
+
+def _evolved(plan: WritePlan) -> bool:
+    return plan.schema is not None and plan.schema.rewrites_lake
+
+
+def _settings(plan: WritePlan, merge: bool, partitioning: tuple[str, ...] = ()) -> TableSettings:
+    return TableSettings.of(plan.compression, merge, partitioning)
+
+
+def _partitioning(
+    plan: WritePlan, rows: DataFrame, count: int, low: object, high: object
+) -> tuple[str, ...]:
+    """The partition spec of a merge table: ranges of a single integer key, so that a clustered
+    delta touches few files, else buckets of its first column (none for a small table, or a key
+    Iceberg can't bucket)."""
+    first = plan.row_key[0]
+    if isinstance(low, int) and isinstance(high, int):
+        width = choose_scheme(plan, count, low, high).size
+        return (f"truncate({width}, `{first}`)",)
+    buckets = plan.buckets or count // _BUCKET_ROWS
+    if buckets <= 1 or not isinstance(rows.schema[first].dataType, _BUCKETABLE):
+        return ()
+    return (f"bucket({buckets}, `{first}`)",)
+
+
+def _gone_keys(
+    commit: IcebergCommit, plan: WritePlan, keys: DataFrame, winners: DataFrame
+) -> DataFrame:
+    """The lake's keys the source no longer has (nor the delta), flagged `GONE`."""
+    key = list(plan.row_key)
+    in_lake = commit.base_frame().select(*key)
+    gone = in_lake.join(keys.select(*key), key, "left_anti").join(
+        winners.select(*key), key, "left_anti"
+    )
+    return gone.distinct().withColumn(GONE, F.lit(True)).withColumn(DELETED, F.lit(False))
+
+
+def _merge_sql(target: str, view: str, schema: T.StructType, plan: WritePlan) -> str:
+    """The MERGE INTO that applies each key's latest version to the table."""
+    fields = [f for f in schema.fields if f.name not in (DELETED, GONE)]
+    data = [f.name for f in fields]
+    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in plan.row_key)
+    newer = "TRUE"
+    if plan.cursor_column and not plan.delta_beats_lake:
+        c = f"`{plan.cursor_column}`"
+        newer = f"(t.{c} IS NULL OR s.{c} >= t.{c})"
+    same = " AND ".join(_same(f) for f in fields if f.name != BATCH_COLUMN) or "TRUE"
+    sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in data)
+    names = ", ".join(f"`{c}`" for c in data)
+    values = ", ".join(f"s.`{c}`" for c in data)
+    return (
+        f"MERGE INTO {target} t USING `{view}` s ON {on} "
+        f"WHEN MATCHED AND s.`{GONE}` THEN DELETE "
+        f"WHEN MATCHED AND s.`{DELETED}` AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND NOT s.`{DELETED}` AND NOT s.`{GONE}` AND {newer} AND NOT ({same}) "
+        f"THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED AND NOT s.`{DELETED}` AND NOT s.`{GONE}` THEN INSERT ({names}) "
+        f"VALUES ({values})"
+    )
+
+
+def _same(field: T.StructField) -> str:
+    """The lake's value of a column equal to the delta's, NULL equal to NULL (maps, which Spark
+    can't compare, by their JSON)."""
+    if isinstance(field.dataType, T.MapType):
+        return f"to_json(t.`{field.name}`) <=> to_json(s.`{field.name}`)"
+    return f"t.`{field.name}` <=> s.`{field.name}`"
+
+
+def _merge_counts(snapshot: SnapshotInfo | None) -> MergeCounts:
+    summary = snapshot.summary if snapshot is not None else {}
+    return MergeCounts(
+        inserted=int(summary.get(_MERGED + "inserted", 0)),
+        updated=int(summary.get(_MERGED + "updated", 0)),
+        deleted=int(summary.get(_MERGED + "deleted", 0)),
+    )
+
+
+def _duplicates_among(table: DataFrame, source: DataFrame, plan: WritePlan) -> int:
+    """Keys the run touched that the table (its branch, before main moves) holds twice."""
+    key = list(plan.row_key)
+    touched = source.select(*key).distinct()
+    rows = table.join(touched, key, "left_semi")
+    return rows.groupBy(*key).count().where(F.col("count") > 1).count()
+
+
+def _strategy(commit: IcebergCommit) -> MergeStrategy:
+    state = commit.lake.state()
+    mode = state.properties.get("write.merge.mode") if state is not None else None
+    return "copy on write" if mode == "copy-on-write" else "merge on read"
+
+
+def _earliest_batch(earlier: DataFrame) -> int:
+    row = earlier.agg(F.min(F.col(BATCH_COLUMN))).first()
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def _files_added(snapshot: SnapshotInfo | None) -> int:
+    summary = snapshot.summary if snapshot is not None else {}
+    return int(summary.get("added-data-files", 0)) + int(summary.get("added-delete-files", 0))
+
+
+def _int(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+def _nothing_written(staged: Staged, merge: MergeCounts | None = None) -> WriteOutcome:
+    return WriteOutcome(
+        rows_extracted=staged.rows_extracted,
+        rows_written=0,
+        files_written=0,
+        rows_rewritten=0,
+        merge=merge,
+        columns=staged.columns,
+    )
+
