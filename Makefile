@@ -7,9 +7,12 @@ HOME_DIR := $(CURDIR)/.dagster_home
 # `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
 DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
-.PHONY: install demo ui test lint clean system java bench soak
+.PHONY: install demo ui test lint clean system java maven bench soak
 
-install: $(STAMP)
+# The Python packages, then the jars Spark sessions get (Iceberg's runtime, the JDBC drivers),
+# fetched through Maven into the jar folder (`incremental-assets jars path`) unless already there.
+install: $(STAMP) maven
+	$(BIN)/incremental-assets jars fetch --all
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,20 +54,25 @@ soak: install java
 	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) $(if $(DATABASE),--database $(DATABASE)) $(if $(FORMAT),--format $(FORMAT)) --steps $(or $(STEPS),500)
 
 # What the tests need from the system: PostgreSQL's and MariaDB's binaries (the suite starts its own
-# servers), MariaDB Connector/J from Debian (Maven Central is not reachable here) and
-# Debian's chromium for the UI test (Playwright can't download its own browser here). Installed
-# with apt when running as root; otherwise the message says what to install.
+# servers), Maven (which fetches the jars) and Debian's chromium for the UI test (Playwright can't
+# download its own browser here). Installed with apt when running as root; otherwise the message
+# says what to install.
 java:
 	@command -v java >/dev/null || { echo "Spark needs Java 17 (or 21) on PATH: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
 
 APT_INSTALL = apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
-system: java
+maven:
+	@command -v mvn >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) maven; \
+	  else echo "the jars are fetched with Maven (mvn): sudo apt-get install maven" >&2; exit 1; fi; }
+
+system: java maven
 	@[ -n "$$INCREMENTAL_ASSETS_TEST_PG" ] || command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) postgresql; \
 	  else echo "make test needs PostgreSQL's binaries: sudo apt-get install postgresql (or set INCREMENTAL_ASSETS_TEST_PG)" >&2; exit 1; fi; }
-	@[ -f /usr/share/java/mariadb-java-client.jar ] && { [ -n "$$INCREMENTAL_ASSETS_TEST_MYSQL" ] || [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null; } || { \
-	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) mariadb-server libmariadb-java; \
-	  else echo "make test needs MariaDB and its JDBC driver: sudo apt-get install mariadb-server libmariadb-java (or set INCREMENTAL_ASSETS_TEST_MYSQL)" >&2; exit 1; fi; }
+	@[ -n "$$INCREMENTAL_ASSETS_TEST_MYSQL" ] || [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) mariadb-server; \
+	  else echo "make test needs MariaDB's binaries: sudo apt-get install mariadb-server (or set INCREMENTAL_ASSETS_TEST_MYSQL)" >&2; exit 1; fi; }
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then $(APT_INSTALL) chromium; \
 	  else echo "make test needs Debian's chromium for the UI test: sudo apt-get install chromium" >&2; exit 1; fi; }

@@ -3,7 +3,7 @@
 The same `orders` table as PostgreSQL's (bench/data.py), in a database `bench` on a MariaDB
 server the harness starts (incremental_assets_tests/support/mariadb.py: Debian's mariadb-server on a free
 loopback port), or INCREMENTAL_ASSETS_TEST_MYSQL names one. Ours reads it over JDBC (MariaDB
-Connector/J from /usr/share/java, via `spark.jars`, a `jdbc:mysql://` URL); ConnectorX reads it
+Connector/J from the jar folder, a `jdbc:mysql://` URL); ConnectorX reads it
 into Arrow with two partitions on the id for a full load and writes one zstd Parquet file; dlt runs
 `sql_table` over PyMySQL. Each engine runs in a worker process of its own (bench/worker.py), timed
 from its side, with the MariaDB server's CPU counted as PostgreSQL's is.
@@ -23,7 +23,6 @@ from typing import Any
 from bench.data import SCHEMA
 
 ENGINES = ("ours", "connectorx", "dlt")
-MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
 
 CREATE = f"""
 CREATE TABLE {SCHEMA}.orders (
@@ -115,13 +114,10 @@ def run_mysql(
             (version,) = cursor.fetchone()
         url = f"mysql://{server.user}:{server.password}@{server.host}:{server.port}/{SCHEMA}"
         jdbc = {"url": server.jdbc_url(SCHEMA), "user": server.user, "password": server.password}
-        settings = {"spark_conf": {"spark.jars": MARIADB_JAR}}
         pid = server_pid(conn)
         workers = {}
-        for name in engines:
-            workers[name] = worker(
-                name, workdir, url, pid, jdbc, settings if name == "ours" else None
-            )
+        for name in engines:  # ours: the jdbc:mysql source gives the sessions MariaDB's driver
+            workers[name] = worker(name, workdir, url, pid, jdbc, None)
             stack.callback(workers[name].close)
 
         def step(scenario: str, op: str, since: str) -> None:

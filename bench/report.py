@@ -271,7 +271,7 @@ def _mysql_section(meta: dict[str, Any], mysql: list[dict[str, Any]]) -> list[st
         "(incremental_assets_tests/support/mariadb.py, 2 GB buffer pool). "
         f"{rows:,} rows, not {meta['rows']:,}: loading MariaDB and dlt's PyMySQL read are slow "
         "enough here that the larger size would not fit the run's time. "
-        "Ours reads over JDBC (MariaDB Connector/J from Debian, `spark.jars`, a `jdbc:mysql://` URL); "
+        "Ours reads over JDBC (MariaDB Connector/J in `spark.jars`, a `jdbc:mysql://` URL); "
         "ConnectorX reads into Arrow (two partitions on the id for the full load) and writes one "
         "zstd Parquet file; dlt is `sql_table` over PyMySQL (pyarrow backend, Parquet). "
         f"Medians of {meta['repeats']} runs; the same method as the in-process tables below, with "

@@ -1,8 +1,9 @@
 """A warm Spark engine on this machine: a Spark Connect server that runs share.
 
 `incremental-assets engine start|stop|status` manage it from the pyspark distribution. It takes
-its master, configuration and JDBC drivers from the project's `spark:` section, and keeps its
-state (pid, port, log) under `$DAGSTER_HOME/incremental_assets/engine/`. Runs of a project with
+its master, configuration and jars (Iceberg's runtime, the JDBC drivers) from the project's
+`spark:` section, and keeps its state (pid, port, log) under
+`$DAGSTER_HOME/incremental_assets/engine/`. Runs of a project with
 `spark: {engine: shared}` connect to it when it is up, and start a session of their own when it
 is not; every run says which in its log and its metadata (`spark`).
 """
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +25,10 @@ import pyspark
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.errors import EngineError
+from incremental_assets.jvm import check_before_session
 
 SPARK_HOME = Path(pyspark.__file__).parent
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _STATE = "engine.json"
 _LOG = "engine.log"
 
@@ -63,6 +67,7 @@ def start_engine(
     running = running_engine(dagster_home)
     if running is not None:
         return running
+    check_before_session(spark.conf)
     folder = engine_folder(dagster_home)
     folder.mkdir(parents=True, exist_ok=True)
     port, log = _free_port(), folder / _LOG
@@ -71,6 +76,7 @@ def start_engine(
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOG_DIR": str(folder),
         "SPARK_PID_DIR": str(folder),
+        "SPARK_CONNECT_MODE": "0",
     }
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -109,18 +115,21 @@ def stop_engine(dagster_home: str | os.PathLike[str]) -> EngineState | None:
 
 
 def _command(spark: SparkSpec, port: int) -> list[str]:
-    command = [
-        str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
-        "--wait",
-        "--master",
-        spark.master,
-    ]
     conf = {
         **spark.conf,
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.app.name": f"{spark.app_name} (shared engine)",
     }
+    return connect_server_command(spark.master, conf)
+
+
+def connect_server_command(master: str, conf: Mapping[str, str]) -> list[str]:
+    """The Spark Connect server of the pyspark distribution, in the foreground: what
+    `sbin/start-connect-server.sh --wait` runs (pyspark 4.1's wheel ships the server, not the
+    script). Run it with SPARK_CONNECT_MODE=0."""
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER]
+    command += ["--master", master]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     return command

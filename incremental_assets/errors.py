@@ -88,7 +88,8 @@ class ConcurrentRunError(WriteError):
 
 
 class EngineError(IncrementalAssetsError):
-    """The shared Spark engine (a Spark Connect server) can't be started, or stopped answering."""
+    """Spark can't start here (a pyspark its jars don't run on, a jar missing or not fetched), or
+    the shared engine (a Spark Connect server) can't be started or stopped answering."""
 
 
 class InstanceError(IncrementalAssetsError):

@@ -12,7 +12,7 @@ import os
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.engine import running_engine
+from incremental_assets.jvm import check_before_session
 
 # Defaults that make the lake exact and quiet; the `spark.conf` section overrides any of them.
 SPARK_DEFAULTS = {
@@ -73,7 +74,7 @@ class IncrementalSparkResource(LazyPySparkResource):
 
     spark_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Spark configuration: spark.master, spark.jars.packages, ...",
+        description="Spark configuration: spark.master, spark.jars, ...",
     )
     remote: str | None = Field(
         default=None,
@@ -130,6 +131,7 @@ class IncrementalSparkResource(LazyPySparkResource):
         return self._start_local()
 
     def _start_local(self) -> SparkSession:
+        check_before_session(self.spark_config)
         self._owns_session = SparkSession.getActiveSession() is None
         builder = SparkSession.builder
         for key, value in with_quiet_log(self.spark_config).items():
@@ -143,12 +145,14 @@ class IncrementalSparkResource(LazyPySparkResource):
         # Imported here: the Connect client loads pandas, most of a second of every process's
         # start, and only Connect sessions need it.
         from pyspark.sql.connect.client.retries import DefaultPolicy
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        session.client.set_retry_policies(
+        cast(ConnectSession, session).client.set_retry_policies(
             [DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)]
         )
         for key, value in self.spark_config.items():
-            if key.startswith("spark.sql."):
+            # Static ones (spark.sql.extensions) can't change in a session; the server has them.
+            if key.startswith("spark.sql.") and session.conf.isModifiable(key):
                 session.conf.set(key, str(value))
         return session
 

@@ -8,9 +8,11 @@
     incremental-assets backfill TABLE --from VALUE --to VALUE
     incremental-assets engine start|stop|status
     incremental-assets lake convert TABLE --reason TEXT
+    incremental-assets jars fetch [--all] | jars path
 
 Every command reads the same configuration as Dagster (`--config`, $INCREMENTAL_ASSETS_CONFIG or
-./incremental_assets.yaml) and the instance in $DAGSTER_HOME. Errors print one message, no
+./incremental_assets.yaml) and the instance in $DAGSTER_HOME (`jars` needs no instance, and
+`jars fetch --all` and `jars path` no configuration). Errors print one message, no
 traceback, and exit with status 1. The commands are thin: the work is done by the same modules
 the assets use.
 """
@@ -21,7 +23,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from incremental_assets.cli import cursors, engine, lake, runs, status
+from incremental_assets.cli import cursors, engine, jars, lake, runs, status
 from incremental_assets.errors import IncrementalAssetsError
 
 
@@ -105,4 +107,13 @@ def _parser() -> argparse.ArgumentParser:
         ("status", engine.status, "say whether it is up, where, and since when"),
     ):
         machine.add_parser(action, help=text).set_defaults(handler=handler)
+    jvm = commands.add_parser(
+        "jars", help="the jars Spark sessions get (Iceberg, JDBC drivers), fetched through Maven"
+    ).add_subparsers(dest="action", required=True)
+    fetching = jvm.add_parser("fetch", help="fetch the jars the project needs into the jar folder")
+    fetching.add_argument(
+        "--all", action="store_true", help="every jar, whatever the configuration needs"
+    )
+    fetching.set_defaults(handler=jars.fetch)
+    jvm.add_parser("path", help="print the jar folder").set_defaults(handler=jars.path)
     return parser

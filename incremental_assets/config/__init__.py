@@ -5,7 +5,7 @@ env.py       `${VAR}` substitution
 shorthand.py LakeXpress's one-line table entries
 problems.py  pydantic's errors in the configuration's own words
 models.py    the frozen models the rest of the package works with
-sources.py   the source models: a JDBC database or a folder of files, and their drivers
+sources.py   the source models: a JDBC database or a folder of files, and their driver classes
 fields.py    the frozen base model and the value types that parse themselves
 rules.py     the rules a table's settings follow together, at load and at run time
 durations.py `30s`, `5m`, `2h`
@@ -29,8 +29,6 @@ from incremental_assets.config.models import (
 )
 from incremental_assets.config.shorthand import expand_shorthand
 from incremental_assets.config.sources import (
-    POSTGRES_EXCLUDES,
-    POSTGRES_PACKAGE,
     FilesSourceSpec,
     JdbcSourceSpec,
     SourceSpec,
@@ -38,8 +36,6 @@ from incremental_assets.config.sources import (
 
 __all__ = [
     "CONFIG_ENV",
-    "POSTGRES_EXCLUDES",
-    "POSTGRES_PACKAGE",
     "CursorSpec",
     "FilesSourceSpec",
     "JdbcSourceSpec",

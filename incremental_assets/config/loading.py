@@ -8,6 +8,7 @@ place (a table, a source, `lake`), and reported at once in one `ConfigError`.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from incremental_assets.config.shorthand import expand_shorthand, table_place
 from incremental_assets.config.sources import FilesSourceSpec, JdbcSourceSpec, SourceSpec
 from incremental_assets.cursor import parse_decimal
 from incremental_assets.errors import ConfigError, Problem
+from incremental_assets.jvm import Jar, jars_needed
 
 CONFIG_ENV = "INCREMENTAL_ASSETS_CONFIG"
 DEFAULT_CONFIG = "incremental_assets.yaml"
@@ -96,19 +98,23 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
     context["key_prefix"] = tuple([prefix] if isinstance(prefix, str) else prefix or [])
     sources = _validated_sources(raw.get("sources"), problems, context)
     context["sources"] = sources
-    context["drivers"] = [
-        s.driver_package
-        for s in sources.values()
-        if isinstance(s, JdbcSourceSpec) and s.driver_package is not None
-    ]
+    lake_problems: list[Problem] = []
+    lake = _required(LakeSpec, raw.get("lake"), "lake", lake_problems, context)
+    context["jars"] = _jars(sources.values(), lake)
     spark = _validated(SparkSpec, raw.get("spark") or {}, "spark", problems, context)
-    lake = _required(LakeSpec, raw.get("lake"), "lake", problems, context)
+    problems += lake_problems
     tables = _validated_tables(raw.get("tables"), raw.get("sources"), problems, context)
     if problems or spark is None or lake is None:
         return None
     return Project(
         path=str(file), spark=spark, lake=lake, tables=tuple(tables), translator=found.translator
     )
+
+
+def _jars(sources: Iterable[SourceSpec], lake: LakeSpec | None) -> tuple[Jar, ...]:
+    """The jars the project's Spark sessions need, for its sources and its lake."""
+    kinds = [s.kind for s in sources if isinstance(s, JdbcSourceSpec) and s.default_driver]
+    return jars_needed(kinds, lake.path if lake else "", lake.catalog if lake else {})
 
 
 def _validated(

@@ -4,8 +4,9 @@ What the YAML says is validated and resolved in one step, so the rest of the pac
 these models directly: durations are `timedelta`s, paths are absolute, a table's `source` is the
 source's model, literals stay literals. The loader (`loading.py`) passes what a model can't know
 on its own through the validation context: the configuration file's folder (`base`), the
-validated sources (`sources`), the project's `key_prefix`, and the JDBC drivers the sources need
-(`drivers`). Rules that need the cursor's type live in `rules.py`.
+validated sources (`sources`), the project's `key_prefix`, and the jars the project's Spark
+sessions need (`jars`, from `jvm.jars_needed`). Rules that need the cursor's type live in
+`rules.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,12 +27,10 @@ from pydantic import (
 
 from incremental_assets.config.durations import DURATION
 from incremental_assets.config.fields import Cron, Duration, FrozenModel, OptionText, absolute, cron
-from incremental_assets.config.sources import (
-    POSTGRES_EXCLUDES,
-    SourceSpec,
-)
+from incremental_assets.config.sources import SourceSpec
 from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_decimal
 from incremental_assets.errors import CursorError
+from incremental_assets.jvm import jars_needed, listed, with_jars
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -48,17 +46,18 @@ class SparkSpec(FrozenModel):
     app_name: str = Field("incremental_assets", description="spark.app.name")
     conf: dict[str, OptionText] = Field(
         default_factory=dict,
-        description="Spark configuration, passed as is; the drivers in `packages` are added.",
+        description="Spark configuration, passed as is; the project's jars, `packages` and "
+        "Iceberg's SQL extensions are added.",
     )
     packages: tuple[str, ...] = Field(
         (),
-        description="Maven coordinates for spark.jars.packages (JDBC drivers). The default "
-        "driver of each JDBC source's database is added unless `jars` holds it.",
+        description="Maven coordinates for spark.jars.packages, resolved by Spark (Ivy) from "
+        "Maven Central. The project's own jars (Iceberg, the JDBC drivers) are not needed here.",
     )
     jars: tuple[str, ...] = Field(
         (),
-        description="Jar files for spark.jars, e.g. a JDBC driver where Maven Central can't be "
-        "reached (/usr/share/java/mariadb-java-client.jar).",
+        description="Jar files for spark.jars, beside the ones the project gets from "
+        "`incremental-assets jars fetch`.",
     )
     remote: str | None = Field(
         None,
@@ -80,37 +79,25 @@ class SparkSpec(FrozenModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _with_drivers(cls, data: Any, info: ValidationInfo) -> Any:
-        """Add the sources' JDBC drivers to `packages`, and `packages` and `jars` to `conf`."""
+    def _with_jars(cls, data: Any, info: ValidationInfo) -> Any:
+        """`packages` and `jars` in `conf`, with the project's jars and Iceberg's extensions
+        (`jvm.with_jars`): the jars the loader found the project needs (context `jars`), else
+        the ones every project needs."""
         if not isinstance(data, Mapping) or not isinstance(data.get("conf", {}), Mapping):
             return data
         conf = dict(data.get("conf") or {})
-        jars = [*(data.get("jars") or []), *_listed(conf.get("spark.jars"))]
+        jars = [*(data.get("jars") or []), *listed(conf.get("spark.jars"))]
         packages = list(
-            dict.fromkeys(
-                [*(data.get("packages") or []), *_listed(conf.get("spark.jars.packages"))]
-            )
+            dict.fromkeys([*(data.get("packages") or []), *listed(conf.get("spark.jars.packages"))])
         )
-        for driver in (info.context or {}).get("drivers", ()):
-            group, artifact = driver.split(":")[:2]
-            in_jars = any(Path(str(j)).name.startswith(artifact) for j in jars)
-            in_packages = any(str(p).split(":")[:2] == [group, artifact] for p in packages)
-            if not in_jars and not in_packages:
-                packages.append(driver)
         if packages:
             conf["spark.jars.packages"] = ",".join(map(str, packages))
         if jars:
             conf["spark.jars"] = ",".join(dict.fromkeys(map(str, jars)))
-        if any(str(p).startswith("org.postgresql:") for p in packages):
-            excludes = _listed(conf.get("spark.jars.excludes"))
-            conf["spark.jars.excludes"] = ",".join(dict.fromkeys([*excludes, POSTGRES_EXCLUDES]))
+        needed = (info.context or {}).get("jars")
+        conf = with_jars(conf, jars_needed((), "", {}) if needed is None else needed)
         conf.setdefault("spark.sql.session.timeZone", "UTC")
         return {**data, "packages": packages, "conf": conf}
-
-
-def _listed(value: object) -> list[str]:
-    """A comma-separated Spark setting as a list."""
-    return [item for item in str(value or "").split(",") if item]
 
 
 class LakeSpec(FrozenModel):

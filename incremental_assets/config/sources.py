@@ -1,7 +1,7 @@
 """The sources: a JDBC database (PostgreSQL, MySQL, MariaDB) or a folder of files.
 
-A database source knows its kind from its URL, and the driver class and Maven package that kind
-needs unless the user names a driver of their own.
+A database source knows its kind from its URL, and the driver class that kind needs unless the
+user names a driver of their own (the driver's jar is `jvm.SOURCE_DRIVERS[kind]`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from incremental_assets.config.fields import FrozenModel, OptionText, absolute
 
-POSTGRES_PACKAGE = "org.postgresql:postgresql:42.7.13"
-# pgjdbc's optional checker-qual dependency is not in every offline Maven cache.
-POSTGRES_EXCLUDES = "org.checkerframework:checker-qual"
-MARIADB_PACKAGE = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
-# Each source database: its URL prefixes, its default driver class and that driver's package.
+# Each source database: its URL prefixes and its default driver class.
 _DATABASES = {
-    "postgres": (("jdbc:postgresql:",), "org.postgresql.Driver", POSTGRES_PACKAGE),
-    "mysql": (("jdbc:mysql:", "jdbc:mariadb:"), "org.mariadb.jdbc.Driver", MARIADB_PACKAGE),
+    "postgres": (("jdbc:postgresql:",), "org.postgresql.Driver"),
+    "mysql": (("jdbc:mysql:", "jdbc:mariadb:"), "org.mariadb.jdbc.Driver"),
 }
 
 
@@ -42,7 +38,7 @@ class JdbcSourceSpec(FrozenModel):
     @field_validator("url")
     @classmethod
     def _known_database(cls, url: str) -> str:
-        prefixes = [p for prefixes, _, _ in _DATABASES.values() for p in prefixes]
+        prefixes = [p for prefixes, _ in _DATABASES.values() for p in prefixes]
         if not url.startswith(tuple(prefixes)):
             raise ValueError(
                 f"'{url}' is not a JDBC URL of a database this version reads: PostgreSQL "
@@ -60,15 +56,12 @@ class JdbcSourceSpec(FrozenModel):
     @property
     def kind(self) -> str:
         """Which database: `postgres` or `mysql` (MySQL and MariaDB)."""
-        return next(
-            k for k, (prefixes, _, _) in _DATABASES.items() if self.url.startswith(prefixes)
-        )
+        return next(k for k, (prefixes, _) in _DATABASES.items() if self.url.startswith(prefixes))
 
     @property
-    def driver_package(self) -> str | None:
-        """The Maven coordinates of the default driver, or None for a driver of the user's own."""
-        _, driver, package = _DATABASES[self.kind]
-        return package if self.driver == driver else None
+    def default_driver(self) -> bool:
+        """Whether the source uses its database's default driver (whose jar the sessions get)."""
+        return self.driver == _DATABASES[self.kind][1]
 
     def redacted_url(self) -> str:
         return self.url.split("?", 1)[0]

@@ -12,8 +12,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from incremental_assets_tests.support.mariadb import MARIADB_JAR
-from incremental_assets_tests.support.spark import TEST_SPARK_CONF
+from incremental_assets_tests.support.spark import TEST_SPARK_SETTINGS
 
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 
@@ -73,10 +72,7 @@ def write_cli_config(
 ) -> Path:
     """A config for runs in a subprocess: a small local Spark or a Connect server; the lake in
     `directory`, plain Parquet unless `lake` names another `format`."""
-    conf = {k: v for k, v in TEST_SPARK_CONF.items() if not k.startswith("spark.jars")}
-    spark: dict[str, Any] = {"master": "local[2]", "conf": conf}
-    if any("jdbc:mysql:" in str(s.get("url")) for s in sources.values()):
-        spark["jars"] = [MARIADB_JAR]
+    spark: dict[str, Any] = {"master": "local[2]", "conf": dict(TEST_SPARK_SETTINGS)}
     if remote:
         spark = {"remote": remote, "conf": {"spark.sql.shuffle.partitions": "2"}}
     config = {

@@ -26,11 +26,12 @@ from urllib.parse import urlparse
 
 import pymysql
 
+from incremental_assets import jvm
 from incremental_assets_tests.support.postgres import free_port
 
 EXTERNAL_ENV = "INCREMENTAL_ASSETS_TEST_MYSQL"
-# Debian's libmariadb-java (MariaDB Connector/J); Maven Central isn't reachable everywhere.
-MARIADB_JAR = "/usr/share/java/mariadb-java-client.jar"
+# MariaDB Connector/J in the jar folder (`incremental-assets jars fetch`).
+MARIADB_JAR = str(jvm.jar_path(jvm.MARIADB_JDBC))
 USER = "test"
 PASSWORD = "test-password"
 _SERVER_USER = "mysql"

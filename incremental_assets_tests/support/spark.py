@@ -19,21 +19,23 @@ from typing import Any
 
 import pyspark
 
-from incremental_assets.config import POSTGRES_EXCLUDES, POSTGRES_PACKAGE
-from incremental_assets_tests.support.mariadb import MARIADB_JAR
+from incremental_assets import jvm
+from incremental_assets.engine import connect_server_command
 from incremental_assets_tests.support.postgres import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
-TEST_SPARK_CONF = {
-    "spark.jars.packages": POSTGRES_PACKAGE,
-    "spark.jars.excludes": POSTGRES_EXCLUDES,
-    "spark.jars": MARIADB_JAR,
+# The jars of every project (Iceberg's runtime, SQLite's driver) and both sources' drivers, as
+# paths in the jar folder (`make install` fetches them), with Iceberg's SQL extensions.
+TEST_JVM_CONF = jvm.with_jars({}, jvm.jars_needed(jvm.SOURCE_DRIVERS, "", {}))
+# A small Spark; what a test project's `spark.conf` holds (its jars come from its sources).
+TEST_SPARK_SETTINGS = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
 }
+TEST_SPARK_CONF = {**TEST_JVM_CONF, **TEST_SPARK_SETTINGS}
 
 # The test JVMs live seconds to minutes and run tiny jobs: on two cores, C2's compiler threads
 # cost them more than they return, and the serial collector is enough for a 1 GB heap. Every JVM
@@ -86,30 +88,19 @@ def _env(logs: Path) -> dict[str, str]:
 
 @contextmanager
 def connect_server() -> Iterator[str]:
-    """`sbin/start-connect-server.sh --wait`, with the PostgreSQL and MariaDB drivers, on a free port."""
+    """The shared engine's Spark Connect server, with the tests' jars (`TEST_JVM_CONF`), on a free
+    port."""
     with tempfile.TemporaryDirectory(prefix="ia-connect-") as directory:
         port, logs = free_port(), Path(directory)
-        command = [
-            str(SPARK_HOME / "sbin" / "start-connect-server.sh"),
-            "--wait",
-            "--master",
-            "local[2]",
-            "--packages",
-            POSTGRES_PACKAGE,
-            "--jars",
-            MARIADB_JAR,
-            "--conf",
-            f"spark.jars.excludes={POSTGRES_EXCLUDES}",
-            "--conf",
-            f"spark.connect.grpc.binding.port={port}",
-            "--conf",
-            "spark.ui.enabled=false",
-            "--conf",
-            "spark.sql.shuffle.partitions=2",
-            "--driver-memory",
-            "1g",
-        ]
-        process = _start(command, logs / "server.log", _env(logs))
+        conf = {
+            **TEST_JVM_CONF,
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.memory": "1g",
+        }
+        command = connect_server_command("local[2]", conf)
+        process = _start(command, logs / "server.log", {**_env(logs), "SPARK_CONNECT_MODE": "0"})
         try:
             _wait_for_port(port, process, logs / "server.log")
             yield f"sc://127.0.0.1:{port}"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from incremental_assets import jvm
 from incremental_assets.config import (
-    POSTGRES_PACKAGE,
     FilesSourceSpec,
     JdbcSourceSpec,
     Mode,
@@ -82,16 +82,16 @@ def test_the_documented_example_loads_and_resolves(tmp_path: Path) -> None:
         tmp_path / "landing"
     )
     assert events.mode is Mode.APPEND  # no primary key: append by default
-    assert POSTGRES_PACKAGE in project.spark.conf["spark.jars.packages"]
-    assert "org.checkerframework:checker-qual" in project.spark.conf["spark.jars.excludes"]
+    assert str(jvm.jar_path(jvm.POSTGRES_JDBC)) in project.spark.conf["spark.jars"].split(",")
+    assert "spark.jars.packages" not in project.spark.conf
 
 
 def test_packages_given_in_spark_conf_are_kept_beside_the_drivers(tmp_path: Path) -> None:
     config = {**VALID, "spark": {"conf": {"spark.jars.packages": "com.example:udfs:1.0"}}}
     project = load_project(_write(tmp_path, config))
 
-    packages = project.spark.conf["spark.jars.packages"].split(",")
-    assert packages == ["com.example:udfs:1.0", POSTGRES_PACKAGE]
+    assert project.spark.conf["spark.jars.packages"] == "com.example:udfs:1.0"
+    assert str(jvm.jar_path(jvm.POSTGRES_JDBC)) in project.spark.conf["spark.jars"].split(",")
 
 
 def test_config_file_is_found_through_the_environment(
