@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from incremental_assets.config import LakeSpec
+from incremental_assets.config import Project
 
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 _STATUSES = ["placed", "paid", "shipped", "delivered"]
@@ -141,21 +141,31 @@ def report() -> None:
         if translator.lake_format(orders) == "iceberg":
             history = instance.fetch_materializations(translator.asset_key(orders), limit=100)
             snapshots = [record_of(r).iceberg_snapshot_id for r in reversed(history.records)]
-            _read_back(project.lake, translator.lake_table_name(orders), snapshots)
+            _read_back(project, translator.lake_table_name(orders), snapshots)
 
 
-def _read_back(lake: LakeSpec, identifier: str, snapshots: list[int | None]) -> None:
-    """The table as of each materialization's snapshot, read through PyIceberg as any user would."""
-    from pyiceberg.catalog import load_catalog
+def _read_back(project: Project, identifier: str, snapshots: list[int | None]) -> None:
+    """The table as of each materialization's snapshot, read as any user would: through
+    PyIceberg, and with Spark SQL by the catalog (`VERSION AS OF`)."""
+    from incremental_assets.lake.iceberg import IcebergLake
+    from incremental_assets.lake.iceberg.metadata import pyiceberg_catalog
+    from incremental_assets.resources import IncrementalSparkResource
 
-    properties = lake.catalog_properties()
-    table = load_catalog(properties.pop("name", "incremental_assets"), **properties).load_table(
-        identifier
-    )
-    print(f"\n{identifier}, read back through PyIceberg as of each materialization:")
-    for number, snapshot in enumerate(snapshots, start=1):
-        rows = table.scan(snapshot_id=snapshot).to_arrow().num_rows
-        print(f"  run {number} (snapshot {snapshot}): {rows} rows")
+    lake = IcebergLake(project.lake, "orders", identifier)
+    table = pyiceberg_catalog(lake.catalog).load_table(identifier)
+    spark = lake.session(IncrementalSparkResource.from_spec(project.spark).spark_session)
+    print(f"\n{identifier}, read back as of each materialization (PyIceberg, Spark SQL):")
+    try:
+        for number, snapshot in enumerate(snapshots, start=1):
+            rows = table.scan(snapshot_id=snapshot).to_arrow().num_rows
+            sql = f"SELECT count(*) FROM {lake.reference()} VERSION AS OF {snapshot}"
+            counted = spark.sql(sql).first()
+            print(
+                f"  run {number} (snapshot {snapshot}): {rows} rows; Spark SQL: "
+                f"{counted[0] if counted else '?'} rows ({sql})"
+            )
+    finally:
+        spark.stop()
 
 
 def main() -> None:

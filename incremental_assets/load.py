@@ -193,8 +193,20 @@ def run_incremental_load(
         plan.report,
         schema_change=change.describe() or None,
         deletes_reconciled=True if write.reconcile else None,
+        maintenance=_maintained(run, spark, log) if outcome.head is not None else None,
     )
     return _result(run, replace(plan, report=report), outcome, write.batch, extracted_at)
+
+
+def _maintained(run: _Run, spark: SparkSession, log: Log) -> str | None:
+    """The lake's maintenance after the commit: what it did. It never fails the run, whose rows
+    are committed already; a failure is said and left for the next run to try again."""
+    try:
+        return run.lake.maintain(spark)
+    except Exception as exc:
+        cause = run.lake.redact(root_messages(exc)[-1])
+        log(f"{run.table.name}: the lake's maintenance failed (the next run tries again): {cause}")
+        return f"failed: {cause}"
 
 
 def _nothing(columns: tuple[tuple[str, str], ...]) -> WriteOutcome:
@@ -384,7 +396,6 @@ def _result(
         report = replace(report, rows_rewritten=outcome.rows_rewritten, merge_path=outcome.path)
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
-    committed = outcome.head is not None
     return LoadResult(
         mode=table.mode,
         cursor_column=plan.cursor.column if plan.cursor else None,
@@ -398,7 +409,7 @@ def _result(
         rows_written=outcome.rows_written,
         files_written=outcome.files_written,
         merge=merge,
-        row_count=run.lake.count_rows() if committed else _rows_held(run),
+        row_count=_rows_after(run, outcome),
         columns=outcome.columns,
         uri=run.lake.uri,
         extract_seconds=extracted_at - run.started,
@@ -412,6 +423,13 @@ def _result(
         table_name=run.lake.identifier,
         duplicate_keys=outcome.duplicate_keys,
     )
+
+
+def _rows_after(run: _Run, outcome: WriteOutcome) -> int:
+    """The lake's rows after the run: as its commit tells, else counted."""
+    if outcome.rows_held is not None:
+        return outcome.rows_held
+    return run.lake.count_rows() if outcome.head is not None else _rows_held(run)
 
 
 def _rows_held(run: _Run) -> int:

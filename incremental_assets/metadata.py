@@ -69,6 +69,7 @@ class TableMetadata(BaseModel):
     settings_changed: str | None = None
     spark_jobs: int | None = None
     spark_stages: int | None = None
+    maintenance: str | None = None
     # The lake-shaping settings the run ran under (`settings.py`), as JSON.
     settings: str | None = None
     # The lake table's identity and its last commit when the run ended: the next run adds to

@@ -53,6 +53,7 @@ class WriteOutcome:
     path: MergePath | None = None  # merge: how the delta was applied
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
     duplicate_keys: int | None = None  # merge: counted as the rows were written (None: not)
+    rows_held: int | None = None  # the table's rows after the commit, where the commit tells
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Report:
     settings_changed: str | None = None  # the lake-shaping settings changed since the last run
     spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
     spark_stages: int | None = None
+    maintenance: str | None = None  # what the lake's maintenance did after the commit, if due
 
 
 @dataclass(frozen=True, kw_only=True)

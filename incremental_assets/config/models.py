@@ -122,8 +122,14 @@ class LakeSpec(FrozenModel):
     keep_snapshots: int = Field(
         100,
         gt=0,
-        description="Iceberg: snapshots kept for time travel; older ones expire after a commit "
-        "and their files are deleted.",
+        description="Iceberg: snapshots kept for time travel, at least; a snapshot expires (and "
+        "the files only it held are deleted) once this many newer ones exist and it is older "
+        "than keep_snapshots_for.",
+    )
+    keep_snapshots_for: Duration = Field(
+        timedelta(days=1),
+        description="Iceberg: no snapshot younger than this expires, so a reader's snapshot or "
+        "a recorded iceberg_snapshot_id stays readable at least this long.",
     )
     lock: bool = Field(
         True,
@@ -162,22 +168,6 @@ class LakeSpec(FrozenModel):
 
     def table_uri(self, table_name: str) -> str:
         return f"{self.uri.rstrip('/')}/{table_name}"
-
-    def catalog_properties(self) -> dict[str, str]:
-        """The Iceberg catalog's properties: the configured ones, or the default SQLite file.
-
-        A local lake's files are read and written through fsspec's local file system (PyIceberg's
-        pyarrow FileIO loads pandas, most of a second of a run that has nothing new), each file
-        flushed to disk before the catalog can name it (`lake/durable_io.py`), unless the catalog
-        names a FileIO.
-        """
-        properties = {k: str(v) for k, v in self.catalog.items()} or {
-            "type": "sql",
-            "uri": f"sqlite:///{self.path.rstrip('/')}/_catalog.db",
-        }
-        if "://" not in self.path:
-            properties.setdefault("py-io-impl", "incremental_assets.lake.durable_io.DurableFileIO")
-        return properties
 
 
 class CursorSpec(FrozenModel):

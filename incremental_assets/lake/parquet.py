@@ -94,6 +94,9 @@ class ParquetLake:
     def redact(self, text: str) -> str:
         return text
 
+    def maintain(self, spark: SparkSession) -> str | None:
+        return None  # a commit leaves nothing behind: no history is kept
+
     def duplicate_keys(
         self, spark: SparkSession, key: list[str], written: list[str] | None
     ) -> tuple[int, int]:

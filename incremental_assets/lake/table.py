@@ -81,6 +81,10 @@ class LakeTable(Protocol):
         """`text` without the secrets of the lake's catalog."""
         ...
 
+    def maintain(self, spark: SparkSession) -> str | None:
+        """The table's maintenance after a commit, where it is due; what it did."""
+        ...
+
     def duplicate_keys(
         self, spark: SparkSession, key: list[str], written: list[str] | None
     ) -> tuple[int, int]:

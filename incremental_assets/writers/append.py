@@ -131,9 +131,7 @@ def drop_loaded(
     return _beyond_counts(frame, loaded, _comparable(frame, plan, earliest_batch))
 
 
-def _comparable(
-    frame: DataFrame, plan: WritePlan, earliest_batch: Callable[[], int]
-) -> list[str]:
+def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: Callable[[], int]) -> list[str]:
     if plan.schema is None or plan.schema.lake is None:
         return [c for c in frame.columns if c != BATCH_COLUMN]
     history = ColumnHistory.from_record(plan.facts.columns)

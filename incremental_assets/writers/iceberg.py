@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
-from incremental_assets.lake.iceberg.records import SnapshotInfo, summary_of
+from incremental_assets.lake.iceberg.records import SnapshotInfo, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
 from incremental_assets.writers.append import drop_loaded
@@ -119,6 +119,7 @@ class IcebergAppendWriter:
             merge=None,
             columns=staged.columns,
             head=head,
+            rows_held=_rows_held(commit),
         )
 
     def _staged(self) -> Staged:
@@ -200,6 +201,7 @@ class IcebergMergeWriter:
             ),
             head=head,
             duplicate_keys=duplicates,
+            rows_held=_rows_held(commit),
         )
 
 
@@ -233,10 +235,13 @@ def _replace_merged(
         path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
         head=head,
         duplicate_keys=observed(key_counts, "duplicate_keys"),
+        rows_held=_rows_held(commit),
     )
 
 
-def _open(spark: SparkSession, plan: WritePlan, layout: Layout, records: dict[str, Any]) -> IcebergCommit:
+def _open(
+    spark: SparkSession, plan: WritePlan, layout: Layout, records: dict[str, Any]
+) -> IcebergCommit:
     """The run's commit, its summary carrying the records as the commit leaves them."""
     lake = iceberg_lake(plan)
     kept: dict[str, Any] = {}
@@ -380,6 +385,10 @@ def _files_added(snapshot: SnapshotInfo | None) -> int:
     return int(summary.get("added-data-files", 0)) + int(summary.get("added-delete-files", 0))
 
 
+def _rows_held(commit: IcebergCommit) -> int | None:
+    return live_rows(commit.snapshot) if commit.snapshot is not None else None
+
+
 def _int(text: str | None) -> int | None:
     return None if text is None else int(text)
 
@@ -393,4 +402,3 @@ def _nothing_written(staged: Staged, merge: MergeCounts | None = None) -> WriteO
         merge=merge,
         columns=staged.columns,
     )
-

@@ -11,6 +11,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
@@ -51,7 +52,9 @@ def test_every_type_arrives_exactly(
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
 ) -> None:
+    """On both lake formats: Iceberg stores every type the plain format does, arrays included."""
     pg.execute(*TYPES.strip().split(";\n"))
     pg.execute(f"INSERT INTO items VALUES ({ROW})")
 
@@ -133,6 +136,7 @@ def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    lake_format: LakeFormat,
     column: str,
     value: str,
     message: str,

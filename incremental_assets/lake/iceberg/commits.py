@@ -34,6 +34,7 @@ from incremental_assets.lake.iceberg.records import (
     SnapshotInfo,
     TableState,
     branch_name,
+    head_at,
     head_of,
     head_snapshot,
     landed,
@@ -86,8 +87,10 @@ class IcebergCommit:
     txn: str
     summary: Mapping[str, str]  # the snapshot summary properties of the run's snapshot
     branch: str | None = None
-    snapshot: SnapshotInfo | None = None  # the snapshot the commit made, once published
-    _unknown: bool = False  # the fast-forward raised without saying whether it took
+    snapshot: SnapshotInfo | None = None  # the snapshot the commit made (on its branch)
+    landed: bool = False  # main holds the commit
+    _table_id: str = ""
+    _unknown: bool = False  # the commit raised without saying whether it took
 
     @staticmethod
     def open(
@@ -112,7 +115,7 @@ class IcebergCommit:
         """The table's rows as the run read its facts (the snapshot `main` was at)."""
         reader = self.spark.read
         if self.base is not None:
-            reader = reader.option("snapshot-id", str(self.base))
+            reader = reader.option("versionAsOf", str(self.base))
         return reader.table(self.lake.reference())
 
     # -- changing the table in place ------------------------------------------------------
@@ -155,11 +158,17 @@ class IcebergCommit:
         snapshot = state.snapshots.get(state.refs[self.branch])
         if snapshot is None or snapshot.snapshot_id == self.base:
             return None
+        self.snapshot = snapshot
+        self._table_id = state.table_uuid
         return snapshot
 
     def publish(self) -> LakeHead:
-        """Move main to the branch, if main is still where the branch began; drop the branch."""
+        """Move main to the branch, if main is still where the branch began; drop the branch.
+        The head is the branch's snapshot: nothing is read once main has moved, so a catalog
+        that stops answering then can't make a committed run look failed."""
         assert self.branch is not None
+        snapshot = self.snapshot or self.written()
+        assert snapshot is not None, "publish() of a branch the write made no snapshot on"
         pause_point("mid-commit")
         try:
             self.spark.sql(
@@ -168,13 +177,14 @@ class IcebergCommit:
             ).collect()
         except Exception as exc:
             self._settle(exc)
+        self.landed = True
         self.lake.commits.pop(self.txn, None)
         self._drop_branch(self.branch)
-        return self._head()
+        return head_at(self._table_id, snapshot)
 
     def abandon(self) -> bool:
-        """Drop the run's branch, unless its commit may have landed; say whether it did."""
-        if self._unknown:
+        """Drop the run's branch, unless its commit landed or may have; say whether it did."""
+        if self._unknown or self.landed:
             return False
         if self.branch is not None:
             self._drop_branch(self.branch)
@@ -188,8 +198,10 @@ class IcebergCommit:
         if self.facts.misplaced is not None:
             self.lake.forget()  # the lake's own catalog only; elsewhere it refuses
         self._replace_table(frame, settings, self.summary)
+        self.landed = True
+        head = self._head()
         self.lake.commits.pop(self.txn, None)
-        return self._head()
+        return head
 
     def rewrite_types(self, frame: DataFrame, settings: TableSettings) -> None:
         """Give columns types Iceberg can't change in place (a decimal's scale, an integer made
@@ -266,6 +278,7 @@ class IcebergCommit:
         if state is None or head is None or head.snapshot_id is None:
             raise self._conflict(state)
         self.snapshot = state.snapshots[head.snapshot_id]
+        self._table_id = state.table_uuid
         return head
 
     def _settle(self, exc: Exception) -> None:
@@ -333,4 +346,3 @@ def _age(txn: str) -> timedelta:
     except ValueError:
         return ORPHAN_AGE
     return datetime.now(UTC) - started
-

@@ -97,7 +97,9 @@ def read_quickly(catalog: IcebergCatalog, identifier: str) -> Found | None:
     try:
         with open(local_path(location), "rb") as file:
             data = file.read()
-        metadata = json.loads(gzip.decompress(data) if location.endswith(".gz.metadata.json") else data)
+        metadata = json.loads(
+            gzip.decompress(data) if location.endswith(".gz.metadata.json") else data
+        )
     except (OSError, ValueError):
         return None  # PyIceberg says what is wrong with it
     return state_from_json(metadata, location)

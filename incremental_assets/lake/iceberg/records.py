@@ -151,9 +151,14 @@ def made_by(state: TableState, txn: str) -> LakeHead | None:
 
 
 def _head(state: TableState, snapshot: SnapshotInfo) -> LakeHead:
+    return head_at(state.table_uuid, snapshot)
+
+
+def head_at(table_id: str, snapshot: SnapshotInfo) -> LakeHead:
+    """The head `snapshot` makes of the table `table_id`."""
     batch = snapshot.summary.get(BATCH)
     return LakeHead(
-        table_id=state.table_uuid,
+        table_id=table_id,
         # A snapshot another writer made carries no commit of ours: no run recorded it.
         txn=snapshot.txn or f"snapshot {snapshot.snapshot_id}",
         batch=int(batch) if batch is not None else -1,

@@ -18,7 +18,7 @@ import contextlib
 import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -29,6 +29,7 @@ from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts
 from incremental_assets.lake.files import ParquetFolder
 from incremental_assets.lake.iceberg.catalog import IcebergCatalog, bind, catalog_of
+from incremental_assets.lake.iceberg.maintenance import expire, expiry_due
 from incremental_assets.lake.iceberg.metadata import (
     Misplaced,
     misplacement,
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from incremental_assets.lake.iceberg.commits import IcebergCommit
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 class IcebergLake:
@@ -101,6 +106,21 @@ class IcebergLake:
         current = state.current if state is not None else None
         return live_rows(current) if current is not None else 0
 
+    def maintain(self, spark: SparkSession) -> str | None:
+        """The table's maintenance, where it is due (`maintenance.py`): what it did."""
+        state = self.state()
+        if state is None:
+            return None
+        spec = self.spec
+        older_than = expiry_due(state, spec.keep_snapshots, spec.keep_snapshots_for, now())
+        if older_than is None:
+            return None
+        session = self.session(spark)
+        done = expire(
+            session, self.procedure_table(), self.catalog.name, older_than, spec.keep_snapshots
+        )
+        return done.describe()
+
     def redact(self, text: str) -> str:
         return self.catalog.redact(text)
 
@@ -151,10 +171,25 @@ class IcebergLake:
         return []
 
     def discard(self, txn: str) -> bool:
-        commit = self.commits.pop(txn, None)
-        return commit is None or commit.abandon()
+        commit = self.commits.get(txn)
+        if commit is not None and not commit.abandon():
+            return False
+        self.commits.pop(txn, None)
+        return True
 
     def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+        commit = self.commits.get(txn)
+        if commit is not None and commit.landed:
+            return WriteError(
+                TableProblem(
+                    table_name,
+                    f"this run's snapshot is the {self.describe()}'s now, but reading the table "
+                    f"back failed: {self.catalog.redact(cause)}. The run is not recorded, so the "
+                    "cursor did not move; the next run recognises the commit and records it "
+                    "without applying it twice.",
+                    fix="fix the cause (the catalog's connection, most often) and run again.",
+                )
+            )
         return WriteError(
             TableProblem(
                 table_name,

@@ -1,0 +1,238 @@
+"""What an Iceberg table's metadata says of this package's commits, read without Spark: the head
+(past maintenance, not past another writer), the records, the branches runs left, the rows a
+snapshot reads as, and when snapshots are due to expire. Plain values in, plain values out."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
+from incremental_assets.lake.iceberg.maintenance import expiry_due
+from incremental_assets.lake.iceberg.records import (
+    BATCH,
+    CURSOR,
+    LAYOUT,
+    RECORDS,
+    RUN_ID,
+    TXN,
+    TableState,
+    facts_of,
+    head_of,
+    landed,
+    layout_of,
+    live_rows,
+    made_by,
+    our_branches,
+    record,
+    state_from_json,
+    summary_of,
+)
+
+T0 = 1_767_225_600_000  # 2026-01-01 UTC, in milliseconds
+
+
+def _snapshot(
+    snapshot_id: int, parent: int | None, operation: str, at: int = T0, **summary: str
+) -> dict[str, Any]:
+    return {
+        "snapshot-id": snapshot_id,
+        "parent-snapshot-id": parent,
+        "timestamp-ms": at,
+        "summary": {"operation": operation, **summary},
+        "manifest-list": f"file:/lake/t/metadata/snap-{snapshot_id}.avro",
+    }
+
+
+def _ours(txn: str, batch: int, **extra: str) -> dict[str, str]:
+    return {TXN: txn, BATCH: str(batch), CURSOR: f"c{batch}", **extra}
+
+
+def _state(snapshots: list[dict[str, Any]], current: int | None, **metadata: Any) -> TableState:
+    return state_from_json(
+        {
+            "table-uuid": "uuid-1",
+            "location": "file:/lake/t",
+            "current-snapshot-id": current if current is not None else -1,
+            "snapshots": snapshots,
+            "schemas": [
+                {
+                    "schema-id": 0,
+                    "fields": [
+                        {"id": 1, "name": "id", "type": "long", "required": False},
+                        {"id": 2, "name": "_batch", "type": "long", "required": False},
+                    ],
+                }
+            ],
+            "current-schema-id": 0,
+            "partition-specs": [
+                {
+                    "spec-id": 0,
+                    "fields": [
+                        {
+                            "source-id": 1,
+                            "field-id": 1000,
+                            "name": "id_trunc",
+                            "transform": "truncate[1000]",
+                        }
+                    ],
+                }
+            ],
+            "default-spec-id": 0,
+            **metadata,
+        },
+        "file:/lake/t/metadata/v1.metadata.json",
+    )
+
+
+def test_the_head_is_mains_newest_commit_of_ours_past_maintenance() -> None:
+    state = _state(
+        [
+            _snapshot(1, None, "append", **_ours("t1", 1)),
+            _snapshot(2, 1, "overwrite", **_ours("t2", 2)),
+            _snapshot(3, 2, "replace"),  # compaction
+            _snapshot(4, 3, "replace"),  # rewritten manifests
+        ],
+        current=4,
+    )
+
+    head = head_of(state)
+
+    assert head is not None
+    assert (head.txn, head.batch, head.cursor, head.snapshot_id) == ("t2", 2, "c2", 2)
+    assert head.table_id == "uuid-1"
+
+
+def test_another_writers_commit_is_the_head_as_it_is() -> None:
+    """An append or a delete by another engine changed rows this package didn't write: the run
+    must see a head that no materialization recorded, and refuse."""
+    state = _state(
+        [_snapshot(1, None, "append", **_ours("t1", 1)), _snapshot(2, 1, "delete")], current=2
+    )
+
+    head = head_of(state)
+
+    assert head is not None and (head.txn, head.batch, head.snapshot_id) == ("snapshot 2", -1, 2)
+    assert layout_of(state) is None
+
+
+def test_a_table_without_a_snapshot_has_no_head() -> None:
+    assert head_of(_state([], current=None)) is None
+
+
+def test_records_come_from_the_heads_summary_and_else_from_older_tables_properties() -> None:
+    key = {"columns": ["id"], "weighed_by": {}}
+    summary = summary_of(
+        txn="t1", batch=1, cursor="c1", layout="merge", records={KEY: key}, run_id="run-1"
+    )
+    state = _state([_snapshot(1, None, "append", **summary)], current=1)
+    legacy = _state(
+        [_snapshot(1, None, "append", **_ours("t1", 1))],
+        current=1,
+        properties={RECORDS[KEY]: json.dumps(key), RECORDS[SNAPSHOT]: json.dumps({"batch": 1})},
+    )
+
+    assert record(state, KEY) == key
+    assert summary[RUN_ID] == "run-1" and summary[LAYOUT] == "merge"
+    assert layout_of(state) == "merge"
+    assert record(legacy, KEY) == key and record(legacy, SNAPSHOT) == {"batch": 1}
+    assert layout_of(legacy) == "merge"  # only merges kept a key record
+    assert record(state, COLUMNS) is None
+
+
+def test_facts_carry_the_records_the_layout_and_whether_the_table_holds_rows() -> None:
+    summary = summary_of(
+        txn="t1",
+        batch=3,
+        cursor="c3",
+        layout="batches",
+        records={SNAPSHOT: {"batch": 3, "txn": "t1"}, COLUMNS: {"since": {}, "absent": []}},
+        run_id=None,
+    )
+    summary |= {"total-records": "10", "total-position-deletes": "10"}
+    state = _state([_snapshot(1, None, "overwrite", **summary)], current=1)
+
+    facts = facts_of(state, "/lake/t")
+
+    assert facts.replaced_batch == 3 and facts.columns == {"since": {}, "absent": []}
+    assert facts.layout == "batches"
+    assert facts.holds_rows is False  # every row deleted
+    assert facts.head is not None and facts.head.batch == 3
+
+
+@pytest.mark.parametrize(
+    ("records", "deletes", "rows"), [("10", "0", 10), ("10", "3", 7), ("0", "0", 0)]
+)
+def test_a_snapshot_reads_as_its_records_less_its_deleted_positions(
+    records: str, deletes: str, rows: int
+) -> None:
+    summary = {"total-records": records, "total-position-deletes": deletes}
+    state = _state([_snapshot(1, None, "overwrite", **summary)], current=1)
+
+    assert state.current is not None and live_rows(state.current) == rows
+
+
+def test_a_commit_has_landed_only_if_mains_history_holds_it() -> None:
+    state = _state(
+        [
+            _snapshot(1, None, "append", **_ours("t1", 1)),
+            _snapshot(2, 1, "append", **_ours("t2", 2)),
+            _snapshot(3, 1, "append", **_ours("t3", 2)),  # on a dropped branch, not main
+        ],
+        current=2,
+    )
+
+    assert landed(state, "t1") and landed(state, "t2")
+    assert not landed(state, "t3")
+    assert made_by(state, "t3") is None
+
+
+def test_the_branches_runs_left_are_named_by_their_commit() -> None:
+    refs = {
+        "main": {"snapshot-id": 1, "type": "branch"},
+        "ia-20260101T000000abcd0123": {"snapshot-id": 1, "type": "branch"},
+        "audit": {"snapshot-id": 1, "type": "branch"},
+    }
+    state = _state([_snapshot(1, None, "append", **_ours("t1", 1))], current=1, refs=refs)
+
+    assert our_branches(state) == {"ia-20260101T000000abcd0123": "20260101T000000abcd0123"}
+
+
+def test_the_partition_spec_is_read_as_spark_sql_transforms() -> None:
+    state = _state([], current=None)
+
+    assert state.partitioning == ("truncate(1000, `id`)",)
+
+
+def _aged(count: int, newest: datetime) -> TableState:
+    stamps = [int((newest - timedelta(minutes=count - i)).timestamp() * 1000) for i in range(count)]
+    snapshots = [
+        _snapshot(i + 1, i or None, "append", at=at, **_ours(f"t{i}", i))
+        for i, at in enumerate(stamps)
+    ]
+    return _state(snapshots, current=count)
+
+
+@pytest.mark.parametrize(
+    ("count", "keep", "keep_for", "due"),
+    [
+        (5, 10, timedelta(0), False),  # fewer than `keep`: whatever their age
+        (15, 10, timedelta(days=1), False),  # beyond `keep`, but none a day old
+        (15, 10, timedelta(minutes=5), True),  # beyond both
+        (10, 10, timedelta(0), False),
+    ],
+)
+def test_snapshots_expire_only_past_both_the_count_and_the_age(
+    count: int, keep: int, keep_for: timedelta, due: bool
+) -> None:
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    state = _aged(count, now)
+
+    older_than = expiry_due(state, keep, keep_for, now)
+
+    assert (older_than is not None) is due
+    if older_than is not None:
+        assert older_than == now - keep_for
