@@ -244,6 +244,14 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
         )
     if head.txn == stored.lake_commit or head.batch == stored.batch + 1:
         return
+    if head.batch < 0:
+        raise _not_the_table(
+            table,
+            lake,
+            f"its last commit ({head.txn}) is another writer's: an engine other than this "
+            f"package committed to the table after {recorded} with commit {stored.lake_commit}, "
+            "so its rows are no longer what the cursor describes",
+        )
     if head.batch == stored.batch:
         raise _not_the_table(
             table,

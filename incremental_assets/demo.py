@@ -153,7 +153,8 @@ def _read_back(project: Project, identifier: str, snapshots: list[int | None]) -
 
     lake = IcebergLake(project.lake, "orders", identifier)
     table = pyiceberg_catalog(lake.catalog).load_table(identifier)
-    spark = lake.session(IncrementalSparkResource.from_spec(project.spark).spark_session)
+    resource = IncrementalSparkResource.from_spec(project.spark)
+    spark = lake.session(resource.spark_session)
     print(f"\n{identifier}, read back as of each materialization (PyIceberg, Spark SQL):")
     try:
         for number, snapshot in enumerate(snapshots, start=1):
@@ -165,7 +166,7 @@ def _read_back(project: Project, identifier: str, snapshots: list[int | None]) -
                 f"{counted[0] if counted else '?'} rows ({sql})"
             )
     finally:
-        spark.stop()
+        resource.stop()
 
 
 def main() -> None:

@@ -78,6 +78,8 @@ class TableMetadata(BaseModel):
     lake_commit: str | None = None
     checks_not_run: str | None = None  # the checks left out of the run, and why
     iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
+    # The table's metadata file after the run, for readers without the catalog (DuckDB).
+    iceberg_metadata_location: str | None = None
     warnings: str | None = None  # markdown, one line per warning
     # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
     cursor_action: Literal["set", "reset", "convert"] | None = None
@@ -181,6 +183,7 @@ def metadata_for(
         lake_commit=result.head.txn if result.head else None,
         checks_not_run=checks_not_run,
         iceberg_snapshot_id=result.head.snapshot_id if result.head else None,
+        iceberg_metadata_location=result.head.metadata_location if result.head else None,
         table_name=result.table_name,
         merge_strategy=path.strategy if path else None,
         buckets_touched=path.buckets_touched if path else None,

@@ -156,7 +156,11 @@ class IncrementalSparkResource(LazyPySparkResource):
                 session.conf.set(key, str(value))
         return session
 
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+    def stop(self) -> None:
+        """Stop the session if this resource started it (one that already existed is left)."""
+        self.teardown_after_execution(None)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext | None) -> None:
         if self._spark_session is not None and self._owns_session:
             if self._connected:
                 # Releasing the session is best effort: a server that stopped answering must not

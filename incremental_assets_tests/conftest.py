@@ -35,6 +35,7 @@ from incremental_assets_tests.support.postgres import (
     postgres_server,
 )
 from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder
+from incremental_assets_tests.support.s3 import S3Server, s3_server
 from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
 
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
@@ -72,6 +73,13 @@ def db(request: pytest.FixtureRequest) -> SourceDb:
         schema = request.getfixturevalue("pg")
         return SourceDb("postgres", schema, request.getfixturevalue("postgres"))
     return SourceDb("mariadb", request.getfixturevalue("my"), request.getfixturevalue("mariadb"))
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """moto's S3 server on 127.0.0.1, for lakes on an object store."""
+    with s3_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -25,11 +25,13 @@ def convert(args: argparse.Namespace) -> int:
     with open_instance() as instance, table_lock(project, table, "lake convert"):
         key = asset_key(project, table)
         stored = read_stored_state(instance, key)
-        session = IncrementalSparkResource.from_spec(project.spark).spark_session
+        spark = IncrementalSparkResource.from_spec(project.spark)
         try:
-            converted = convert_to_iceberg(session, table, project.lake, identifier, stored)
+            converted = convert_to_iceberg(
+                spark.spark_session, table, project.lake, identifier, stored
+            )
         finally:
-            session.stop()
+            spark.stop()
         note = f"{args.reason} (converted to Iceberg by {actor()} with incremental-assets lake convert)"
         record_cursor_override(
             instance,

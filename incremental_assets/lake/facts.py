@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyspark.sql import types as T
@@ -43,6 +43,9 @@ class LakeHead:
     # record of which files make up the table, so one deleted or added behind its back shows.
     files: str | None = None
     snapshot_id: int | None = None  # Iceberg: the snapshot the commit made
+    # Iceberg: the metadata file current once the commit was made, for readers that take one
+    # (DuckDB's `iceberg_scan`, engines without the catalog); None where it wasn't read.
+    metadata_location: str | None = field(default=None, compare=False)
 
     def to_record(self) -> dict[str, Any]:
         return {

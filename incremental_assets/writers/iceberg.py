@@ -173,20 +173,15 @@ class IcebergMergeWriter:
             return _replace_merged(commit, source, staged, plan)
         _evolve(commit, plan, merge=True)
         target = commit.begin()
-        view = f"ia_{plan.txn}_delta"
-        source.createOrReplaceTempView(view)
-        try:
-            with commit.summarized():
-                commit.spark.sql(_merge_sql(target, view, source.schema, plan))
-            snapshot = commit.written()
-            counts = _merge_counts(snapshot)
-            if snapshot is None or (counts == MergeCounts(0, 0, 0) and not _evolved(plan)):
-                commit.abandon()
-                return _nothing_written(staged, MergeCounts(0, 0, 0))
-            duplicates = _duplicates_among(commit.spark.table(target), source, plan)
-            head = commit.publish()
-        finally:
-            commit.spark.catalog.dropTempView(view)
+        with commit.viewed(source, "delta") as view, commit.summarized():
+            commit.spark.sql(_merge_sql(target, view, source.schema, plan))
+        snapshot = commit.written()
+        counts = _merge_counts(snapshot)
+        if snapshot is None or (counts == MergeCounts(0, 0, 0) and not _evolved(plan)):
+            commit.abandon()
+            return _nothing_written(staged, MergeCounts(0, 0, 0))
+        duplicates = _duplicates_among(commit.spark.table(target), source, plan)
+        head = commit.publish()
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=counts.inserted + counts.updated,
@@ -334,7 +329,7 @@ def _merge_sql(target: str, view: str, schema: T.StructType, plan: WritePlan) ->
     names = ", ".join(f"`{c}`" for c in data)
     values = ", ".join(f"s.`{c}`" for c in data)
     return (
-        f"MERGE INTO {target} t USING `{view}` s ON {on} "
+        f"MERGE INTO {target} t USING {view} s ON {on} "
         f"WHEN MATCHED AND s.`{GONE}` THEN DELETE "
         f"WHEN MATCHED AND s.`{DELETED}` AND {newer} THEN DELETE "
         f"WHEN MATCHED AND NOT s.`{DELETED}` AND NOT s.`{GONE}` AND {newer} AND NOT ({same}) "
@@ -370,8 +365,8 @@ def _duplicates_among(table: DataFrame, source: DataFrame, plan: WritePlan) -> i
 
 
 def _strategy(commit: IcebergCommit) -> MergeStrategy:
-    state = commit.lake.state()
-    mode = state.properties.get("write.merge.mode") if state is not None else None
+    """How the table's merges write, by its properties as the commit read them."""
+    mode = commit.properties.get("write.merge.mode")
     return "copy on write" if mode == "copy-on-write" else "merge on read"
 
 

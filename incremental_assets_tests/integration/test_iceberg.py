@@ -1,16 +1,15 @@
-"""The Iceberg lake: one snapshot per materialization, committed by the catalog.
+"""The Iceberg lake: one snapshot per materialization, written by Spark.
 
 Readers that scan while runs commit see whole snapshots only; each materialization names the
-snapshot any engine can read the table as of; two writers without the lock can't both commit;
-the catalog can be the suite's PostgreSQL; a plain Parquet table converts in place; old
-snapshots expire with their files.
+snapshot any engine can read the table as of; the catalog can be the suite's PostgreSQL; a plain
+Parquet table converts in place. (Two writers, expiry and the rest of the commit's guarantees:
+test_iceberg_commits.py.)
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from incremental_assets import cli
 from incremental_assets.cli import lake as lake_cli
-from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import cli_env, start_cli, write_cli_config
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -144,66 +141,6 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
     assert [r["iceberg_snapshot_id"] for r in history] == list(expected)[::-1]
 
 
-@pytest.mark.xdist_group("connect")
-@pytest.mark.parametrize("mode", ["append", "merge"])
-def test_two_writers_without_the_lock_lose_and_double_nothing(
-    tmp_path: Path,
-    pg: Schema,
-    connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    make_project: ProjectBuilder,
-    mode: str,
-) -> None:
-    """As on an object store: writer A stages its rows, writer B commits, then A's commit finds
-    the table moved on and is refused by the catalog; the next run loads what A would have.
-    Rebased onto B's snapshot, A's append would have added batch 2 a second time."""
-    pg.execute(ORDERS, SEED.format(n=100))
-    lake = {**ICEBERG, "lock": False}
-    table_spec = {**MERGE, "mode": mode}
-    project = make_project(pg, table_spec, lake=lake)
-    assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
-    home = Path(str(instance.root_directory))  # the same instance: both start from run 1
-    a_table = {**table_spec, "source": "shop", "table": f"{pg.name}.orders"}
-    config = write_cli_config(
-        tmp_path / "a",
-        {"shop": pg.source()},
-        [a_table],
-        connect,
-        path=str(tmp_path / "lake"),
-        **lake,
-    )
-    marker = tmp_path / "a-staged"
-    writer_a = start_cli(
-        tmp_path, cli_env(config, home, **{PAUSE_AT: f"staged:{marker}"}), "--select", "orders"
-    )
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        if writer_a.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"writer A never staged: {writer_a.communicate()[1][-3000:]}")
-        time.sleep(0.2)
-    b = materialize(project, "orders", instance, spark_resource)
-    assert b.success, b.failure
-    marker.unlink()  # A goes on to its commit
-    _, stderr = writer_a.communicate(timeout=300)
-
-    assert writer_a.returncode != 0
-    assert "another run committed" in stderr and "nothing was committed" in stderr
-    assert "the catalog refused this run's commit" in stderr
-    table = iceberg_table(tmp_path / "lake", "orders")
-    assert [s.summary["incremental-assets.batch"] for s in table.snapshots()] == ["1", "2"]
-    _change(pg, 2)
-    assert materialize(project, "orders", instance, spark_resource).success
-    held = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
-    assert len(held) == len(set(held))  # no version twice
-    latest = {row[0]: row[1] for row in held}  # append: the latest version of each key
-    assert sorted(latest.items()) == _source(pg)
-    assert not list((tmp_path / "lake" / "orders" / "_staging").glob("*/*"))
-    # The files A moved into data/ for its refused commit are gone: no snapshot held them.
-    assert _on_disk(tmp_path) == _held(table.refresh(), [s.snapshot_id for s in table.snapshots()])
-
-
 def test_the_catalog_can_be_the_suites_postgresql(
     make_project: ProjectBuilder,
     tmp_path: Path,
@@ -277,41 +214,3 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
 
 def _killed(*args: object, **kwargs: object) -> None:
     raise KeyboardInterrupt
-
-
-def test_snapshots_beyond_keep_snapshots_expire_with_the_files_only_they_held(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
-    pg.execute(ORDERS, SEED.format(n=200))
-    project = make_project(
-        pg, MERGE, lake={**ICEBERG, "keep_snapshots": 2}, buckets=4, bucket_rows=50
-    )
-    snapshots = []
-    for run in range(5):
-        if run:
-            _change(pg, run)
-        result = materialize(project, "orders", instance, spark_resource)
-        assert result.success, result.failure
-        snapshots.append(result.metadata["iceberg_snapshot_id"])
-
-    table = iceberg_table(tmp_path / "lake", "orders")
-    assert [s.snapshot_id for s in table.snapshots()] == snapshots[-2:]
-    assert _on_disk(tmp_path) == _held(table, snapshots[-2:])
-    assert len(table.scan(snapshot_id=snapshots[-2]).to_arrow()) == len(_source(pg)) - 10
-
-
-def _held(table: Any, snapshots: list[int]) -> set[str]:
-    """The data files the snapshots reference."""
-    return {
-        Path(task.file.file_path).name
-        for snapshot in snapshots
-        for task in table.scan(snapshot_id=snapshot).plan_files()
-    }
-
-
-def _on_disk(tmp_path: Path) -> set[str]:
-    return {p.name for p in (tmp_path / "lake" / "orders" / "data").iterdir()}

@@ -80,29 +80,3 @@ def test_the_scheduled_key_audit_reads_every_file_and_finds_a_key_held_twice(
     duplicates = doubled.metadata["duplicate_keys"].value
     assert isinstance(duplicates, int) and duplicates > 0
     assert doubled.severity == dg.AssetCheckSeverity.ERROR
-
-
-def test_an_iceberg_data_file_outside_the_tables_location_is_refused_by_name(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
-    """Another writer's file, even one named like ours, is not read as one of the table's."""
-    pg.execute(ORDERS)
-    pg.execute("INSERT INTO orders SELECT i, 'old', i FROM generate_series(1, 20) i")
-    project = make_project(pg, MERGE, lake={"format": "iceberg"})
-    assert materialize(project, "orders", instance, spark_resource).success
-    source = next((tmp_path / "lake" / "orders" / "data").glob("*.parquet"))
-    outside = tmp_path / "elsewhere" / source.name.replace("-00000.", "-00001.")
-    outside.parent.mkdir()
-    shutil.copy2(source, outside)
-    iceberg_table(tmp_path / "lake", "orders").add_files([str(outside)])
-    pg.execute("UPDATE orders SET note = 'new', updated_at = 100 WHERE id = 7")
-
-    refused = materialize(project, "orders", instance, spark_resource)
-
-    assert not refused.success
-    assert str(outside) in (refused.failure or "")
-    assert "--full" in (refused.failure or "")

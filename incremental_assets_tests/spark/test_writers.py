@@ -1,4 +1,5 @@
-"""The writers on tiny DataFrames in a real local lake directory."""
+"""The writers on tiny DataFrames in a real local lake directory, in each lake format: a journaled
+folder of bucketed files, or an Iceberg table Spark writes (merge-on-read, partitioned by key)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from incremental_assets.config import LakeSpec
+from incremental_assets.config import LakeSpec, Mode
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
 from incremental_assets.lake import LakeTable, open_lake
@@ -18,10 +19,8 @@ from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers import merge
-from incremental_assets.writers.append import AppendWriter
-from incremental_assets.writers.base import ClashingVersions, WritePlan
-from incremental_assets.writers.merge import MergeWriter
+from incremental_assets.writers import merge, writer_for
+from incremental_assets.writers.base import ClashingVersions, WritePlan, Writer
 from incremental_assets_tests.support.project import read_lake
 
 SCHEMA = "id long, v string, c long, gone boolean"
@@ -47,12 +46,27 @@ def _plan(lake: LakeTable, batch: int, **changes: object) -> WritePlan:
     return WritePlan(**values)  # type: ignore[arg-type]
 
 
-def _write(writer: AppendWriter | MergeWriter, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
-    return writer.commit(writer.stage(frame, plan), plan)
+def _write(mode: Mode, spark: SparkSession, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
+    """One run's write: its stage, then its commit, by the lake format's writer for `mode`."""
+    session = plan.lake.session(spark)  # as a run binds its session to the lake's catalog
+    rows = session.createDataFrame(frame.collect(), frame.schema)
+    writer: Writer = writer_for(mode, session, plan.lake)
+    return writer.commit(writer.stage(rows, plan), plan)
+
+
+def _append(spark: SparkSession, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
+    return _write(Mode.APPEND, spark, frame, plan)
+
+
+def _merge(spark: SparkSession, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
+    return _write(Mode.MERGE, spark, frame, plan)
 
 
 def _lake(spark: SparkSession, lake: LakeTable) -> DataFrame:
-    """The table's rows, read from the files its last commit made the table."""
+    """The table's rows: the files its last commit made the table, or the Iceberg table."""
+    if isinstance(lake, IcebergLake):
+        return lake.session(spark).read.table(lake.reference()).select("id", "v", "c")
+    assert isinstance(lake, ParquetLake)
     return spark.read.parquet(*lake.file_uris(list(lake.facts().files))).select("id", "v", "c")
 
 
@@ -62,20 +76,27 @@ def lake(tmp_path: Path, request: pytest.FixtureRequest) -> LakeTable:
     return open_lake(LakeSpec(path=str(tmp_path), format=request.param), "orders")
 
 
-def _staging(lake: LakeTable) -> Path:
-    """Where either format's runs stage their files before the commit."""
-    assert isinstance(lake, ParquetLake | IcebergLake)
-    return Path(lake.folder.path, "_staging")
+def _nothing_left(lake: LakeTable) -> bool:
+    """Whether no run left anything of its own: staging (plain) or a branch (Iceberg)."""
+    if isinstance(lake, IcebergLake):
+        state = lake.state()
+        return state is None or not any(name.startswith("ia-") for name in state.refs)
+    assert isinstance(lake, ParquetLake)
+    return not list(Path(lake.folder.path, "_staging").glob("*"))
 
 
 @pytest.fixture(params=["patch", "rank"])
-def merge_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """Both ways a merge rewrites the buckets it touches: a job per bucket, or one shuffle (of
-    the touched buckets, or of the whole table when they are most of it); the strategies the
-    outcome may then record.
+def merge_path(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, lake: LakeTable
+) -> set[str]:
+    """Both ways a plain merge rewrites the buckets it touches: a job per bucket, or one shuffle
+    (of the touched buckets, or of the whole table when they are most of it); the strategies the
+    outcome may then record. An Iceberg merge writes deletes and new rows either way.
 
     Which one a run takes depends on the size of those buckets' files; these tables are tiny.
     """
+    if isinstance(lake, IcebergLake):
+        return {"merge on read"}
     patch = request.param == "patch"
     monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0 if patch else 1 << 62)
     return {"patch buckets"} if patch else {"rank buckets", "rewrite table"}
@@ -84,16 +105,13 @@ def merge_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter(spark)
-    _write(
-        writer,
-        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
+    _append(
+        spark, spark.createDataFrame([(1, "a", 10, None)], SCHEMA), _plan(lake, 1, replace_all=True)
     )
-    _write(writer, spark.createDataFrame([(2, "b", 20, None)], SCHEMA), _plan(lake, 2))
+    _append(spark, spark.createDataFrame([(2, "b", 20, None)], SCHEMA), _plan(lake, 2))
     # The run that wrote batch 2 died before recording it; the rerun reads a little more.
-    rerun = _write(
-        writer,
+    rerun = _append(
+        spark,
         spark.createDataFrame([(2, "b", 20, None), (3, "c", 21, None)], SCHEMA),
         _plan(lake, 2),
     )
@@ -110,9 +128,8 @@ def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
 def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter(spark)
-    _write(
-        writer,
+    _append(
+        spark,
         spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
         _plan(lake, 1, replace_all=True),
     )
@@ -121,7 +138,7 @@ def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
         [(2, "b", 10, None), (3, "late", 10, None), (4, "d", 11, None)], SCHEMA
     )
 
-    outcome = _write(writer, delta, _plan(lake, 2, boundary=boundary))
+    outcome = _append(spark, delta, _plan(lake, 2, boundary=boundary))
 
     assert (outcome.rows_extracted, outcome.rows_written) == (3, 2)
     assert sorted(r.id for r in _lake(spark, lake).collect()) == [1, 2, 3, 4]
@@ -130,13 +147,12 @@ def test_append_drops_rows_earlier_batches_hold_at_the_boundary(
 def test_append_without_a_key_dedupes_whole_rows_including_nulls(
     spark: SparkSession, lake: LakeTable
 ) -> None:
-    writer = AppendWriter(spark)
     first = spark.createDataFrame([(1, None, 10, None)], SCHEMA)
-    _write(writer, first, _plan(lake, 1, replace_all=True, primary_key=()))
+    _append(spark, first, _plan(lake, 1, replace_all=True, primary_key=()))
     again = spark.createDataFrame([(1, None, 10, None), (1, "other", 10, None)], SCHEMA)
 
-    outcome = _write(
-        writer,
+    outcome = _append(
+        spark,
         again,
         _plan(lake, 2, primary_key=(), boundary=Window("c", CursorType.INTEGER, 10, 10)),
     )
@@ -147,9 +163,8 @@ def test_append_without_a_key_dedupes_whole_rows_including_nulls(
 def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
     spark: SparkSession, lake: LakeTable, merge_path: set[str]
 ) -> None:
-    writer = MergeWriter(spark)
-    _write(
-        writer,
+    _merge(
+        spark,
         spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None), (3, "c", 10, None)], SCHEMA),
         _plan(lake, 1, replace_all=True),
     )
@@ -164,7 +179,7 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
         SCHEMA,
     )
 
-    outcome = _write(writer, delta, _plan(lake, 2))
+    outcome = _merge(spark, delta, _plan(lake, 2))
 
     assert outcome.path is not None and outcome.path.strategy in merge_path
     assert outcome.merge is not None
@@ -176,57 +191,62 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
 
 
 def test_merge_refuses_different_rows_tied_on_key_and_cursor_whatever_the_input_order(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, lake: LakeTable
 ) -> None:
     """Either row could be key 1's: the merge used to keep one by a hash. Key 2's copies are one."""
     rows = [(1, "x", 10, None), (1, "y", 10, None), (2, "z", 10, None), (2, "z", 10, None)]
+    spec = LakeSpec(path=str(tmp_path / "lakes"), format=lake.format)
     for attempt, order in enumerate([rows, rows[::-1]]):
-        lake = ParquetLake(str(tmp_path / f"t{attempt}"))
+        table = open_lake(spec, f"t{attempt}")
         with pytest.raises(ClashingVersions) as raised:
-            _write(MergeWriter(spark), spark.createDataFrame(order, SCHEMA), _plan(lake, 1))
+            _merge(spark, spark.createDataFrame(order, SCHEMA), _plan(table, 1))
         assert raised.value.rows == 1
-        assert list(lake.facts().files) == []
+        assert not table.facts().exists
 
 
-def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> MergeWriter:
-    """A merge table of keys 0 to 199, in four range buckets of 50 keys."""
-    writer = MergeWriter(spark)
+def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> None:
+    """A merge table of keys 0 to 199, in four ranges of 50 keys (plain: bucket files; Iceberg:
+    partitions `truncate(50, id)`)."""
     initial = spark.createDataFrame([(i, "v", 1, None) for i in range(200)], SCHEMA)
-    _write(writer, initial, _plan(lake, 1, replace_all=True))
-    return writer
+    _merge(spark, initial, _plan(lake, 1, replace_all=True))
 
 
-def test_merge_rewrites_only_the_buckets_the_delta_touches(
+def test_merge_rewrites_only_what_the_delta_touches(
     spark: SparkSession, lake: LakeTable, merge_path: set[str]
 ) -> None:
-    writer = _merged_200_keys(spark, lake)
+    _merged_200_keys(spark, lake)
     before = {f.group: f.name for f in list(lake.facts().files)}
-    assert len(before) == 4
 
-    outcome = _write(
-        writer, spark.createDataFrame([(7, "changed", 2, None)], SCHEMA), _plan(lake, 2)
+    outcome = _merge(
+        spark, spark.createDataFrame([(7, "changed", 2, None)], SCHEMA), _plan(lake, 2)
     )
 
     assert outcome.path is not None and outcome.path.strategy in merge_path
+    assert _lake(spark, lake).count() == 200
+    if isinstance(lake, IcebergLake):
+        # Merge-on-read: the changed row and a delete file for its old version, in its range.
+        assert outcome.rows_rewritten == 1 and outcome.files_written == 2
+        assert outcome.path.buckets_touched == 1
+        return
+    assert len(before) == 4
     after = {f.group: f.name for f in list(lake.facts().files)}
     changed = [group for group in before if before[group] != after[group]]
     assert len(changed) == 1
     assert outcome.rows_rewritten < 200
-    assert _lake(spark, lake).count() == 200
 
 
 def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
     spark: SparkSession, lake: LakeTable, merge_path: set[str]
 ) -> None:
-    writer = _merged_200_keys(spark, lake)
-    files = list(lake.facts().files)
+    _merged_200_keys(spark, lake)
+    files, head = list(lake.facts().files), lake.facts().head
     # The rows tied with the cursor, read again; and a deleted key the lake never held.
     repeat = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v", 1, None), (999, "x", 1, True)], SCHEMA
     )
 
     # All of them at or below the previous cursor (1): rows the lake may already hold.
-    idle = _write(writer, repeat, _plan(lake, 2, boundary=Window("c", CursorType.INTEGER, upper=1)))
+    idle = _merge(spark, repeat, _plan(lake, 2, boundary=Window("c", CursorType.INTEGER, upper=1)))
 
     assert (idle.rows_extracted, idle.rows_written, idle.files_written, idle.rows_rewritten) == (
         3,
@@ -239,74 +259,72 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
         idle.merge.updated,
         idle.merge.deleted,
     ) == (0, 0, 0)
-    assert list(lake.facts().files) == files
-    assert not list(_staging(lake).iterdir())
+    assert idle.head is None  # no commit, no snapshot
+    assert list(lake.facts().files) == files and lake.facts().head == head
+    assert _nothing_left(lake)
     # The same keys with one real change, and a delete of a key the lake holds, still land.
     changed = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
     )
-    outcome = _write(writer, changed, _plan(lake, 3))
+    outcome = _merge(spark, changed, _plan(lake, 3))
     assert outcome.path is not None and outcome.path.strategy in merge_path
     assert outcome.merge is not None and (outcome.merge.updated, outcome.merge.deleted) == (1, 1)
     rows = {r.id: r.v for r in _lake(spark, lake).collect()}
     assert (rows[120], 8 in rows, len(rows)) == ("v2", False, 199)
+    assert _nothing_left(lake)
 
 
 def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
     spark: SparkSession, lake: LakeTable, merge_path: set[str]
 ) -> None:
-    writer = MergeWriter(spark)
-    _write(
-        writer,
+    _merge(
+        spark,
         spark.createDataFrame([(1, "old", 10, None)], SCHEMA),
         _plan(lake, 1, replace_all=True),
     )
     # Spark's order says 10 is the newer cursor; the database said 5 and 6 came later.
     delta = spark.createDataFrame([(1, "new", 5, None), (1, "newer", 6, None)], SCHEMA)
 
-    outcome = _write(writer, delta, _plan(lake, 2, delta_beats_lake=True))
+    outcome = _merge(spark, delta, _plan(lake, 2, delta_beats_lake=True))
 
     assert outcome.path is not None and outcome.path.strategy in merge_path
     assert outcome.merge is not None and outcome.merge.updated == 1
     assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "newer")]
 
 
-def test_full_refresh_merge_replaces_the_table_and_counts_removed_keys(
-    spark: SparkSession, lake: LakeTable
-) -> None:
-    writer = MergeWriter(spark)
-    _write(
-        writer,
+def test_full_refresh_merge_replaces_the_table(spark: SparkSession, lake: LakeTable) -> None:
+    _merge(
+        spark,
         spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
         _plan(lake, 1, replace_all=True),
     )
 
     # A snapshot wins even where its cursor is older: it is what the source holds now.
-    outcome = _write(
-        writer,
+    outcome = _merge(
+        spark,
         spark.createDataFrame([(1, "restored", 5, None)], SCHEMA),
         _plan(lake, 2, replace_all=True),
     )
 
-    assert outcome.merge is not None and outcome.merge.deleted == 1
+    assert outcome.merge is not None
+    if isinstance(lake, ParquetLake):
+        assert outcome.merge.deleted == 1  # the keys it removed, counted as it ranked them
     assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "restored")]
 
 
 def test_the_table_reads_as_one_dataset_with_spark_and_pyarrow(
     spark: SparkSession, lake: LakeTable, tmp_path: Path
 ) -> None:
-    writer = AppendWriter(spark)
-    _write(
-        writer,
+    _append(
+        spark,
         spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
         _plan(lake, 1, replace_all=True),
     )
-    _write(writer, spark.createDataFrame([(2, "b", 11, None)], SCHEMA), _plan(lake, 2))
-    # Leftovers a crashed run may leave must stay invisible to readers.
-    (_staging(lake) / "dead").mkdir(parents=True)
-    spark.createDataFrame([(99, "ghost", 0, None)], SCHEMA).write.parquet(
-        str(_staging(lake) / "dead" / "x")
-    )
+    _append(spark, spark.createDataFrame([(2, "b", 11, None)], SCHEMA), _plan(lake, 2))
+    # Leftovers a crashed run may leave must stay invisible to readers: staging (plain), a
+    # data file no snapshot names (Iceberg).
+    ghost = tmp_path / "orders" / ("data" if isinstance(lake, IcebergLake) else "_staging/dead")
+    spark.createDataFrame([(99, "ghost", 0, None)], SCHEMA).write.mode("append").parquet(str(ghost))
 
     arrow = read_lake(tmp_path, "orders")
     assert sorted(arrow["id"].to_pylist()) == [1, 2]
@@ -349,22 +367,38 @@ def test_integer_keys_are_bucketed_by_range_and_other_keys_by_hash(
 ) -> None:
     ranged, hashed = ParquetLake(str(tmp_path / "ranged")), ParquetLake(str(tmp_path / "hashed"))
     rows = [(i, "v", 1, None) for i in range(200)]
-    _write(
-        MergeWriter(spark), spark.createDataFrame(rows, SCHEMA), _plan(ranged, 1, replace_all=True)
-    )
+    _merge(spark, spark.createDataFrame(rows, SCHEMA), _plan(ranged, 1, replace_all=True))
     as_text = spark.createDataFrame(
         [(str(i), "v", 1, None) for i in range(200)], "id string, v string, c long, gone boolean"
     )
-    _write(MergeWriter(spark), as_text, _plan(hashed, 1, replace_all=True))
+    _merge(spark, as_text, _plan(hashed, 1, replace_all=True))
 
     assert sorted(f.group for f in ranged.facts().files) == [f"rp{i:012d}w50" for i in range(4)]
     assert {f.group for f in hashed.facts().files} <= {f"h{i:05d}of00004" for i in range(4)}
     # New keys past the end land in a new range; the ranges holding old keys are not rewritten.
     before = {f.name for f in ranged.facts().files}
-    _write(
-        MergeWriter(spark), spark.createDataFrame([(250, "new", 2, None)], SCHEMA), _plan(ranged, 2)
-    )
+    _merge(spark, spark.createDataFrame([(250, "new", 2, None)], SCHEMA), _plan(ranged, 2))
     assert before < {f.name for f in ranged.facts().files}
+
+
+def test_an_iceberg_merge_table_is_partitioned_by_its_key(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Ranges of a single integer key (`truncate`), buckets of any other key: a clustered delta
+    reads and writes the files of few partitions."""
+    spec = LakeSpec(path=str(tmp_path), format="iceberg")
+    ranged, hashed = open_lake(spec, "ranged"), open_lake(spec, "hashed")
+    rows = [(i, "v", 1, None) for i in range(200)]
+    _merge(spark, spark.createDataFrame(rows, SCHEMA), _plan(ranged, 1, replace_all=True))
+    as_text = spark.createDataFrame(
+        [(str(i), "v", 1, None) for i in range(200)], "id string, v string, c long, gone boolean"
+    )
+    _merge(spark, as_text, _plan(hashed, 1, replace_all=True))
+
+    assert isinstance(ranged, IcebergLake) and isinstance(hashed, IcebergLake)
+    ranged_state, hashed_state = ranged.state(), hashed.state()
+    assert ranged_state is not None and ranged_state.partitioning == ("truncate(50, `id`)",)
+    assert hashed_state is not None and hashed_state.partitioning == ("bucket(4, `id`)",)
 
 
 def _journaled_commit(root: Path, staged: bool) -> None:

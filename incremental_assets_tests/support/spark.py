@@ -27,7 +27,8 @@ SPARK_HOME = Path(pyspark.__file__).parent
 
 # The jars of every project (Iceberg's runtime, SQLite's driver) and both sources' drivers, as
 # paths in the jar folder (`make install` fetches them), with Iceberg's SQL extensions.
-TEST_JVM_CONF = jvm.with_jars({}, jvm.jars_needed(jvm.SOURCE_DRIVERS, "", {}))
+# Iceberg's AWS bundle too: the object-store tests' lake is on moto's S3, in the suite's session.
+TEST_JVM_CONF = jvm.with_jars({}, jvm.ALL_JARS)
 # A small Spark; what a test project's `spark.conf` holds (its jars come from its sources).
 TEST_SPARK_SETTINGS = {
     "spark.ui.enabled": "false",

@@ -22,6 +22,7 @@ from incremental_assets.decisions import (
 from incremental_assets.errors import ConfigError, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead, files_digest
 from incremental_assets.lake.names import DataFile, data_file, data_file_name
+from incremental_assets.lake.parquet import layout_of
 from incremental_assets.results import StoredState
 from incremental_assets.settings import settings_text
 
@@ -81,7 +82,14 @@ def stored(table: TableSpec | None = None, **changes: Any) -> StoredState:
 def lake(held: tuple[DataFile, ...] = BUCKETS, **changes: Any) -> LakeFacts:
     """The lake as that run left it: its identity, its commit, exactly its files."""
     head = LakeHead(table_id=TABLE_ID, txn=TXN, batch=1, files=files_digest(f.name for f in held))
-    facts = LakeFacts(uri="/lake/orders", files=held, schema=SCHEMA, head=head)
+    facts = LakeFacts(
+        uri="/lake/orders",
+        files=held,
+        schema=SCHEMA,
+        head=head,
+        layout=layout_of(list(held)),
+        holds_rows=bool(held),
+    )
     return replace(facts, **changes)
 
 

@@ -36,13 +36,17 @@ T0 = 1_767_225_600_000  # 2026-01-01 UTC, in milliseconds
 
 
 def _snapshot(
-    snapshot_id: int, parent: int | None, operation: str, at: int = T0, **summary: str
+    snapshot_id: int,
+    parent: int | None,
+    operation: str,
+    summary: dict[str, str] | None = None,
+    at: int = T0,
 ) -> dict[str, Any]:
     return {
         "snapshot-id": snapshot_id,
         "parent-snapshot-id": parent,
         "timestamp-ms": at,
-        "summary": {"operation": operation, **summary},
+        "summary": {"operation": operation, **(summary or {})},
         "manifest-list": f"file:/lake/t/metadata/snap-{snapshot_id}.avro",
     }
 
@@ -91,8 +95,8 @@ def _state(snapshots: list[dict[str, Any]], current: int | None, **metadata: Any
 def test_the_head_is_mains_newest_commit_of_ours_past_maintenance() -> None:
     state = _state(
         [
-            _snapshot(1, None, "append", **_ours("t1", 1)),
-            _snapshot(2, 1, "overwrite", **_ours("t2", 2)),
+            _snapshot(1, None, "append", _ours("t1", 1)),
+            _snapshot(2, 1, "overwrite", _ours("t2", 2)),
             _snapshot(3, 2, "replace"),  # compaction
             _snapshot(4, 3, "replace"),  # rewritten manifests
         ],
@@ -110,7 +114,7 @@ def test_another_writers_commit_is_the_head_as_it_is() -> None:
     """An append or a delete by another engine changed rows this package didn't write: the run
     must see a head that no materialization recorded, and refuse."""
     state = _state(
-        [_snapshot(1, None, "append", **_ours("t1", 1)), _snapshot(2, 1, "delete")], current=2
+        [_snapshot(1, None, "append", _ours("t1", 1)), _snapshot(2, 1, "delete")], current=2
     )
 
     head = head_of(state)
@@ -128,9 +132,9 @@ def test_records_come_from_the_heads_summary_and_else_from_older_tables_properti
     summary = summary_of(
         txn="t1", batch=1, cursor="c1", layout="merge", records={KEY: key}, run_id="run-1"
     )
-    state = _state([_snapshot(1, None, "append", **summary)], current=1)
+    state = _state([_snapshot(1, None, "append", summary)], current=1)
     legacy = _state(
-        [_snapshot(1, None, "append", **_ours("t1", 1))],
+        [_snapshot(1, None, "append", _ours("t1", 1))],
         current=1,
         properties={RECORDS[KEY]: json.dumps(key), RECORDS[SNAPSHOT]: json.dumps({"batch": 1})},
     )
@@ -153,7 +157,7 @@ def test_facts_carry_the_records_the_layout_and_whether_the_table_holds_rows() -
         run_id=None,
     )
     summary |= {"total-records": "10", "total-position-deletes": "10"}
-    state = _state([_snapshot(1, None, "overwrite", **summary)], current=1)
+    state = _state([_snapshot(1, None, "overwrite", summary)], current=1)
 
     facts = facts_of(state, "/lake/t")
 
@@ -170,7 +174,7 @@ def test_a_snapshot_reads_as_its_records_less_its_deleted_positions(
     records: str, deletes: str, rows: int
 ) -> None:
     summary = {"total-records": records, "total-position-deletes": deletes}
-    state = _state([_snapshot(1, None, "overwrite", **summary)], current=1)
+    state = _state([_snapshot(1, None, "overwrite", summary)], current=1)
 
     assert state.current is not None and live_rows(state.current) == rows
 
@@ -178,9 +182,9 @@ def test_a_snapshot_reads_as_its_records_less_its_deleted_positions(
 def test_a_commit_has_landed_only_if_mains_history_holds_it() -> None:
     state = _state(
         [
-            _snapshot(1, None, "append", **_ours("t1", 1)),
-            _snapshot(2, 1, "append", **_ours("t2", 2)),
-            _snapshot(3, 1, "append", **_ours("t3", 2)),  # on a dropped branch, not main
+            _snapshot(1, None, "append", _ours("t1", 1)),
+            _snapshot(2, 1, "append", _ours("t2", 2)),
+            _snapshot(3, 1, "append", _ours("t3", 2)),  # on a dropped branch, not main
         ],
         current=2,
     )
@@ -196,7 +200,7 @@ def test_the_branches_runs_left_are_named_by_their_commit() -> None:
         "ia-20260101T000000abcd0123": {"snapshot-id": 1, "type": "branch"},
         "audit": {"snapshot-id": 1, "type": "branch"},
     }
-    state = _state([_snapshot(1, None, "append", **_ours("t1", 1))], current=1, refs=refs)
+    state = _state([_snapshot(1, None, "append", _ours("t1", 1))], current=1, refs=refs)
 
     assert our_branches(state) == {"ia-20260101T000000abcd0123": "20260101T000000abcd0123"}
 
@@ -210,7 +214,7 @@ def test_the_partition_spec_is_read_as_spark_sql_transforms() -> None:
 def _aged(count: int, newest: datetime) -> TableState:
     stamps = [int((newest - timedelta(minutes=count - i)).timestamp() * 1000) for i in range(count)]
     snapshots = [
-        _snapshot(i + 1, i or None, "append", at=at, **_ours(f"t{i}", i))
+        _snapshot(i + 1, i or None, "append", _ours(f"t{i}", i), at=at)
         for i, at in enumerate(stamps)
     ]
     return _state(snapshots, current=count)

@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
 
+if TYPE_CHECKING:
     from incremental_assets.config import LakeSpec
 
 DEFAULT_NAME = "incremental_assets"
@@ -138,7 +139,9 @@ def _uri_password(uri: str) -> str | None:
     return unquote(password) if password else None
 
 
-# Sessions made for a catalog whose name another lake's catalog already took in the session.
+# The catalog each session was bound to here (by its properties' digest), and the sessions made
+# for a catalog whose name another lake's catalog already took in a session.
+_BOUND: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
 _SESSIONS: dict[tuple[int, str], SparkSession] = {}
 
 
@@ -147,28 +150,41 @@ def bind(spark: SparkSession, catalog: IcebergCatalog) -> SparkSession:
     of that name is registered there (Spark keeps a catalog for the session's life, and would go
     on writing to it); then a new session of the same Spark application."""
     wanted = catalog.spark_conf()
-    current = {key: spark.conf.get(key, None) for key in wanted}
-    if all(value is None for value in current.values()):
-        for key, value in wanted.items():
-            spark.conf.set(key, value)
-        return spark
-    if current == wanted:
-        return spark
     digest = hashlib.md5(json.dumps(wanted, sort_keys=True).encode(), usedforsecurity=False)
-    cache = (id(spark), digest.hexdigest())
-    bound = _SESSIONS.get(cache)
-    if bound is None:
-        if type(spark).__module__.startswith("pyspark.sql.connect"):
-            from incremental_assets.errors import ConfigError
+    key = digest.hexdigest()
+    bound = _BOUND.get(spark)
+    if bound == key:
+        return spark
+    if bound is None and _unregistered(spark, catalog.name, wanted):
+        for name, value in wanted.items():
+            spark.conf.set(name, value)
+        _BOUND[spark] = key
+        return spark
+    cached = _SESSIONS.get((id(spark), key))
+    if cached is not None:
+        return cached
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from incremental_assets.errors import ConfigError
 
-            raise ConfigError(
-                f"this Spark Connect session already uses an Iceberg catalog named "
-                f"'{catalog.name}' for another lake, and Spark keeps a catalog for the session's "
-                "life. Fix: give this lake's catalog another name (lake.catalog.name), or use a "
-                "session per lake."
-            )
-        bound = spark.newSession()
-        for key, value in wanted.items():
-            bound.conf.set(key, value)
-        _SESSIONS[cache] = bound
-    return bound
+        raise ConfigError(
+            f"this Spark Connect session already uses an Iceberg catalog named "
+            f"'{catalog.name}' for another lake, and Spark keeps a catalog for the session's "
+            "life. Fix: give this lake's catalog another name (lake.catalog.name), or use a "
+            "session per lake."
+        )
+    session = spark.newSession()
+    for name, value in wanted.items():
+        session.conf.set(name, value)
+    _BOUND[session] = key
+    _SESSIONS[(id(spark), key)] = session
+    return session
+
+
+def _unregistered(spark: SparkSession, name: str, wanted: dict[str, str]) -> bool:
+    """Whether the session has no catalog of that name yet, or one set as `wanted` (compared on
+    what a Spark Connect server shows: it hides secrets' values)."""
+    current = spark.conf.get(f"spark.sql.catalog.{name}", None)
+    if current is None:
+        return True
+    shown = {k: v for k, v in wanted.items() if not _SECRET_KEYS.search(k)}
+    return all(spark.conf.get(k, None) == v for k, v in shown.items())

@@ -89,6 +89,7 @@ class IcebergCommit:
     branch: str | None = None
     snapshot: SnapshotInfo | None = None  # the snapshot the commit made (on its branch)
     landed: bool = False  # main holds the commit
+    properties: Mapping[str, str] = field(default_factory=dict)  # the table's, as last read
     _table_id: str = ""
     _unknown: bool = False  # the commit raised without saying whether it took
 
@@ -152,14 +153,24 @@ class IcebergCommit:
 
     def written(self) -> SnapshotInfo | None:
         """The snapshot the write made on the branch, if it made one."""
+        assert self.branch is not None
         state = self._state()
-        if state is None or self.branch is None or self.branch not in state.refs:
-            return None
+        if state is None or self.branch not in state.refs:
+            raise WriteError(
+                TableProblem(
+                    self.lake.table_name,
+                    f"this run's branch of the {self.lake.describe()} ({self.branch}) was "
+                    "dropped before main could move to it: by hand, or by another engine's "
+                    "maintenance. Nothing was committed and the cursor did not move.",
+                    fix="run again.",
+                )
+            )
         snapshot = state.snapshots.get(state.refs[self.branch])
         if snapshot is None or snapshot.snapshot_id == self.base:
             return None
         self.snapshot = snapshot
         self._table_id = state.table_uuid
+        self.properties = state.properties
         return snapshot
 
     def publish(self) -> LakeHead:
@@ -180,7 +191,15 @@ class IcebergCommit:
         self.landed = True
         self.lake.commits.pop(self.txn, None)
         self._drop_branch(self.branch)
-        return head_at(self._table_id, snapshot)
+        return head_at(self._table_id, snapshot, self._metadata_location())
+
+    def _metadata_location(self) -> str | None:
+        """The table's metadata file now, for readers: read if the catalog answers, else None."""
+        try:
+            state = self._state()
+        except WriteError:
+            return None
+        return state.metadata_location if state is not None else None
 
     def abandon(self) -> bool:
         """Drop the run's branch, unless its commit landed or may have; say whether it did."""
@@ -227,28 +246,50 @@ class IcebergCommit:
         exists = state is not None
         if exists and self._current(state) != self.base:
             raise self._conflict(state)
-        view = f"ia_{self.txn}"
-        frame.createOrReplaceTempView(view)
-        verb = "CREATE OR REPLACE TABLE" if exists else "CREATE TABLE"
-        parts = settings.partitioning
-        partitioned = f" PARTITIONED BY ({', '.join(parts)})" if parts else ""
-        properties = ", ".join(f"'{k}'='{v}'" for k, v in settings.properties.items())
         location = lake.uri if "://" in lake.uri else f"file:{lake.uri}"
         try:
             with self.summarized(summary):
                 pause_point("mid-commit")
-                spark.sql(
-                    f"{verb} {lake.reference()} USING iceberg{partitioned} LOCATION "
-                    f"'{location}' TBLPROPERTIES ({properties}) AS SELECT * FROM `{view}`"
-                )
+                if settings.partitioning:
+                    self._replace_by_sql(frame, settings, exists, location)
+                else:
+                    # An action of `frame`'s own, so that what it observes reaches the caller
+                    # (a Spark Connect client hears only its DataFrames' own actions' metrics).
+                    writer = frame.writeTo(lake.reference()).using("iceberg")
+                    for key, value in {**settings.properties, "location": location}.items():
+                        writer = writer.tableProperty(key, value)
+                    writer.createOrReplace() if exists else writer.create()
         except Exception as exc:
             if "already exists" in str(exc) and not exists:
                 raise self._conflict(self._state()) from None
             self._settle(exc)
-        finally:
-            spark.catalog.dropTempView(view)
 
-    # -- summaries, states, outcomes --------------------------------------------------------
+    def _replace_by_sql(
+        self, frame: DataFrame, settings: TableSettings, exists: bool, location: str
+    ) -> None:
+        """`CREATE [OR REPLACE] TABLE ... AS SELECT`, for partition transforms (`truncate`)
+        DataFrameWriterV2 can't name."""
+        verb = "CREATE OR REPLACE TABLE" if exists else "CREATE TABLE"
+        properties = ", ".join(f"'{k}'='{v}'" for k, v in settings.properties.items())
+        with self.viewed(frame, "rows") as view:
+            self.spark.sql(
+                f"{verb} {self.lake.reference()} USING iceberg PARTITIONED BY "
+                f"({', '.join(settings.partitioning)}) LOCATION '{location}' TBLPROPERTIES "
+                f"({properties}) AS SELECT * FROM {view}"
+            )
+
+    # -- summaries, views, states, outcomes --------------------------------------------------
+
+    @contextmanager
+    def viewed(self, frame: DataFrame, what: str) -> Iterator[str]:
+        """`frame` under a name the commit's SQL can use, whichever session made it (a global
+        temporary view: the application's sessions share them)."""
+        name = f"ia_{self.txn}_{what}"
+        frame.createOrReplaceGlobalTempView(name)
+        try:
+            yield f"global_temp.`{name}`"
+        finally:
+            frame.sparkSession.catalog.dropGlobalTempView(name)
 
     @contextmanager
     def summarized(self, summary: Mapping[str, str] | None = None) -> Iterator[None]:
@@ -279,6 +320,7 @@ class IcebergCommit:
             raise self._conflict(state)
         self.snapshot = state.snapshots[head.snapshot_id]
         self._table_id = state.table_uuid
+        self.properties = state.properties
         return head
 
     def _settle(self, exc: Exception) -> None:

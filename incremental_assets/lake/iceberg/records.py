@@ -151,10 +151,10 @@ def made_by(state: TableState, txn: str) -> LakeHead | None:
 
 
 def _head(state: TableState, snapshot: SnapshotInfo) -> LakeHead:
-    return head_at(state.table_uuid, snapshot)
+    return head_at(state.table_uuid, snapshot, state.metadata_location)
 
 
-def head_at(table_id: str, snapshot: SnapshotInfo) -> LakeHead:
+def head_at(table_id: str, snapshot: SnapshotInfo, metadata_location: str | None) -> LakeHead:
     """The head `snapshot` makes of the table `table_id`."""
     batch = snapshot.summary.get(BATCH)
     return LakeHead(
@@ -164,6 +164,7 @@ def head_at(table_id: str, snapshot: SnapshotInfo) -> LakeHead:
         batch=int(batch) if batch is not None else -1,
         cursor=snapshot.summary.get(CURSOR),
         snapshot_id=snapshot.snapshot_id,
+        metadata_location=metadata_location,
     )
 
 

@@ -15,6 +15,7 @@ table's folder but files that Iceberg itself tracks or cleans up.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -63,8 +64,8 @@ class IcebergLake:
     def __init__(self, spec: LakeSpec, table_name: str, identifier: str) -> None:
         self.spec = spec
         self.catalog: IcebergCatalog = catalog_of(spec)
-        self.folder = ParquetFolder(spec.table_uri(table_name))
-        self.uri = self.folder.uri
+        self.uri = spec.table_uri(table_name).rstrip("/")
+        self.local = "://" not in self.uri
         self.table_name = table_name
         self.name = identifier
         self.identifier: str | None = identifier
@@ -161,9 +162,11 @@ class IcebergLake:
     # -- writing ---------------------------------------------------------------------------
 
     def lock(self, table_name: str, owner: str, timeout: timedelta) -> AbstractContextManager[None]:
-        if not self.spec.lock or not self.folder.is_local:
-            return contextlib.nullcontext()
-        return folder_lock(self.folder, table_name, owner, timeout)
+        if not self.spec.lock or not self.local:
+            return (
+                contextlib.nullcontext()
+            )  # an object store has no lock: the branch keeps writers apart
+        return folder_lock(ParquetFolder(self.uri), table_name, owner, timeout)
 
     def recover(self) -> list[str]:
         """Nothing to finish: a run's snapshot is on its own branch until `main` takes it, and
@@ -226,5 +229,5 @@ class IcebergLake:
             )
 
     def _ensure_catalog_folder(self) -> None:
-        if self.catalog.own:  # the default SQLite file, in the lake's root
-            self.folder.fs.create_dir(self.spec.path, recursive=True)
+        if self.catalog.own:  # the default SQLite file, in the lake's root (a local lake)
+            os.makedirs(self.spec.path, exist_ok=True)

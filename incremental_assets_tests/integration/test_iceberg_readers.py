@@ -1,0 +1,112 @@
+"""Readers of a merge table the runs wrote merge-on-read (position deletes beside the data):
+Spark by the catalog, now and `VERSION AS OF` a recorded `iceberg_snapshot_id`; PyIceberg and
+Polars; DuckDB offline, from the metadata file a run recorded. Each reads exactly the source's
+rows as of the run it asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+from pyspark.sql import SparkSession
+
+from incremental_assets.config import LakeSpec
+from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.project import iceberg_table, rows_by
+
+ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL)"
+MERGE = {"name": "orders", "mode": "merge", "cursor": "updated_at", "primary_key": ["id"]}
+
+
+def _change(pg: Schema, run: int) -> None:
+    """Update a few rows, delete one, add one: a merge that writes deletes and new rows."""
+    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
+    pg.execute(
+        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 7 = {run}",
+        f"DELETE FROM orders WHERE id = {run * 3}",
+        f"INSERT INTO orders VALUES ({1000 + run}, 'new{run}', {at})",
+    )
+
+
+def _source(pg: Schema) -> list[tuple[Any, ...]]:
+    return sorted(pg.query("SELECT id, note FROM orders"))
+
+
+@pytest.fixture
+def history(loads: Loads, pg: Schema) -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
+    """Three runs of a merge table, hard deletes reconciled on every run: each run's metadata
+    and the source's rows then."""
+    pg.execute(
+        ORDERS,
+        "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * "
+        "INTERVAL '1 minute' FROM generate_series(1, 200) i",
+    )
+    loads.configure(pg, MERGE, lake={"format": "iceberg"}, deletes="reconcile", reconcile_every=1)
+    runs = []
+    for run in range(3):
+        if run:
+            _change(pg, run)
+        result = loads.run()
+        assert result.success, result.failure
+        runs.append((result.metadata, _source(pg)))
+    return runs
+
+
+def test_spark_reads_the_table_by_its_catalog_now_and_as_of_each_run(
+    loads: Loads, spark: SparkSession, history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]]
+) -> None:
+    lake = IcebergLake(LakeSpec(path=str(loads.lake_dir)), "orders", "incremental_assets.orders")
+    session = lake.session(spark)
+    table = lake.reference()
+
+    now = session.sql(f"SELECT id, note FROM {table}").collect()
+
+    assert sorted((r.id, r.note) for r in now) == history[-1][1]
+    assert history[-1][0]["merge_strategy"] == "merge on read"
+    assert history[-1][0]["files_written"] >= 1
+    for metadata, rows in history:
+        snapshot = metadata["iceberg_snapshot_id"]
+        then = session.sql(f"SELECT id, note FROM {table} VERSION AS OF {snapshot}").collect()
+        assert sorted((r.id, r.note) for r in then) == rows
+    deletes = session.sql(f"SELECT count(*) FROM {table}.delete_files").first()
+    assert deletes is not None and deletes[0] >= 1  # merge-on-read: the rows read are exact
+
+
+def test_pyiceberg_and_polars_read_it_as_of_each_run(
+    loads: Loads, history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]]
+) -> None:
+    table = iceberg_table(loads.lake_dir, "orders")
+
+    assert rows_by(table.scan().to_arrow(), ["id", "note"]) == history[-1][1]
+    polars = pl.scan_iceberg(table).select("id", "note").collect()
+    assert sorted(polars.iter_rows()) == history[-1][1]
+    for metadata, rows in history:
+        as_of = table.scan(snapshot_id=metadata["iceberg_snapshot_id"]).to_arrow()
+        assert rows_by(as_of, ["id", "note"]) == rows
+
+
+def test_duckdb_reads_it_offline_from_the_metadata_file_a_run_recorded(
+    history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]],
+) -> None:
+    """DuckDB's Iceberg extension, from the PyPI packages the docs name (DuckDB would download
+    it otherwise), reads the metadata file the materialization recorded, with its deletes."""
+    import duckdb_ext
+
+    extensions = Path(next(iter(duckdb_ext.__path__))) / "extensions"  # a namespace package
+    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    connection.execute(f"SET extension_directory = '{extensions}'")
+    connection.execute("SET autoinstall_known_extensions = false")
+    connection.execute("LOAD avro")
+    connection.execute("LOAD iceberg")
+    for metadata, rows in history:
+        location = metadata["iceberg_metadata_location"]
+        assert location.endswith(".metadata.json")
+        read = connection.execute(
+            f"SELECT id, note FROM iceberg_scan('{location.removeprefix('file:')}')"
+        ).fetchall()
+        assert sorted(read) == rows
