@@ -1,12 +1,15 @@
 """What kind of run a load is, decided before anything is read: pure functions of the request,
 the lake's facts (`lake/facts.py`) and the source's facts.
 
-* `kind_of_run`: whether this run must replace the table instead of adding to it (a full refresh
-  the lake holds but the stored state doesn't know, key weights the lake's rows lack or took
-  under another collation, a changed delete column), and the warnings that say why;
+* `kind_of_run`: whether this run replaces the table instead of adding to it (asked to; a full
+  refresh the lake holds but the stored state doesn't know, key weights the lake's rows lack or
+  took under another collation, a changed delete column; nothing to add to), the warnings that
+  say why, and whether the read goes up to the newest row; a run that adds to the lake refuses
+  one that doesn't fit (`check_lake_fits`) before the source is asked for a bound;
 * `check_lake_fits`: an incremental run adds to exactly the table its stored cursor describes
   (the same identity, at the last commit recorded, or one commit past it) and in its layout;
-* `key_enforced`: whether the source itself keeps the merge key unique.
+* the predicates the two paths share: `at_recorded_commit`, `weights_in_force`,
+  `key_from_catalog`, `key_enforced` (the source itself keeps the merge key unique).
 
 The run with Spark (`load.py`) and the check without it (`unchanged.py`) both call these, so the
 two paths refuse the same lakes with the same words.
@@ -39,12 +42,18 @@ class SourceFacts:
 
 @dataclass(frozen=True, kw_only=True)
 class RunKind:
-    full_refresh: bool  # this run replaces the table
+    """What kind of run this is, decided before the source is asked for a bound."""
+
+    # The run replaces the table: asked to, or made to by the lake (`warnings` say why), or
+    # nothing to add to (no stored cursor, no cursor column, a full_refresh table).
+    replace_all: bool
+    # The read takes every row up to the newest: a snapshot replacing what the lake holds.
+    read_to_newest: bool
     warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunRequest:
+class Asked:
     """What was asked for: a plain run, a full refresh or a bounded backfill, under `settings`."""
 
     full_refresh: bool
@@ -54,13 +63,15 @@ class RunRequest:
 
 def kind_of_run(
     table: TableSpec,
-    asked: RunRequest,
+    asked: Asked,
     stored: StoredState,
     lake: LakeFacts,
     source: SourceFacts | None,
 ) -> RunKind:
-    """A full refresh when asked for, or when the lake can't take this run's rows incrementally.
+    """Whether the run replaces the table, and why; a lake a run that adds to it can't take is
+    refused here (`check_lake_fits`), before the source is asked for anything.
 
+    A full refresh when asked for, or when the lake can't take this run's rows incrementally.
     `source` is None where the source hasn't been read (the check without Spark): what depends on
     it (the key's weights) is then left to the run that reads it.
     """
@@ -71,11 +82,51 @@ def kind_of_run(
     if source is not None:
         reasons.append(unmatched_weights(table, asked, lake, source))
     warnings = tuple(r for r in reasons if r is not None)
-    return RunKind(full_refresh=asked.full_refresh or bool(warnings), warnings=warnings)
+    replace_all = not asked.backfill and (
+        asked.full_refresh
+        or bool(warnings)
+        or table.mode is Mode.FULL_REFRESH
+        or table.cursor is None
+        or stored.cursor is None
+    )
+    if not replace_all:
+        check_lake_fits(table, stored, lake)
+    return RunKind(
+        replace_all=replace_all,
+        read_to_newest=replace_all and (table.mode is Mode.FULL_REFRESH or lake.holds_rows),
+        warnings=warnings,
+    )
+
+
+def at_recorded_commit(stored: StoredState, lake: LakeFacts) -> bool:
+    """Whether the lake is at the commit the last run recorded: its files and columns are that
+    run's."""
+    head = lake.head
+    return (
+        head is not None
+        and head.txn == stored.lake_commit
+        and head.table_id == stored.lake_table_id
+    )
+
+
+def weights_in_force(source: SourceFacts | None, lake: LakeFacts) -> dict[str, str]:
+    """The collation each key weight is taken under: the source's where it was read, else the
+    lake's record of it."""
+    return dict((source.weighed_by if source is not None else None) or lake.weighed_by)
+
+
+def key_from_catalog(table: TableSpec) -> bool:
+    """Whether the merge key can be the source table's own primary key, read from its catalog
+    (a JDBC table, not a `query:`)."""
+    return (
+        table.mode is Mode.MERGE
+        and table.query is None
+        and isinstance(table.source, JdbcSourceSpec)
+    )
 
 
 def unrecorded_refresh(
-    table: TableSpec, asked: RunRequest, stored: StoredState, lake: LakeFacts
+    table: TableSpec, asked: Asked, stored: StoredState, lake: LakeFacts
 ) -> str | None:
     """Why this run repeats a full refresh the lake holds but the stored state doesn't know.
 
@@ -104,7 +155,7 @@ def unrecorded_refresh(
 
 
 def changed_delete_column(
-    table: TableSpec, asked: RunRequest, stored: StoredState, lake: LakeFacts
+    table: TableSpec, asked: Asked, stored: StoredState, lake: LakeFacts
 ) -> str | None:
     """Why a merge reads the whole table after its `delete_column` changed.
 
@@ -123,7 +174,7 @@ def changed_delete_column(
 
 
 def unmatched_weights(
-    table: TableSpec, asked: RunRequest, lake: LakeFacts, source: SourceFacts
+    table: TableSpec, asked: Asked, lake: LakeFacts, source: SourceFacts
 ) -> str | None:
     """Why a merge reads the whole table because the lake's rows lack a weight the key needs.
 
@@ -139,7 +190,7 @@ def unmatched_weights(
     if lake.layout != "merge":
         return None
     recorded = lake.weighed_by
-    weighed_by = dict(source.weighed_by or recorded)
+    weighed_by = weights_in_force(source, lake)
     held = set(lake.schema.fieldNames()) if lake.schema is not None else set()
     missing = [c for c in source.match_key if c not in held]
     changed = [
@@ -242,7 +293,7 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
             f"its last commit ({head.txn}) left {left} data files, and the folder now holds "
             f"{now} others (removed, added or restored behind the lake's back)",
         )
-    if head.txn == stored.lake_commit or head.batch == stored.batch + 1:
+    if at_recorded_commit(stored, lake) or head.batch == stored.batch + 1:
         return
     if head.batch < 0:
         raise _not_the_table(
@@ -286,8 +337,6 @@ def _not_the_table(table: TableSpec, lake: LakeFacts, found: str) -> WriteError:
 
 def key_enforced(table: TableSpec, source: SourceFacts) -> bool:
     """Whether the merge key is the source table's own primary key, which no two rows share."""
-    if table.mode is not Mode.MERGE or table.query is not None:
-        return False
-    if not isinstance(table.source, JdbcSourceSpec) or source.catalog_key is None:
+    if not key_from_catalog(table) or source.catalog_key is None:
         return False
     return set(source.catalog_key) == set(table.primary_key)

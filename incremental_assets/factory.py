@@ -16,6 +16,7 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from incremental_assets import checks
+from incremental_assets.backfill import check_backfill_window
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
 from incremental_assets.errors import (
@@ -28,7 +29,6 @@ from incremental_assets.lake import open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
-from incremental_assets.plan import check_backfill_window
 from incremental_assets.progress import spark_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState

@@ -16,21 +16,26 @@ from functools import cached_property
 
 from pyspark.sql import SparkSession
 
+from incremental_assets.backfill import plan_backfill
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
 from incremental_assets.cursor import format_cursor
 from incremental_assets.decisions import (
+    Asked,
     RunKind,
-    RunRequest,
     SourceFacts,
-    check_lake_fits,
+    at_recorded_commit,
     key_enforced,
+    key_from_catalog,
     kind_of_run,
+    weights_in_force,
 )
 from incremental_assets.dialects import SPARK_SQL, Dialect
 from incremental_assets.errors import ConfigError, IncrementalAssetsError, TableProblem, WriteError
+from incremental_assets.fingerprint import files_listing, next_fingerprint
 from incremental_assets.lake import LakeFacts, LakeTable, open_lake
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.table import lake_error
+from incremental_assets.nothing_new import prove_unchanged
 from incremental_assets.pause_points import pause_point
 from incremental_assets.plan import (
     PlanInputs,
@@ -38,7 +43,6 @@ from incremental_assets.plan import (
     boundary_of,
     collated_cursor,
     describe_bounds,
-    plan_backfill,
     plan_window,
 )
 from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
@@ -46,7 +50,6 @@ from incremental_assets.settings import changed_settings, describe_changes, sett
 from incremental_assets.sources import database_of, open_source
 from incremental_assets.sources.base import Source, check_columns
 from incremental_assets.sources.failures import engine_error, root_messages, source_error
-from incremental_assets.unchanged import files_listing, next_fingerprint, prove_unchanged
 from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import ClashingVersions, Staged, WritePlan, column_types
@@ -78,8 +81,8 @@ class LoadRequest:
         """The lake-shaping settings this run runs under (`settings.py`)."""
         return settings_text(self.table, self.lake, self.lake_table.format)
 
-    def asked(self) -> RunRequest:
-        return RunRequest(
+    def asked(self) -> Asked:
+        return Asked(
             full_refresh=self.full_refresh,
             backfill=self.backfill is not None,
             settings=self.settings,
@@ -172,7 +175,9 @@ def run_incremental_load(
         dialect=source.dialect,
         started=time.monotonic(),
     )
-    plan = _plan(run, source, kind, listing, log)
+    plan = _plan(run, source, kind, log)
+    fingerprint = next_fingerprint(table, plan, listing)
+    plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
     change = _schema_change(run, source, plan.replace_all)
     if plan.nothing_new:
         outcome = _nothing(column_types(change.target, with_batch=True))
@@ -233,7 +238,7 @@ def _keyed_source(spark: SparkSession, table: TableSpec) -> tuple[TableSpec, Sou
 def _source_facts(table: TableSpec, source: Source, named_key: bool) -> SourceFacts:
     merge = table.mode is Mode.MERGE
     catalog_key = None
-    if merge and table.query is None and isinstance(table.source, JdbcSourceSpec):
+    if key_from_catalog(table):
         # A key read from the catalog is the catalog's; a named one is checked against it.
         catalog_key = source.primary_key() if named_key else table.primary_key
     return SourceFacts(
@@ -244,26 +249,13 @@ def _source_facts(table: TableSpec, source: Source, named_key: bool) -> SourceFa
     )
 
 
-def _plan(run: _Run, source: Source, kind: RunKind, listing: str | None, log: Log) -> WindowPlan:
-    """The window, the frozen bound and the cursor to record; the lake checked to fit."""
+def _plan(run: _Run, source: Source, kind: RunKind, log: Log) -> WindowPlan:
+    """The window, the frozen bound and the cursor to record, for the kind of run decided."""
     request = run.request
-    inputs = PlanInputs(
-        table=run.table,
-        source=source,
-        stored=request.stored,
-        full_refresh=kind.full_refresh,
-        lake_has_files=run.facts.holds_rows,
-    )
-    if request.backfill:
-        check_lake_fits(run.table, request.stored, run.facts)
-        plan = plan_backfill(inputs, request.backfill)
-    else:
-        plan = plan_window(inputs)
-        if not plan.replace_all:
-            check_lake_fits(run.table, request.stored, run.facts)
-    fingerprint = next_fingerprint(run.table, plan, listing)
+    inputs = PlanInputs(table=run.table, source=source, stored=request.stored, kind=kind)
+    plan = plan_backfill(inputs, request.backfill) if request.backfill else plan_window(inputs)
     changes = describe_changes(changed_settings(request.stored.settings, request.settings))
-    report = replace(plan.report, window_fingerprint=fingerprint, settings_changed=changes or None)
+    report = replace(plan.report, settings_changed=changes or None)
     warnings = [*kind.warnings]
     if changes:
         warnings.append(f"settings changed since the last run: {changes}")
@@ -303,9 +295,7 @@ def _write_plan(
         reconcile=plan.reconcile,
         delta_beats_lake=collated_cursor(plan, source),
         match_key=facts.match_key,
-        weighed_by=tuple((dict(facts.weighed_by or {}) or run.facts.weighed_by).items())
-        if merge
-        else (),
+        weighed_by=tuple(weights_in_force(facts, run.facts).items()) if merge else (),
         key_enforced=key_enforced(table, facts),
         run_id=run.request.run_id,
     )
@@ -435,12 +425,7 @@ def _rows_after(run: _Run, outcome: WriteOutcome) -> int:
 def _rows_held(run: _Run) -> int:
     """The lake's rows when this run committed nothing: as the last recorded run counted them,
     when the lake is still at the commit it recorded."""
-    stored, head = run.request.stored, run.facts.head
-    if (
-        stored.row_count is not None
-        and head is not None
-        and stored.lake_commit == head.txn
-        and stored.lake_table_id == head.table_id
-    ):
+    stored = run.request.stored
+    if stored.row_count is not None and at_recorded_commit(stored, run.facts):
         return stored.row_count
     return run.lake.count_rows()

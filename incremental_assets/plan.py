@@ -26,6 +26,7 @@ from incremental_assets.cursor import (
     later_of,
     parse_cursor,
 )
+from incremental_assets.decisions import RunKind
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.errors import ConfigError, CursorError, TableProblem
 from incremental_assets.results import Report, StoredState
@@ -42,7 +43,6 @@ from incremental_assets.window import Window, lower_bound, repeated_hour_start
 
 # Rows sharing the boundary value are read again by every run; past this many, say so.
 BOUNDARY_WARNING_ROWS = 10_000
-BACKFILL_FIELDS = ("backfill_from", "backfill_to")
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class WindowPlan:
     report: Report = field(default_factory=Report)
     warnings: tuple[str, ...] = ()
     backfill: bool = False
-    # A snapshot that replaces what the lake holds: the read takes every row.
-    whole: bool = False
+    # A snapshot that replaces what the lake holds: the read takes every row up to the newest.
+    read_to_newest: bool = False
     # `deletes: reconcile` is due: the source's keys are compared with the lake's.
     reconcile: bool = False
 
@@ -84,13 +84,12 @@ class WindowPlan:
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """What a plan starts from: the table, its source, the stored state, the lake's contents."""
+    """What a plan starts from: the table, its source, the stored state, the kind of run."""
 
     table: TableSpec
     source: Source
     stored: StoredState
-    full_refresh: bool
-    lake_has_files: bool
+    kind: RunKind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,33 +133,32 @@ def start_of(
 
 
 def plan_window(inputs: PlanInputs) -> WindowPlan:
-    table, stored = inputs.table, inputs.stored
+    """The window of a run the kind of run says (`decisions.kind_of_run`): the source's bounds
+    frozen, the cursor to record planned."""
+    table, stored, kind = inputs.table, inputs.stored, inputs.kind
     cursor = resolve_cursor(table, inputs.source.schema())
-    # No stored cursor: a first run, or one after `cursor reset`. Either way, everything again.
-    replace_all = (
-        inputs.full_refresh
-        or table.mode is Mode.FULL_REFRESH
-        or cursor is None
-        or stored.cursor is None
-    )
     partitioning = choose_partitioning(table, inputs.source.schema(), cursor)
     if cursor is None:
         return WindowPlan(cursor=None, replace_all=True, partitioning=partitioning)
     check_cursor_rules(table, cursor.type)
-    previous = read_previous_cursor(table, stored, cursor, replace_all)
-    start = start_of(table, cursor, previous, replace_all, partitioning)
+    previous = read_previous_cursor(table, stored, cursor, kind.replace_all)
+    start = start_of(table, cursor, previous, kind.replace_all, partitioning)
     bounds = inputs.source.freeze(start.freeze_request(table))
-    whole = replace_all and (table.mode is Mode.FULL_REFRESH or inputs.lake_has_files)
-    return plan_from_bounds(table, stored, start, bounds, whole=whole)
+    return plan_from_bounds(table, stored, start, bounds, read_to_newest=kind.read_to_newest)
 
 
 def plan_from_bounds(
-    table: TableSpec, stored: StoredState, start: Start, bounds: Bounds, *, whole: bool = False
+    table: TableSpec,
+    stored: StoredState,
+    start: Start,
+    bounds: Bounds,
+    *,
+    read_to_newest: bool = False,
 ) -> WindowPlan:
     """The window to read and the cursor to record, once the source has frozen its bounds: by a
     run with Spark, and by the check without it, alike."""
     check_null_cursors(table, start.cursor, bounds)
-    read_upper = bounds.newest if whole else bounds.upper
+    read_upper = bounds.newest if read_to_newest else bounds.upper
     window = Window(
         start.cursor.column,
         start.cursor.type,
@@ -177,7 +175,7 @@ def plan_from_bounds(
         window=window,
         bounds=bounds,
         warnings=start.warnings,
-        whole=whole,
+        read_to_newest=read_to_newest,
     )
     plan = replace(plan, reconcile=reconciles(table, plan, stored.batch + 1))
     return with_new_cursor(table, plan)
@@ -205,38 +203,6 @@ def lower_bound_of(
         "its second pass"
     )
     return fold, (warning,)
-
-
-def plan_backfill(inputs: PlanInputs, backfill: tuple[str, str]) -> WindowPlan:
-    """Re-read `[from, to)` into the lake; the cursor is carried forward unchanged."""
-    table, schema = inputs.table, inputs.source.schema()
-    cursor = resolve_cursor(table, schema)
-    values = check_backfill_window(
-        table, None if cursor is None else cursor.type, backfill, BACKFILL_FIELDS
-    )
-    assert cursor is not None and values is not None  # no cursor: refused; its type is known
-    low, high = values
-    previous = read_previous_cursor(table, inputs.stored, cursor, full_refresh=False)
-    partitioning = choose_partitioning(table, schema, cursor)
-    bounds = inputs.source.freeze(
-        FreezeRequest(
-            cursor=cursor, lower=low, timezone=table.timezone, partitioning=partitioning, below=high
-        )
-    )
-    window = Window(
-        cursor.column, cursor.type, low, high, upper_edge="open", empty=bounds.upper is None
-    )
-    return WindowPlan(
-        cursor=cursor,
-        replace_all=False,
-        partitioning=partitioning,
-        previous=previous,
-        window=window,
-        bounds=bounds,
-        new_cursor=previous,
-        report=Report(backfill=f"[{backfill[0]}, {backfill[1]})"),
-        backfill=True,
-    )
 
 
 def describe_bounds(bounds: Bounds) -> str:
@@ -350,68 +316,6 @@ def read_previous_cursor(
             f"can't be read as the {cursor.type.value} column '{cursor.column}': {exc}"
         )
         raise CursorError(TableProblem(table.name, message, fix=_FULL_REFRESH_FIX)) from None
-
-
-def check_backfill_window(
-    table: TableSpec,
-    known_type: CursorType | None,
-    window: tuple[str, str],
-    names: tuple[str, str],
-) -> tuple[CursorValue, CursorValue] | None:
-    """Refuse a backfill that can't run: no cursor, a full_refresh table, bad values, an empty window.
-
-    Called before Spark starts (by the asset and the CLI) with the type a run recorded, and by the
-    load with the type the source reports. The values are checked, and returned, once the type is
-    known (given, or declared in the config).
-    """
-    if table.cursor is None:
-        raise ConfigError(
-            TableProblem(
-                table.name,
-                "the table has no cursor, so there is no window to backfill; run a full refresh "
-                "instead.",
-            )
-        )
-    if table.mode is Mode.FULL_REFRESH:
-        raise ConfigError(
-            TableProblem(
-                table.name,
-                "a full_refresh table is replaced by a new snapshot on every run, so a backfill "
-                "has nothing to add.",
-                "mode",
-                "run the table without backfill_from and backfill_to.",
-            )
-        )
-    kind = known_type or table.cursor.declared_type
-    if kind is None:
-        return None
-    low, high = (
-        _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
-    )
-    # Strings are ordered by the database's collation: only an equal pair is surely empty.
-    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
-    if empty:
-        raise ConfigError(
-            TableProblem(
-                table.name,
-                f"the backfill window [{window[0]}, {window[1]}) is empty; {names[0]} is where it "
-                f"starts (inclusive) and must be below {names[1]}, where it ends (exclusive).",
-                fix="swap the two values.",
-            )
-        )
-    return low, high
-
-
-def _backfill_value(table: TableSpec, kind: CursorType, text: str, name: str) -> CursorValue:
-    try:
-        return parse_cursor(kind, text)
-    except CursorError as exc:
-        column = table.cursor.column if table.cursor else ""
-        raise ConfigError(
-            TableProblem(
-                table.name, f"{exc} The cursor column '{column}' is of type {kind.value}.", name
-            )
-        ) from None
 
 
 def check_null_cursors(table: TableSpec, cursor: Cursor, bounds: Bounds) -> None:

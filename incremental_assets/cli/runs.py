@@ -9,11 +9,11 @@ from typing import Any
 
 import dagster as dg
 
+from incremental_assets.backfill import check_backfill_window
 from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
 from incremental_assets.cli.status import table_status
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.definitions import build_definitions
-from incremental_assets.plan import check_backfill_window
 from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator, translator_for
 

@@ -21,6 +21,13 @@ from pyiceberg.catalog.sql import SqlCatalog
 from incremental_assets import cli
 from incremental_assets.cli import lake as lake_cli
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.orders import (
+    ICEBERG,
+    ORDERS_TABLE,
+    change_orders,
+    create_orders,
+    orders_held,
+)
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -31,30 +38,7 @@ from incremental_assets_tests.support.project import (
     rows_by,
 )
 
-ORDERS = (
-    "CREATE TABLE orders (id bigint PRIMARY KEY, note text NOT NULL, updated_at timestamptz "
-    "NOT NULL)"
-)
-SEED = (
-    "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL "
-    "'1 second' FROM generate_series(1, {n}) i"
-)
-MERGE = {"name": "orders", "mode": "merge", "cursor": "updated_at", "primary_key": ["id"]}
-ICEBERG = {"format": "iceberg"}
-
-
-def _change(pg: Schema, run: int, new: int = 10) -> None:
-    """Update every tenth row and add `new` rows, all dated after everything before."""
-    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
-    pg.execute(
-        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 10 = {run % 10}",
-        f"INSERT INTO orders SELECT i, 'v{run}', {at} FROM generate_series("
-        f"(SELECT max(id) + 1 FROM orders), (SELECT max(id) + {new} FROM orders)) i",
-    )
-
-
-def _source(pg: Schema) -> list[tuple[Any, ...]]:
-    return sorted(pg.query("SELECT id, note FROM orders"))
+MERGE = {**ORDERS_TABLE, "mode": "merge"}
 
 
 def test_readers_see_only_whole_snapshots_while_runs_commit(
@@ -66,11 +50,11 @@ def test_readers_see_only_whole_snapshots_while_runs_commit(
 ) -> None:
     """PyIceberg and Polars scan in a loop while merges rewrite buckets: a half-seen commit would
     show a bucket's old and new rows together (more rows than any snapshot held)."""
-    pg.execute(ORDERS, SEED.format(n=300))
+    create_orders(pg, 300)
     project = make_project(pg, MERGE, lake=ICEBERG, buckets=4, bucket_rows=50)
     assert materialize(project, "orders", instance, spark_resource).success
     table = iceberg_table(tmp_path / "lake", "orders")
-    committed = {len(_source(pg))}
+    committed = {len(orders_held(pg))}
     seen: list[tuple[str, int]] = []
     done = threading.Event()
 
@@ -87,7 +71,7 @@ def test_readers_see_only_whole_snapshots_while_runs_commit(
         reader.start()
     try:
         for run in range(1, 5):
-            _change(pg, run)
+            change_orders(pg, run)
             result = materialize(project, "orders", instance, spark_resource)
             assert result.success, result.failure
             committed.add(result.metadata["dagster/row_count"])
@@ -98,7 +82,7 @@ def test_readers_see_only_whole_snapshots_while_runs_commit(
 
     assert {how for how, _ in seen} == {"pyiceberg", "polars"}
     assert {count for _, count in seen} <= committed, (sorted(committed), seen)
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _source(pg)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
 
 
 def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
@@ -110,17 +94,17 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=50))
+    create_orders(pg, 50)
     project = make_project(pg, MERGE, lake=ICEBERG)
     expected: dict[int, list[tuple[Any, ...]]] = {}
     for run in range(3):
         if run:
-            _change(pg, run)
+            change_orders(pg, run)
         result = materialize(project, "orders", instance, spark_resource)
         assert result.success, result.failure
         assert result.metadata["dagster/table_name"] == "incremental_assets.orders"
         assert result.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
-        expected[result.metadata["iceberg_snapshot_id"]] = _source(pg)
+        expected[result.metadata["iceberg_snapshot_id"]] = orders_held(pg)
 
     table = iceberg_table(tmp_path / "lake", "orders")
     assert len(expected) == 3
@@ -149,7 +133,7 @@ def test_the_catalog_can_be_the_suites_postgresql(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     server = postgres
     uri = (
         f"postgresql+psycopg2://{server.user}:{server.password}@{server.host}:{server.port}/"
@@ -158,13 +142,13 @@ def test_the_catalog_can_be_the_suites_postgresql(
     catalog = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
     project = make_project(pg, MERGE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     second = materialize(project, "orders", instance, spark_resource)
     assert second.success, second.failure
     assert second.metadata["dagster/table_name"] == f"{pg.name}.orders"
 
     table = SqlCatalog("incremental_assets", uri=uri).load_table(f"{pg.name}.orders")
-    assert rows_by(table.scan().to_arrow(), ["id", "note"]) == _source(pg)
+    assert rows_by(table.scan().to_arrow(), ["id", "note"]) == orders_held(pg)
     assert not (tmp_path / "lake" / "_catalog.db").exists()
 
 
@@ -180,10 +164,10 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
 ) -> None:
     """Killed after the snapshot landed and before the instance recorded it, the command run
     again records that conversion instead of refusing a table that exists already."""
-    pg.execute(ORDERS, SEED.format(n=100))
+    create_orders(pg, 100)
     project = make_project(pg, MERGE)
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     assert materialize(project, "orders", instance, spark_resource).success
     before = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "_batch"])
     cursor = latest_metadata(instance, "orders")["cursor"]
@@ -203,13 +187,13 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
     table = iceberg_table(tmp_path / "lake", "orders")
     assert rows_by(table.scan().to_arrow(), ["id", "note", "_batch"]) == before
     assert not (tmp_path / "lake" / "orders" / "_head").exists()
-    _change(pg, 2, new=1)
+    change_orders(pg, 2, new=1)
     after = materialize(iceberg, "orders", instance, spark_resource)
     assert after.success, after.failure
     assert after.metadata["previous_cursor"] == cursor
     assert after.metadata["full_refresh"] is False
     assert after.metadata["rows_inserted"] == 1
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _source(pg)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
 
 
 def _killed(*args: object, **kwargs: object) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,15 @@ from incremental_assets.config import LakeSpec
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.lake.iceberg import commits as commits_module
 from incremental_assets.lake.iceberg import table as table_module
-from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import cli_env, start_cli, write_cli_config
+from incremental_assets_tests.support.cli import paused_run, write_cli_config
+from incremental_assets_tests.support.orders import (
+    ICEBERG,
+    ORDERS_TABLE,
+    change_orders,
+    create_orders,
+    orders_held,
+)
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
@@ -43,47 +48,12 @@ from incremental_assets_tests.support.project import (
     rows_by,
 )
 
-ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, note text NOT NULL, updated_at timestamptz NOT NULL)"
-SEED = (
-    "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * "
-    "INTERVAL '1 second' FROM generate_series(1, {n}) i"
-)
-TABLE = {"name": "orders", "mode": "append", "cursor": "updated_at", "primary_key": ["id"]}
-ICEBERG = {"format": "iceberg"}
-
-
-def _change(pg: Schema, run: int, new: int = 10) -> None:
-    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
-    pg.execute(
-        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 10 = {run % 10}",
-        f"INSERT INTO orders SELECT i, 'v{run}', {at} FROM generate_series("
-        f"(SELECT max(id) + 1 FROM orders), (SELECT max(id) + {new} FROM orders)) i",
-    )
-
-
-def _versions(pg: Schema) -> list[tuple[Any, ...]]:
-    return sorted(pg.query("SELECT id, note FROM orders"))
+TABLE = {**ORDERS_TABLE, "mode": "append"}
 
 
 def _lake(tmp_path: Path, **lake: Any) -> IcebergLake:
     spec = LakeSpec(path=str(tmp_path / "lake"), format="iceberg", **lake)
     return IcebergLake(spec, "orders", "incremental_assets.orders")
-
-
-def _paused(tmp_path: Path, config: Path, home: Path, point: str) -> tuple[Any, Path]:
-    """A `dagster asset materialize` of the table, held at the pause point `point`."""
-    marker = tmp_path / f"paused-{point}"
-    process = start_cli(
-        tmp_path, cli_env(config, home, **{PAUSE_AT: f"{point}:{marker}"}), "--select", "orders"
-    )
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stderr = process.communicate()[1]
-            said = [line for line in stderr.splitlines() if "Table 'orders'" in line]
-            raise AssertionError(f"the run never paused: {said or stderr[-3000:]}")
-        time.sleep(0.2)
-    return process, marker
 
 
 def _main(table: Any) -> list[Any]:
@@ -135,12 +105,12 @@ def test_a_run_never_deletes_what_another_runs_branch_holds(
     """Defect 1: with `lake.lock` set on a storage where it doesn't exclude, a run's recovery
     deleted another live run's uncommitted files. Now a run's uncommitted snapshot is on its own
     branch, which no other run touches while it is young, and no run deletes data files."""
-    pg.execute(ORDERS, SEED.format(n=50))
+    create_orders(pg, 50)
     project = make_project(pg, TABLE, lake={**ICEBERG, "lock": False})
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     config = _cli_config(tmp_path, pg, connect, TABLE, lock=False)
-    writer_a, marker = _paused(tmp_path, config, Path(str(instance.root_directory)), "staged")
+    writer_a, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
     lake = _lake(tmp_path)
     state = lake.state()
     assert state is not None
@@ -155,11 +125,11 @@ def test_a_run_never_deletes_what_another_runs_branch_holds(
     _, stderr = writer_a.communicate(timeout=300)
     assert writer_a.returncode != 0
     assert "another writer committed" in stderr and "nothing of it was committed" in stderr
-    _change(pg, 2)
+    change_orders(pg, 2)
     assert materialize(project, "orders", instance, spark_resource).success
     held_rows = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
     assert len(held_rows) == len(set(held_rows))  # no version twice
-    assert sorted({r[0]: r[1] for r in held_rows}.items()) == _versions(pg)
+    assert sorted({r[0]: r[1] for r in held_rows}.items()) == orders_held(pg)
 
 
 @pytest.mark.xdist_group("connect")
@@ -179,12 +149,12 @@ def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
     nothing deletes them, and the late commit lands only where main still is where it began: on
     a table another run moved on, it is refused; on one nobody touched, the next run recognises
     the batch as committed and repeats it in place, not beside it."""
-    pg.execute(ORDERS, SEED.format(n=50))
+    create_orders(pg, 50)
     project = make_project(pg, TABLE, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     config = _cli_config(tmp_path, pg, connect, TABLE)
-    writer_a, _ = _paused(tmp_path, config, Path(str(instance.root_directory)), "mid-commit")
+    writer_a, _ = paused_run(tmp_path, config, Path(str(instance.root_directory)), "mid-commit")
     _kill(writer_a)  # right before main would move: whether it did, the run never learnt
     lake = _lake(tmp_path)
     state = lake.state()
@@ -207,7 +177,7 @@ def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
     assert run.success, run.failure
     held_rows = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
     assert len(held_rows) == len(set(held_rows))
-    assert sorted({r[0]: r[1] for r in held_rows}.items()) == _versions(pg)
+    assert sorted({r[0]: r[1] for r in held_rows}.items()) == orders_held(pg)
 
 
 def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
@@ -220,7 +190,7 @@ def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
 ) -> None:
     """Defect 3: a catalog entry whose metadata this host couldn't read counted as a lost table
     and was dropped and replaced, even in a catalog other lakes share."""
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     server = postgres
     uri = (
         f"postgresql+psycopg2://{server.user}:{server.password}@{server.host}:{server.port}/"
@@ -251,7 +221,7 @@ def test_an_unreadable_entry_in_the_lakes_own_catalog_is_rebuilt_by_a_full_refre
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     project = make_project(pg, TABLE, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
     shutil.rmtree(tmp_path / "lake" / "orders" / "metadata")
@@ -261,7 +231,7 @@ def test_an_unreadable_entry_in_the_lakes_own_catalog_is_rebuilt_by_a_full_refre
 
     assert not incremental.success and "full" in (incremental.failure or "")
     assert full.success, full.failure
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _versions(pg)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
 
 
 @pytest.mark.xdist_group("connect")
@@ -280,7 +250,7 @@ def test_two_runs_of_one_batch_never_both_land_whatever_the_tables_retry_setting
     `commit.retry.num-retries`; unset, two overlapping runs of one batch both landed. Now a
     run's commit is a fast-forward that Iceberg refuses unless main is where the run began:
     retried, it is refused again."""
-    pg.execute(ORDERS, SEED.format(n=50))
+    create_orders(pg, 50)
     project = make_project(pg, TABLE, lake={**ICEBERG, "lock": False})
     assert materialize(project, "orders", instance, spark_resource).success
     lake = _lake(tmp_path, lock=False)
@@ -289,9 +259,9 @@ def test_two_runs_of_one_batch_never_both_land_whatever_the_tables_retry_setting
             f"ALTER TABLE {lake.reference()} SET TBLPROPERTIES "
             f"('commit.retry.num-retries' = '{retries}', 'commit.retry.min-wait-ms' = '10')"
         )
-    _change(pg, 1)
+    change_orders(pg, 1)
     config = _cli_config(tmp_path, pg, connect, TABLE, lock=False)
-    writer_a, marker = _paused(tmp_path, config, Path(str(instance.root_directory)), "staged")
+    writer_a, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
 
     b = materialize(project, "orders", instance, spark_resource)
     marker.unlink()
@@ -314,16 +284,16 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
 ) -> None:
     """Defect 5: snapshots were kept by count alone, and runs that wrote nothing took one too:
     at one run a minute, a recorded `iceberg_snapshot_id` lost its files within two hours."""
-    pg.execute(ORDERS, SEED.format(n=50))
+    create_orders(pg, 50)
     merge = {**TABLE, "mode": "merge"}
     project = make_project(pg, merge, lake={**ICEBERG, "keep_snapshots": 2})
     recorded: dict[int, list[tuple[Any, ...]]] = {}
     for run in range(5):
         if run:
-            _change(pg, run)
+            change_orders(pg, run)
         result = materialize(project, "orders", instance, spark_resource)
         assert result.success, result.failure
-        recorded[result.metadata["iceberg_snapshot_id"]] = _versions(pg)
+        recorded[result.metadata["iceberg_snapshot_id"]] = orders_held(pg)
     nothing = materialize(project, "orders", instance, spark_resource)
     assert nothing.success and nothing.metadata["iceberg_snapshot_id"] in recorded
 
@@ -335,7 +305,7 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
     aged = make_project(
         pg, merge, lake={**ICEBERG, "keep_snapshots": 2, "keep_snapshots_for": "0s"}
     )
-    _change(pg, 5)
+    change_orders(pg, 5)
     expired = materialize(aged, "orders", instance, spark_resource)
 
     assert expired.success, expired.failure
@@ -377,7 +347,7 @@ def test_a_conversion_killed_before_or_after_its_commit_finishes_when_run_again(
     from incremental_assets import cli
     from incremental_assets import conversion as conversion_module
 
-    pg.execute(ORDERS, SEED.format(n=30))
+    create_orders(pg, 30)
     plain = make_project(pg, TABLE)
     assert materialize(plain, "orders", instance, spark_resource).success
     before = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "_batch"])
@@ -405,7 +375,7 @@ def test_a_conversion_killed_before_or_after_its_commit_finishes_when_run_again(
         == before
     )
     assert not list((tmp_path / "lake" / "orders").glob("part-*.parquet"))
-    _change(pg, 1)
+    change_orders(pg, 1)
     after = materialize(iceberg, "orders", instance, spark_resource)
     assert after.success, after.failure
     assert after.metadata["full_refresh"] is False
@@ -423,12 +393,12 @@ def test_a_commit_refused_before_the_catalog_took_it_says_its_cause(
 ) -> None:
     """Defect 8: a failure before the catalog was asked was reported as "whether the catalog
     took it could not be told". Here the run's branch is dropped under it before main moves."""
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     project = make_project(pg, TABLE, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     config = _cli_config(tmp_path, pg, connect, TABLE)
-    writer, marker = _paused(tmp_path, config, Path(str(instance.root_directory)), "staged")
+    writer, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
     lake = _lake(tmp_path)
     state = lake.state()
     assert state is not None
@@ -455,10 +425,10 @@ def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded
     """Defect 9: a catalog hiccup while counting rows after a landed commit reported "Nothing was
     written". Now the count comes from the commit's own snapshot, and maintenance that can't
     read the catalog says so without failing the run."""
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     project = make_project(pg, {**TABLE, "mode": "merge"}, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
-    _change(pg, 1)
+    change_orders(pg, 1)
     publish = commits_module.IcebergCommit.publish
     read_state = table_module.read_state  # type: ignore[attr-defined]
     down = {"after": False}
@@ -481,7 +451,7 @@ def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded
     run = materialize(project, "orders", instance, spark_resource)
 
     assert run.success, run.failure
-    assert run.metadata["dagster/row_count"] == len(_versions(pg))
+    assert run.metadata["dagster/row_count"] == len(orders_held(pg))
     monkeypatch.undo()
     table = iceberg_table(tmp_path / "lake", "orders")
     assert run.metadata["iceberg_snapshot_id"] == table.current_snapshot().snapshot_id
@@ -496,7 +466,7 @@ def test_another_writers_commit_is_refused_by_a_run_and_replaced_by_a_full_refre
     spark_resource: IncrementalSparkResource,
     other: str,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     project = make_project(pg, TABLE, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
     table = iceberg_table(tmp_path / "lake", "orders")
@@ -504,7 +474,7 @@ def test_another_writers_commit_is_refused_by_a_run_and_replaced_by_a_full_refre
         table.append(table.scan(limit=1).to_arrow())
     else:
         table.delete("id = 1")
-    _change(pg, 1)
+    change_orders(pg, 1)
 
     refused = materialize(project, "orders", instance, spark_resource)
     rebuilt = materialize(project, "orders", instance, spark_resource, full_refresh=True)
@@ -513,7 +483,7 @@ def test_another_writers_commit_is_refused_by_a_run_and_replaced_by_a_full_refre
     assert "not the table the stored cursor describes" in (refused.failure or "")
     assert "--full" in (refused.failure or "")
     assert rebuilt.success, rebuilt.failure
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == _versions(pg)
+    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
 
 
 def test_the_catalogs_password_is_in_no_message(
@@ -523,7 +493,7 @@ def test_the_catalogs_password_is_in_no_message(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=5))
+    create_orders(pg, 5)
     secret = "Wh1sper-0f-the-catalog"
     uri = f"postgresql+psycopg2://etl:{secret}@127.0.0.1:1/catalog"  # nothing listens on port 1
     project = make_project(pg, TABLE, lake={**ICEBERG, "catalog": {"type": "sql", "uri": uri}})
@@ -551,14 +521,14 @@ def test_a_lake_copied_to_another_folder_is_refused_as_moved_and_rebuilt_there_b
     """The copy's catalog names the old folder's metadata (Iceberg's locations are absolute):
     run there, it would add to the old folder's table. Refused on both paths, with or without
     Spark; the full refresh builds the table in the new folder and leaves the old one alone."""
-    pg.execute(ORDERS, SEED.format(n=20))
+    create_orders(pg, 20)
     project = make_project(pg, TABLE, lake=ICEBERG)
     assert materialize(project, "orders", instance, spark_resource).success
     old = sorted(p.name for p in (tmp_path / "lake" / "orders" / "metadata").iterdir())
     shutil.copytree(tmp_path / "lake", tmp_path / "lake2")
     moved = make_project(pg, TABLE, lake={**ICEBERG, "path": str(tmp_path / "lake2")})
     if not nothing_new:
-        _change(pg, 1)
+        change_orders(pg, 1)
 
     refused = materialize(moved, "orders", instance, spark_resource)
     rebuilt = materialize(moved, "orders", instance, spark_resource, full_refresh=True)
@@ -567,7 +537,7 @@ def test_a_lake_copied_to_another_folder_is_refused_as_moved_and_rebuilt_there_b
     assert str(tmp_path / "lake" / "orders") in (refused.failure or "")
     assert "moved" in (refused.failure or "")
     assert rebuilt.success, rebuilt.failure
-    assert rows_by(read_lake(tmp_path / "lake2", "orders"), ["id", "note"]) == _versions(pg)
+    assert rows_by(read_lake(tmp_path / "lake2", "orders"), ["id", "note"]) == orders_held(pg)
     assert sorted(p.name for p in (tmp_path / "lake" / "orders" / "metadata").iterdir()) == old
     location = iceberg_table(tmp_path / "lake2", "orders").metadata.location
     assert str(tmp_path / "lake2" / "orders") in location

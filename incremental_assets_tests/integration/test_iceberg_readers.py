@@ -16,11 +16,11 @@ from pyspark.sql import SparkSession
 from incremental_assets.config import LakeSpec
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.orders import ORDERS_TABLE, create_orders, orders_held
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import iceberg_table, rows_by
 
-ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL)"
-MERGE = {"name": "orders", "mode": "merge", "cursor": "updated_at", "primary_key": ["id"]}
+MERGE = {**ORDERS_TABLE, "mode": "merge"}
 
 
 def _change(pg: Schema, run: int) -> None:
@@ -33,19 +33,11 @@ def _change(pg: Schema, run: int) -> None:
     )
 
 
-def _source(pg: Schema) -> list[tuple[Any, ...]]:
-    return sorted(pg.query("SELECT id, note FROM orders"))
-
-
 @pytest.fixture
 def history(loads: Loads, pg: Schema) -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
     """Three runs of a merge table, hard deletes reconciled on every run: each run's metadata
     and the source's rows then."""
-    pg.execute(
-        ORDERS,
-        "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * "
-        "INTERVAL '1 minute' FROM generate_series(1, 200) i",
-    )
+    create_orders(pg, 200)
     loads.configure(pg, MERGE, lake={"format": "iceberg"}, deletes="reconcile", reconcile_every=1)
     runs = []
     for run in range(3):
@@ -53,7 +45,7 @@ def history(loads: Loads, pg: Schema) -> list[tuple[dict[str, Any], list[tuple[A
             _change(pg, run)
         result = loads.run()
         assert result.success, result.failure
-        runs.append((result.metadata, _source(pg)))
+        runs.append((result.metadata, orders_held(pg)))
     return runs
 
 

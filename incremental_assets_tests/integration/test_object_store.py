@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,33 +19,23 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import cli_env, start_cli, write_cli_config
+from incremental_assets_tests.support.cli import paused_run, write_cli_config
+from incremental_assets_tests.support.orders import (
+    ORDERS_TABLE,
+    change_orders,
+    create_orders,
+    orders_held,
+)
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 from incremental_assets_tests.support.project import ProjectBuilder, materialize, rows_by
 from incremental_assets_tests.support.s3 import S3Server
 
-ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, note text NOT NULL, updated_at timestamptz NOT NULL)"
-SEED = (
-    "INSERT INTO orders SELECT i, 'v0', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * "
-    "INTERVAL '1 second' FROM generate_series(1, {n}) i"
-)
-TABLE = {"name": "orders", "cursor": "updated_at", "primary_key": ["id"]}
+TABLE = ORDERS_TABLE
 
 
 def _change(pg: Schema, run: int) -> None:
-    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
-    pg.execute(
-        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 5 = {run % 5}",
-        f"DELETE FROM orders WHERE id = {run}",
-        f"INSERT INTO orders SELECT i, 'v{run}', {at} FROM generate_series("
-        f"(SELECT max(id) + 1 FROM orders), (SELECT max(id) + 5 FROM orders)) i",
-    )
-
-
-def _source(pg: Schema) -> list[tuple[Any, ...]]:
-    return sorted(pg.query("SELECT id, note FROM orders"))
+    change_orders(pg, run, new=5, every=5, delete=True)
 
 
 def _lake(
@@ -97,7 +86,7 @@ def test_every_mode_loads_a_lake_on_an_object_store_exactly(
     mode: str,
     catalog: str,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=40))
+    create_orders(pg, 40)
     lake = _lake(s3, tmp_path, catalog, postgres)
     table: dict[str, Any] = {**TABLE, "mode": mode}
     if mode == "full_refresh":
@@ -116,9 +105,11 @@ def test_every_mode_loads_a_lake_on_an_object_store_exactly(
         held = rows_by(_table(lake).scan().to_arrow(), ["id", "note", "updated_at"])
         assert len(held) == len(set(held))
         latest = {row[0]: row[1] for row in held}
-        assert {k: v for k, v in latest.items() if (k, v) in _source(pg)} == dict(_source(pg))
+        assert {k: v for k, v in latest.items() if (k, v) in orders_held(pg)} == dict(
+            orders_held(pg)
+        )
     else:
-        assert _rows(lake) == _source(pg)
+        assert _rows(lake) == orders_held(pg)
     bucket = lake["path"].removeprefix("s3://").split("/")[0]
     keys = s3.keys(bucket, "lake/orders/")
     assert any(k.startswith("lake/orders/metadata/") for k in keys)
@@ -135,14 +126,14 @@ def test_a_run_killed_before_its_commit_leaves_nothing_readers_see(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=40))
+    create_orders(pg, 40)
     lake = _lake(s3, tmp_path, "sqlite", None)
     table = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
     project = make_project(pg, table, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success
     before = _rows(lake)
     _change(pg, 1)
-    process = _paused(
+    process, _ = _paused(
         tmp_path, pg, connect, table, lake, Path(str(instance.root_directory)), "mid-commit"
     )
     os.killpg(process.pid, signal.SIGKILL)
@@ -151,7 +142,7 @@ def test_a_run_killed_before_its_commit_leaves_nothing_readers_see(
     assert _rows(lake) == before
     after = materialize(project, "orders", instance, spark_resource)
     assert after.success, after.failure
-    assert _rows(lake) == _source(pg)
+    assert _rows(lake) == orders_held(pg)
 
 
 @pytest.mark.xdist_group("connect")
@@ -164,14 +155,13 @@ def test_of_two_overlapping_runs_the_second_to_commit_is_refused(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=40))
+    create_orders(pg, 40)
     lake = _lake(s3, tmp_path, "sqlite", None)
     table = {**TABLE, "mode": "append"}
     project = make_project(pg, table, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success
     _change(pg, 1)
-    marker = tmp_path / "paused-staged"
-    process = _paused(
+    process, marker = _paused(
         tmp_path, pg, connect, table, lake, Path(str(instance.root_directory)), "staged"
     )
 
@@ -193,13 +183,13 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
-    pg.execute(ORDERS, SEED.format(n=60))
+    create_orders(pg, 60)
     lake = {**_lake(s3, tmp_path, "sqlite", None), "keep_snapshots": 1, "keep_snapshots_for": "0s"}
     merge = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
     project = make_project(pg, merge, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success
     table = _table(lake)
-    committed = {len(_source(pg))}
+    committed = {len(orders_held(pg))}
     seen: list[int] = []
     done = threading.Event()
 
@@ -222,7 +212,7 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
 
     assert seen and set(seen) <= committed
     assert len(table.refresh().snapshots()) == 1
-    assert _rows(lake) == _source(pg)
+    assert _rows(lake) == orders_held(pg)
 
 
 def _paused(
@@ -233,18 +223,7 @@ def _paused(
     lake: dict[str, Any],
     home: Path,
     point: str,
-) -> Any:
+) -> tuple[Any, Path]:
     entry = {**table, "source": "shop", "table": f"{pg.name}.orders"}
     config = write_cli_config(tmp_path / "cli", {"shop": pg.source()}, [entry], connect, **lake)
-    marker = tmp_path / f"paused-{point}"
-    process = start_cli(
-        tmp_path, cli_env(config, home, **{PAUSE_AT: f"{point}:{marker}"}), "--select", "orders"
-    )
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stderr = process.communicate()[1]
-            said = [line for line in stderr.splitlines() if "Table 'orders'" in line]
-            raise AssertionError(f"the run never paused: {said or stderr[-3000:]}")
-        time.sleep(0.2)
-    return process
+    return paused_run(tmp_path, config, home, point)

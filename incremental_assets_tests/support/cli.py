@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,24 @@ def write_cli_config(
     path = directory / "incremental_assets.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def paused_run(
+    cwd: Path, config: Path, home: Path, point: str, timeout: float = 240
+) -> tuple[subprocess.Popen[str], Path]:
+    """`dagster asset materialize --select orders`, held at the pause point `point` (the
+    product's `pause_points`): the process, and the marker file whose removal lets it go on."""
+    from incremental_assets.pause_points import ENV as PAUSE_AT
+
+    marker = cwd / f"paused-{point}"
+    process = start_cli(
+        cwd, cli_env(config, home, **{PAUSE_AT: f"{point}:{marker}"}), "--select", "orders"
+    )
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stderr = process.communicate()[1]
+            said = [line for line in stderr.splitlines() if "Table 'orders'" in line]
+            raise AssertionError(f"the run never paused at {point}: {said or stderr[-3000:]}")
+        time.sleep(0.2)
+    return process, marker

@@ -13,8 +13,9 @@ from pyspark.sql import types as T
 from incremental_assets.config import LakeSpec, TableSpec, project_from_mapping
 from incremental_assets.cursor import CursorType
 from incremental_assets.decisions import (
-    RunRequest,
+    Asked,
     SourceFacts,
+    changed_delete_column,
     check_lake_fits,
     key_enforced,
     kind_of_run,
@@ -48,9 +49,9 @@ def table_spec(**settings: Any) -> TableSpec:
     return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
 
 
-def request(table: TableSpec, *, full_refresh: bool = False, backfill: bool = False) -> RunRequest:
+def request(table: TableSpec, *, full_refresh: bool = False, backfill: bool = False) -> Asked:
     text = settings_text(table, LakeSpec(path="/lake", format="parquet"), "parquet")
-    return RunRequest(full_refresh=full_refresh, backfill=backfill, settings=text)
+    return Asked(full_refresh=full_refresh, backfill=backfill, settings=text)
 
 
 def files(group: str, count: int = 2, txn: str = TXN) -> tuple[DataFile, ...]:
@@ -99,20 +100,20 @@ def lake(held: tuple[DataFile, ...] = BUCKETS, **changes: Any) -> LakeFacts:
 def test_a_plain_run_over_the_lake_its_cursor_describes_is_incremental() -> None:
     table = table_spec()
     kind = kind_of_run(table, request(table), stored(table), lake(), None)
-    assert not kind.full_refresh and kind.warnings == ()
+    assert not kind.replace_all and kind.warnings == ()
 
 
 def test_a_full_refresh_the_lake_holds_but_the_state_doesnt_know_is_repeated() -> None:
     table = table_spec()
     kind = kind_of_run(table, request(table), stored(table), lake(replaced_batch=2), None)
-    assert kind.full_refresh
+    assert kind.replace_all
     assert "a full refresh replaced the lake table as batch 2" in kind.warnings[0]
 
 
 def test_a_known_full_refresh_changes_nothing() -> None:
     table = table_spec()
     kind = kind_of_run(table, request(table), stored(table), lake(replaced_batch=1), None)
-    assert not kind.full_refresh
+    assert not kind.replace_all
 
 
 def test_a_backfill_over_an_unrecorded_full_refresh_is_refused() -> None:
@@ -129,21 +130,21 @@ def test_a_changed_delete_column_reads_a_merge_table_whole(
 ) -> None:
     then, now = table_spec(delete_column=before), table_spec(delete_column=after)
     kind = kind_of_run(now, request(now), stored(then), lake(), None)
-    assert kind.full_refresh
+    assert kind.replace_all
     assert "delete_column changed" in kind.warnings[0]
 
 
 def test_a_changed_delete_column_over_an_empty_lake_needs_no_full_refresh() -> None:
     then, now = table_spec(), table_spec(delete_column="deleted")
-    kind = kind_of_run(now, request(now), stored(then), lake(held=(), head=None), None)
-    assert not kind.full_refresh
+    empty = lake(held=(), head=None)
+    assert changed_delete_column(now, request(now), stored(then), empty) is None
 
 
 def test_a_key_weight_the_lakes_rows_lack_reads_the_table_whole() -> None:
     table = table_spec()
     source = SourceFacts(schema=SCHEMA, match_key=("_weight_id",), weighed_by={"_weight_id": "c"})
     kind = kind_of_run(table, request(table), stored(table), lake(), source)
-    assert kind.full_refresh and "don't carry _weight_id" in kind.warnings[0]
+    assert kind.replace_all and "don't carry _weight_id" in kind.warnings[0]
 
 
 def test_a_lake_in_appends_layout_is_not_read_whole_for_a_weight_but_refused_for_its_mode() -> None:
@@ -152,10 +153,8 @@ def test_a_lake_in_appends_layout_is_not_read_whole_for_a_weight_but_refused_for
     mode change."""
     table = table_spec()
     source = SourceFacts(schema=SCHEMA, match_key=("_weight_id",), weighed_by={"_weight_id": "c"})
-    kind = kind_of_run(table, request(table), stored(table), lake(held=BATCHES), source)
-    assert not kind.full_refresh
     with pytest.raises(ConfigError, match="field 'mode'"):
-        check_lake_fits(table, stored(table), lake(held=BATCHES))
+        kind_of_run(table, request(table), stored(table), lake(held=BATCHES), source)
 
 
 def test_a_key_weight_under_another_collation_reads_the_table_whole() -> None:
@@ -168,14 +167,14 @@ def test_a_key_weight_under_another_collation_reads_the_table_whole() -> None:
     kind = kind_of_run(
         table, request(table), stored(table), lake(schema=schema, key=weighed), source
     )
-    assert kind.full_refresh
+    assert kind.replace_all
     assert "_weight_id from latin1_swedish_ci to utf8mb4_general_ci" in kind.warnings[0]
 
 
 def test_without_the_sources_facts_the_weights_are_left_to_the_run_that_reads_it() -> None:
     table = table_spec()
     kind = kind_of_run(table, request(table), stored(table), lake(), None)
-    assert not kind.full_refresh
+    assert not kind.replace_all
 
 
 # -- whether the lake fits ----------------------------------------------------------------------
@@ -261,3 +260,50 @@ def test_the_key_is_enforced_only_when_it_is_the_source_tables_own(
 ) -> None:
     source = SourceFacts(schema=SCHEMA, catalog_key=catalog_key)
     assert key_enforced(table_spec(**settings), source) is enforced
+
+
+# -- replace_all and read_to_newest, decided once for both paths -----------------------------------
+
+FULL = {"full_refresh": True}
+
+
+@pytest.mark.parametrize(
+    ("settings", "asked", "state", "held", "replaces", "to_newest"),
+    [
+        ({}, {}, {}, BUCKETS, False, False),  # a plain incremental run
+        ({}, FULL, {}, BUCKETS, True, True),  # asked, over a lake with rows: up to the newest
+        ({}, FULL, {}, (), True, False),  # asked, over an empty lake: up to the bound
+        ({"mode": "full_refresh", "cursor": "updated_at"}, {}, {}, BATCHES, True, True),
+        ({"mode": "full_refresh", "cursor": "updated_at"}, {}, {}, (), True, True),
+        ({"mode": "append", "cursor": None, "primary_key": None}, {}, {}, BATCHES, True, True),
+        ({}, {}, {"cursor": None}, BUCKETS, True, True),  # after `cursor reset`
+        ({}, {"backfill": True}, {}, BUCKETS, False, False),  # a backfill adds, bounded
+    ],
+)
+def test_whether_a_run_replaces_the_table_and_how_far_it_reads(
+    settings: dict[str, Any],
+    asked: dict[str, bool],
+    state: dict[str, Any],
+    held: tuple[DataFile, ...],
+    replaces: bool,
+    to_newest: bool,
+) -> None:
+    table = table_spec(**settings)
+    facts = lake(held=held) if held else lake(held=(), head=None)
+    recorded = stored(table, **state) if held else stored(table, lake_table_id=None, row_count=0)
+
+    kind = kind_of_run(table, request(table, **asked), recorded, facts, None)
+
+    assert (kind.replace_all, kind.read_to_newest) == (replaces, to_newest)
+
+
+def test_a_run_that_adds_refuses_a_lake_that_doesnt_fit_before_the_source_is_asked() -> None:
+    """`kind_of_run` is called before the bounds query: a moved lake is refused there."""
+    table = table_spec()
+    gone = lake(held=(), head=None)
+
+    with pytest.raises(WriteError, match="not the table the stored cursor describes"):
+        kind_of_run(table, request(table), stored(table), gone, None)
+    assert kind_of_run(
+        table, request(table, full_refresh=True), stored(table), gone, None
+    ).replace_all

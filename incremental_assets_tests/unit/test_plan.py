@@ -18,22 +18,21 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from incremental_assets.config import TableSpec, project_from_mapping
+from incremental_assets.backfill import BACKFILL_FIELDS, check_backfill_window, plan_backfill
+from incremental_assets.config import Mode, TableSpec, project_from_mapping
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
+from incremental_assets.decisions import RunKind
 from incremental_assets.dialects import POSTGRES, SPARK_SQL, Dialect
 from incremental_assets.errors import ConfigError, CursorError, SourceError
 from incremental_assets.plan import (
-    BACKFILL_FIELDS,
     BOUNDARY_WARNING_ROWS,
     PlanInputs,
     WindowPlan,
     boundary_of,
-    check_backfill_window,
     check_null_cursors,
     collated_cursor,
     describe_bounds,
     lower_bound_of,
-    plan_backfill,
     plan_window,
     read_previous_cursor,
     reconciles,
@@ -139,7 +138,22 @@ def plan_of(
     full_refresh: bool = False,
     lake_has_files: bool = True,
 ) -> WindowPlan:
-    return plan_window(PlanInputs(table, source, state, full_refresh, lake_has_files))
+    """The plan of the kind of run `decisions.kind_of_run` gives these inputs (its own tests
+    cover that decision)."""
+    replace_all = (
+        full_refresh
+        or table.mode is Mode.FULL_REFRESH
+        or table.cursor is None
+        or state.cursor is None
+    )
+    kind = RunKind(
+        replace_all=replace_all,
+        read_to_newest=replace_all and (table.mode is Mode.FULL_REFRESH or lake_has_files),
+    )
+    return plan_window(PlanInputs(table, source, state, kind))
+
+
+INCREMENTAL = RunKind(replace_all=False, read_to_newest=False)
 
 
 def integer_plan(
@@ -158,7 +172,7 @@ def test_a_first_run_reads_everything_up_to_the_frozen_bound() -> None:
     plan = plan_of(table_spec(), source, stored(None), lake_has_files=False)
 
     assert source.requests[0].lower is None
-    assert plan.replace_all and plan.previous is None and not plan.whole
+    assert plan.replace_all and plan.previous is None and not plan.read_to_newest
     assert plan.window == Window("updated_at", INTEGER, None, 90)
     assert plan.new_cursor == plan.recorded_cursor == 90
 
@@ -175,7 +189,7 @@ def test_a_snapshot_over_a_lake_that_has_files_reads_to_the_newest_row_but_recor
 ):
     source = FakeSource(INTEGER, Bounds(upper=90, rows=90, newest=95))
     plan = plan_of(table_spec(), source, stored(None), lake_has_files=True)
-    assert plan.whole
+    assert plan.read_to_newest
     assert plan.window is not None and plan.window.upper == 95
     assert plan.new_cursor == 90
 
@@ -561,7 +575,7 @@ def test_a_stored_cursor_of_another_column_is_refused_unless_refreshing() -> Non
 
 def test_a_backfill_is_bounded_on_both_sides_and_keeps_the_cursor() -> None:
     source = FakeSource(INTEGER, Bounds(upper=19, rows=10))
-    inputs = PlanInputs(table_spec(lookback=5), source, stored("40"), False, True)
+    inputs = PlanInputs(table_spec(lookback=5), source, stored("40"), INCREMENTAL)
     plan = plan_backfill(inputs, ("10", "20"))
 
     assert (source.requests[0].lower, source.requests[0].below) == (10, 20)
@@ -574,7 +588,7 @@ def test_a_backfill_is_bounded_on_both_sides_and_keeps_the_cursor() -> None:
 
 def test_a_backfill_that_finds_nothing_has_an_empty_window() -> None:
     source = FakeSource(INTEGER, Bounds(upper=None, rows=0))
-    plan = plan_backfill(PlanInputs(table_spec(), source, stored("40"), False, True), ("10", "20"))
+    plan = plan_backfill(PlanInputs(table_spec(), source, stored("40"), INCREMENTAL), ("10", "20"))
     assert plan.window is not None and plan.window.empty
 
 
@@ -592,7 +606,7 @@ def test_a_backfill_window_is_accepted_exactly_when_it_is_not_empty(low: int, hi
 def test_an_inverted_backfill_is_refused_before_the_source_is_asked() -> None:
     source = FakeSource(INTEGER, Bounds(upper=19, rows=10))
     with pytest.raises(ConfigError, match=r"\[20, 10\) is empty; backfill_from is where it starts"):
-        plan_backfill(PlanInputs(table_spec(), source, stored("40"), False, True), ("20", "10"))
+        plan_backfill(PlanInputs(table_spec(), source, stored("40"), INCREMENTAL), ("20", "10"))
     assert source.requests == []
 
 
