@@ -298,6 +298,7 @@ def _write_plan(
         weighed_by=tuple(weights_in_force(facts, run.facts).items()) if merge else (),
         key_enforced=key_enforced(table, facts),
         run_id=run.request.run_id,
+        tuning=lake.merge_tuning,
     )
 
 

@@ -21,6 +21,7 @@ from incremental_assets.config.loading import (
 from incremental_assets.config.models import (
     CursorSpec,
     LakeSpec,
+    MergeTuning,
     Mode,
     Project,
     SensorSpec,
@@ -40,6 +41,7 @@ __all__ = [
     "FilesSourceSpec",
     "JdbcSourceSpec",
     "LakeSpec",
+    "MergeTuning",
     "Mode",
     "Project",
     "SensorSpec",

@@ -100,6 +100,36 @@ class SparkSpec(FrozenModel):
         return {**data, "packages": packages, "conf": conf}
 
 
+class MergeTuning(FrozenModel):
+    """How a plain Parquet merge chooses between patching each bucket it touches in a job of its
+    own and ranking them all in one shuffle (`writers/merge_path.py`). Advanced: the defaults
+    suit most tables; the Iceberg format merges row by row and ignores these."""
+
+    patch_rows: int = Field(
+        2_000_000, gt=0, description="Patch only deltas of at most this many rows."
+    )
+    patch_buckets: int = Field(256, gt=0, description="Patch at most this many touched buckets.")
+    patch_min_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="Patch only when the touched buckets' files hold at least this many bytes: "
+        "below it, one shuffle of them all costs less than a job per bucket.",
+    )
+    patch_jobs: int = Field(4, gt=0, description="Buckets patched at the same time.")
+    most_buckets: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="A merge touching at least this share of the buckets rewrites the table.",
+    )
+    reread_check_rows: int = Field(
+        100_000,
+        ge=0,
+        description="Up to this many re-read rows are compared with the lake before they mark "
+        "their buckets touched; more mark them touched.",
+    )
+
+
 class LakeSpec(FrozenModel):
     path: str = Field(
         description="Root of the lake: a local path or a Hadoop URI. Each table is the folder "
@@ -140,6 +170,10 @@ class LakeSpec(FrozenModel):
     max_rows_per_file: int = Field(5_000_000, gt=0)
     lock_timeout: Duration = Field(
         timedelta(minutes=10), description="How long a second run waits for the table lock."
+    )
+    merge_tuning: MergeTuning = Field(
+        default_factory=MergeTuning,
+        description="Plain Parquet merges: when to patch buckets and when to rank them.",
     )
 
     @field_validator("path")

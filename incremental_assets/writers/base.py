@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.config import MergeTuning
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.lake.parquet import ParquetLake
@@ -54,6 +55,7 @@ class WritePlan:
     # so a merge needn't look for rows that do (`ClashingVersions`).
     key_enforced: bool = False
     run_id: str | None = None  # the Dagster run, recorded with the commit where the format can
+    tuning: MergeTuning = field(default_factory=MergeTuning)  # plain merges' path (merge_path.py)
 
     @property
     def row_key(self) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.lake.facts import KEY
 from incremental_assets.lake.names import data_file_name
-from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
+from incremental_assets.results import MergeCounts, MergePath, WriteOutcome
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     ClashingVersions,
@@ -53,6 +53,7 @@ from incremental_assets.writers.buckets import (
     rewrites_every_bucket,
     scheme_of,
 )
+from incremental_assets.writers.merge_path import choose_merge_path, touches_most
 from incremental_assets.writers.versions import (
     BUCKET,
     GONE,
@@ -66,18 +67,6 @@ from incremental_assets.writers.versions import (
 )
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
-# Up to this many re-read rows are compared with the lake; more mark their buckets touched.
-REREAD_CHECK_ROWS = 100_000
-# Up to this many delta rows and touched buckets, each bucket is patched in a job of its own:
-# lake rows of keys the delta doesn't name are copied without a shuffle, several jobs at a time.
-PATCH_ROWS = 2_000_000
-PATCHBUCKETS = 256
-# Below this many bytes in the touched buckets' files, one shuffle of them all costs less than a
-# job per bucket (each job's fixed cost is about half a second on a local session).
-PATCH_MIN_BYTES = 64 << 20
-PATCH_JOBS = 4
-# A merge touching at least this share of the buckets rewrites the whole table.
-MOST_BUCKETS = 0.75
 
 
 class MergeWriter:
@@ -149,39 +138,34 @@ class MergeWriter:
         touched = set(staged.buckets)
         if plan.reconcile:
             touched |= {row[0] for row in gone.select(BUCKET).distinct().collect()}
-        whole = rewrites_every_bucket(plan, existing) or _most(touched, buckets)
-        if not whole:
+        every = rewrites_every_bucket(plan, existing)
+        if not (every or touches_most(touched, buckets, plan.tuning)):
             touched |= self._changed_by_rereads(plan, staged, delta, existing, touched)
             if not touched and not (plan.schema is not None and plan.schema.rewrites_lake):
                 plan.lake.discard(plan.txn)
                 return _unchanged(staged, delta)
-            whole = _most(touched, buckets)
-        counted_touched = None if rewrites_every_bucket(plan, existing) else len(touched & buckets)
-        if whole:
+        strategy = choose_merge_path(
+            touched=touched,
+            buckets=buckets,
+            rewrites_every_bucket=every,
+            delta_rows=staged.rows_extracted,
+            touched_bytes=sum(f.size for f in existing if f.bucket and f.bucket[1] in touched),
+            tuning=plan.tuning,
+        )
+        counted_touched = None if every else len(touched & buckets)
+        if strategy == "rewrite table":
             replaced = existing
         else:
             # Re-read rows in untouched buckets equal the lake's: leave those buckets alone.
             delta = delta.where(F.col(BUCKET).isin(sorted(touched)))
             replaced = [f for f in existing if f.bucket is not None and f.bucket[1] in touched]
-        # Patching works bucket by bucket: a commit that only changes the schema has none.
-        patched = (
-            bool(touched)
-            and not whole
-            and staged.rows_extracted <= PATCH_ROWS
-            and len(touched) <= PATCHBUCKETS
-            and sum(f.size for f in replaced) >= PATCH_MIN_BYTES
-        )
-        strategy: MergeStrategy
-        if patched:
+        if strategy == "patch buckets":
             written = self._patch_buckets(plan, replaced, sorted(touched), delta, gone)
-            strategy = "patch buckets"
-        elif whole or touched:
-            written = self._merge_buckets(plan, replaced, scheme, delta, gone)
-            strategy = "rewrite table" if whole else "rank buckets"
-        else:  # only the schema changes: the other files are rewritten to it in the commit
+        elif strategy == "schema only":  # the other files are rewritten to it in the commit
             columns = column_types(delta.drop(BUCKET).schema, with_batch=True)
             written = _Written(MergeCounts(0, 0, 0), 0, columns, 0, duplicate_keys=0)
-            strategy = "schema only"
+        else:
+            written = self._merge_buckets(plan, replaced, scheme, delta, gone)
         if written.clashes:
             raise ClashingVersions(written.clashes)
         adds = _named_adds(plan, scheme)
@@ -267,7 +251,7 @@ class MergeWriter:
                 observed(counts, "clashes"),
             )
 
-        with ThreadPoolExecutor(max_workers=PATCH_JOBS) as pool:
+        with ThreadPoolExecutor(max_workers=plan.tuning.patch_jobs) as pool:
             results = list(pool.map(one, touched))
         return _Written(
             MergeCounts(
@@ -308,7 +292,7 @@ class MergeWriter:
         candidates = staged.reread_buckets - touched
         if not candidates:
             return set()
-        if staged.reread_rows > REREAD_CHECK_ROWS:
+        if staged.reread_rows > plan.tuning.reread_check_rows:
             return set(candidates)
         keys = list(plan.row_key)
         data = [c for c in delta.columns if c != BUCKET]
@@ -359,12 +343,6 @@ class MergeWriter:
         return gone.withColumn(BUCKET, bucket_of(gone, plan.row_key, scheme)).withColumn(
             GONE, F.lit(True)
         )
-
-
-def _most(touched: set[int], buckets: set[int]) -> bool:
-    """Whether a merge touches so many of several buckets that rewriting them all costs less than
-    finding out which rows of the rest changed (and leaves the table as one set of files)."""
-    return len(buckets) > 1 and len(touched & buckets) >= MOST_BUCKETS * len(buckets)
 
 
 def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame) -> Column:

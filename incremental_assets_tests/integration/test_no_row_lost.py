@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from incremental_assets.writers import merge
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.loads import ITEMS_MERGE, Loads
 
@@ -204,20 +203,18 @@ def test_a_merge_key_with_null_values_is_refused_and_loses_nothing(
 def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_nothing(
     loads: Loads,
     db: SourceDb,
-    monkeypatch: pytest.MonkeyPatch,
     patched: bool,
 ) -> None:
     """A configured key the source doesn't enforce (a view, a `query:`): one of two rows was
     dropped by a hash. Versions at different cursor values still merge (identical copies are
     one row: test_writers)."""
-    if patched:
-        monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0)
+    lake = {"merge_tuning": {"patch_min_bytes": 0}} if patched else {}
     # The table's own key is n; the one named for the merge isn't enforced.
     db.execute(
         "CREATE TABLE items (n int PRIMARY KEY, id int NOT NULL, v {text} NOT NULL, at int NOT NULL)"
     )
     db.insert("items", [(1, 1, "a", 1), (2, 2, "c", 1)])
-    loads.configure(db, ITEMS_MERGE)
+    loads.configure(db, ITEMS_MERGE, lake=lake)
     first = loads.run()
     db.insert("items", [(3, 1, "b", 1), (4, 3, "d", 2)])  # tied with the cursor: read with 'a'
 

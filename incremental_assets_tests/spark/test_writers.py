@@ -4,13 +4,14 @@ folder of bucketed files, or an Iceberg table Spark writes (merge-on-read, parti
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from incremental_assets.config import LakeSpec, Mode
+from incremental_assets.config import LakeSpec, MergeTuning, Mode
 from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
 from incremental_assets.lake import LakeTable, open_lake
@@ -19,7 +20,7 @@ from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers import merge, writer_for
+from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import ClashingVersions, WritePlan, Writer
 from incremental_assets_tests.support.project import read_lake
 
@@ -85,21 +86,25 @@ def _nothing_left(lake: LakeTable) -> bool:
     return not list(Path(lake.folder.path, "_staging").glob("*"))
 
 
+@dataclass(frozen=True)
+class MergePathCase:
+    tuning: MergeTuning  # what the plan carries
+    strategies: set[str]  # what the outcome may then record
+
+
 @pytest.fixture(params=["patch", "rank"])
-def merge_path(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, lake: LakeTable
-) -> set[str]:
+def merge_path(request: pytest.FixtureRequest, lake: LakeTable) -> MergePathCase:
     """Both ways a plain merge rewrites the buckets it touches: a job per bucket, or one shuffle
     (of the touched buckets, or of the whole table when they are most of it); the strategies the
     outcome may then record. An Iceberg merge writes deletes and new rows either way.
 
     Which one a run takes depends on the size of those buckets' files; these tables are tiny.
     """
-    if isinstance(lake, IcebergLake):
-        return {"merge on read"}
     patch = request.param == "patch"
-    monkeypatch.setattr(merge, "PATCH_MIN_BYTES", 0 if patch else 1 << 62)
-    return {"patch buckets"} if patch else {"rank buckets", "rewrite table"}
+    tuning = MergeTuning(patch_min_bytes=0 if patch else 1 << 62)
+    if isinstance(lake, IcebergLake):
+        return MergePathCase(tuning, {"merge on read"})
+    return MergePathCase(tuning, {"patch buckets"} if patch else {"rank buckets", "rewrite table"})
 
 
 def test_append_rerun_of_a_batch_replaces_it_instead_of_duplicating(
@@ -161,12 +166,12 @@ def test_append_without_a_key_dedupes_whole_rows_including_nulls(
 
 
 def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
-    spark: SparkSession, lake: LakeTable, merge_path: set[str]
+    spark: SparkSession, lake: LakeTable, merge_path: MergePathCase
 ) -> None:
     _merge(
         spark,
         spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None), (3, "c", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
+        _plan(lake, 1, tuning=merge_path.tuning, replace_all=True),
     )
     delta = spark.createDataFrame(
         [
@@ -179,9 +184,9 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
         SCHEMA,
     )
 
-    outcome = _merge(spark, delta, _plan(lake, 2))
+    outcome = _merge(spark, delta, _plan(lake, 2, tuning=merge_path.tuning))
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path
+    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
     assert outcome.merge is not None
     assert (outcome.merge.inserted, outcome.merge.updated, outcome.merge.deleted) == (1, 1, 1)
     expected = spark.createDataFrame(
@@ -212,16 +217,18 @@ def _merged_200_keys(spark: SparkSession, lake: LakeTable) -> None:
 
 
 def test_merge_rewrites_only_what_the_delta_touches(
-    spark: SparkSession, lake: LakeTable, merge_path: set[str]
+    spark: SparkSession, lake: LakeTable, merge_path: MergePathCase
 ) -> None:
     _merged_200_keys(spark, lake)
     before = {f.group: f.name for f in list(lake.facts().files)}
 
     outcome = _merge(
-        spark, spark.createDataFrame([(7, "changed", 2, None)], SCHEMA), _plan(lake, 2)
+        spark,
+        spark.createDataFrame([(7, "changed", 2, None)], SCHEMA),
+        _plan(lake, 2, tuning=merge_path.tuning),
     )
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path
+    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
     assert _lake(spark, lake).count() == 200
     if isinstance(lake, IcebergLake):
         # Merge-on-read: the changed row and a delete file for its old version, in its range.
@@ -236,7 +243,7 @@ def test_merge_rewrites_only_what_the_delta_touches(
 
 
 def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
-    spark: SparkSession, lake: LakeTable, merge_path: set[str]
+    spark: SparkSession, lake: LakeTable, merge_path: MergePathCase
 ) -> None:
     _merged_200_keys(spark, lake)
     files, head = list(lake.facts().files), lake.facts().head
@@ -246,7 +253,11 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
     )
 
     # All of them at or below the previous cursor (1): rows the lake may already hold.
-    idle = _merge(spark, repeat, _plan(lake, 2, boundary=Window("c", CursorType.INTEGER, upper=1)))
+    idle = _merge(
+        spark,
+        repeat,
+        _plan(lake, 2, tuning=merge_path.tuning, boundary=Window("c", CursorType.INTEGER, upper=1)),
+    )
 
     assert (idle.rows_extracted, idle.rows_written, idle.files_written, idle.rows_rewritten) == (
         3,
@@ -266,8 +277,8 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
     changed = spark.createDataFrame(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
     )
-    outcome = _merge(spark, changed, _plan(lake, 3))
-    assert outcome.path is not None and outcome.path.strategy in merge_path
+    outcome = _merge(spark, changed, _plan(lake, 3, tuning=merge_path.tuning))
+    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
     assert outcome.merge is not None and (outcome.merge.updated, outcome.merge.deleted) == (1, 1)
     rows = {r.id: r.v for r in _lake(spark, lake).collect()}
     assert (rows[120], 8 in rows, len(rows)) == ("v2", False, 199)
@@ -275,19 +286,19 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
 
 
 def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
-    spark: SparkSession, lake: LakeTable, merge_path: set[str]
+    spark: SparkSession, lake: LakeTable, merge_path: MergePathCase
 ) -> None:
     _merge(
         spark,
         spark.createDataFrame([(1, "old", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
+        _plan(lake, 1, tuning=merge_path.tuning, replace_all=True),
     )
     # Spark's order says 10 is the newer cursor; the database said 5 and 6 came later.
     delta = spark.createDataFrame([(1, "new", 5, None), (1, "newer", 6, None)], SCHEMA)
 
-    outcome = _merge(spark, delta, _plan(lake, 2, delta_beats_lake=True))
+    outcome = _merge(spark, delta, _plan(lake, 2, tuning=merge_path.tuning, delta_beats_lake=True))
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path
+    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
     assert outcome.merge is not None and outcome.merge.updated == 1
     assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "newer")]
 
