@@ -91,6 +91,9 @@ class LakeFacts:
     # The catalog names the table, but not here: its metadata lives at another place (the lake
     # was copied or moved, or the name is another lake's), or can't be read. Says which.
     misplaced: str | None = None
+    # Iceberg: the snapshot main is at, which a commit must still find there (maintenance may
+    # have made one after the head, the last commit of ours)
+    current_snapshot: int | None = None
 
     @property
     def exists(self) -> bool:

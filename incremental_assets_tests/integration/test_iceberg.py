@@ -198,3 +198,33 @@ def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
 
 def _killed(*args: object, **kwargs: object) -> None:
     raise KeyboardInterrupt
+
+
+def test_maintenance_compacts_a_merge_table_whose_deletes_pile_up_without_changing_a_row(
+    make_project: ProjectBuilder,
+    tmp_path: Path,
+    pg: Schema,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    """Merge-on-read writes delete files; once they remove a tenth of the rows read, the run's
+    maintenance rewrites those data files (a `replace` snapshot: same rows), and the next runs
+    still add to the table incrementally."""
+    create_orders(pg, 200)
+    project = make_project(pg, MERGE, lake=ICEBERG)
+    assert materialize(project, "orders", instance, spark_resource).success
+    done = []
+    for run in range(1, 5):
+        change_orders(pg, run, new=2, every=4)  # a quarter of the rows each run: uniform
+        result = materialize(project, "orders", instance, spark_resource)
+        assert result.success, result.failure
+        assert result.metadata["full_refresh"] is False
+        done.append(result.metadata.get("maintenance") or "")
+
+    assert any(what.startswith("compact:") for what in done), done
+    table = iceberg_table(tmp_path / "lake", "orders")
+    assert rows_by(table.scan().to_arrow(), ["id", "note"]) == orders_held(pg)
+    current = table.current_snapshot()
+    assert int(current.summary["total-position-deletes"]) < 0.1 * int(
+        current.summary["total-records"]
+    )

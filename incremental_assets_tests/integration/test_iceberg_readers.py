@@ -24,10 +24,11 @@ MERGE = {**ORDERS_TABLE, "mode": "merge"}
 
 
 def _change(pg: Schema, run: int) -> None:
-    """Update a few rows, delete one, add one: a merge that writes deletes and new rows."""
+    """Update a few rows, delete one, add one: a merge that writes deletes and new rows (too
+    few for maintenance to compact them away)."""
     at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
     pg.execute(
-        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 7 = {run}",
+        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 50 = {run}",
         f"DELETE FROM orders WHERE id = {run * 3}",
         f"INSERT INTO orders VALUES ({1000 + run}, 'new{run}', {at})",
     )

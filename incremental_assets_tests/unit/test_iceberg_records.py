@@ -5,13 +5,21 @@ snapshot reads as, and when snapshots are due to expire. Plain values in, plain 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
-from incremental_assets.lake.iceberg.maintenance import expiry_due
+from incremental_assets.lake.iceberg.maintenance import (
+    ORPHANS_SWEPT,
+    Policy,
+    compaction_due,
+    due,
+    expiry_due,
+    kept_ancestors,
+)
 from incremental_assets.lake.iceberg.records import (
     BATCH,
     CURSOR,
@@ -240,3 +248,56 @@ def test_snapshots_expire_only_past_both_the_count_and_the_age(
     assert (older_than is not None) is due
     if older_than is not None:
         assert older_than == now - keep_for
+
+
+# -- maintenance: when each task is due ------------------------------------------------------------
+
+POLICY = Policy(keep_snapshots=100, keep_snapshots_for=timedelta(days=1))
+
+
+@pytest.mark.parametrize(
+    ("totals", "compact"),
+    [
+        ({"total-records": "1000", "total-position-deletes": "50"}, False),
+        ({"total-records": "1000", "total-position-deletes": "100"}, True),  # a tenth deleted
+        ({"total-records": "1000", "total-delete-files": "32"}, True),  # many delete files
+        ({"total-data-files": "64", "total-files-size": str(64 * (1 << 20))}, True),  # small
+        ({"total-data-files": "64", "total-files-size": str(64 * (64 << 20))}, False),
+        ({"total-data-files": "10", "total-files-size": "10"}, False),  # few, however small
+    ],
+)
+def test_compaction_is_due_when_deletes_or_small_files_pile_up(
+    totals: dict[str, str], compact: bool
+) -> None:
+    state = _state([_snapshot(1, None, "overwrite", {**_ours("t1", 1), **totals})], current=1)
+
+    assert compaction_due(state, POLICY) is compact
+
+
+def test_orphans_are_swept_once_a_day_and_only_on_a_table_old_enough_to_have_any() -> None:
+    now = datetime(2026, 1, 10, tzinfo=UTC)
+    young = _state([_snapshot(1, None, "append", _ours("t1", 1))], current=1)
+    old = _aged(3, now - timedelta(days=4))
+    swept = replace(old, properties={ORPHANS_SWEPT: (now - timedelta(hours=2)).isoformat()})
+
+    assert "orphans" not in due(young, POLICY, datetime.fromtimestamp(T0 / 1000, UTC))
+    assert "orphans" in due(old, POLICY, now)
+    assert "orphans" not in due(swept, POLICY, now)
+
+
+def test_an_expiry_keeps_every_snapshot_down_to_the_head_whatever_keep_snapshots_says() -> None:
+    """Compactions after the last commit of ours are `replace` snapshots without its summary:
+    expired past it, the head (and its records) would be gone, and every run refused."""
+    state = _state(
+        [
+            _snapshot(1, None, "append", _ours("t1", 1)),
+            _snapshot(2, 1, "overwrite", _ours("t2", 2)),
+            _snapshot(3, 2, "replace"),
+            _snapshot(4, 3, "replace"),
+        ],
+        current=4,
+    )
+
+    assert kept_ancestors(state, keep=1, compacting=False) == 3
+    assert kept_ancestors(state, keep=1, compacting=True) == 6
+    assert kept_ancestors(state, keep=10, compacting=False) == 10

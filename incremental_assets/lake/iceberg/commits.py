@@ -107,8 +107,9 @@ class IcebergCommit:
 
     @property
     def base(self) -> int | None:
-        """The snapshot `main` was at when the run read the table."""
-        return self.facts.head.snapshot_id if self.facts.head is not None else None
+        """The snapshot `main` was at when the run read the table (the head, or a snapshot
+        maintenance made after it)."""
+        return self.facts.current_snapshot
 
     # -- reading what the run was computed against ----------------------------------------
 
@@ -228,13 +229,17 @@ class IcebergCommit:
         has. The snapshot carries the head's commit forward (it changes no row), and the run's
         own snapshot follows from it."""
         state = self._state()
-        head = state.snapshots.get(self.base) if state is not None and self.base else None
+        head = head_snapshot(state) if state is not None else None
         assert state is not None and head is not None
         carried = {k: v for k, v in head.summary.items() if k.startswith(PREFIX) or k == RUN_ID}
         kept = replace(settings, partitioning=state.partitioning)
         self._replace_table(frame, kept, {**carried, REWRITE: "types"})
         rewritten = self._state()
-        self.facts = replace(self.facts, head=head_of(rewritten) if rewritten else None)
+        self.facts = replace(
+            self.facts,
+            head=head_of(rewritten) if rewritten else None,
+            current_snapshot=rewritten.current_snapshot_id if rewritten else None,
+        )
 
     def _replace_table(
         self, frame: DataFrame, settings: TableSettings, summary: Mapping[str, str]

@@ -1,40 +1,110 @@
-"""Keeping an Iceberg table small to read and to commit as it ages: Iceberg's Spark procedures,
-run after a run's commit when they are due.
+"""Keeping an Iceberg table fast to read and cheap to commit as it ages: Iceberg's Spark
+procedures, run when they are due, never in a reader's way.
 
-* Snapshots expire only past both a count and an age (`lake.keep_snapshots`,
-  `lake.keep_snapshots_for`): a reader's snapshot, or the `iceberg_snapshot_id` a
-  materialization recorded, stays readable for at least that long whatever the rate of runs.
-  `expire_snapshots` deletes the files only expired snapshots held. Metadata files are deleted
-  as commits replace them, past the newest 100 (`write.metadata.previous-versions-max`).
+    compact   a merge-on-read table's data files whose rows its delete files mostly removed, and
+              small files, rewritten (`rewrite_data_files`, dangling deletes dropped), then its
+              delete files and manifests (`rewrite_position_delete_files`, `rewrite_manifests`);
+              due past `deleted_fraction`, `delete_files` or `small_files`
+    expire    snapshots past both a count and an age (`lake.keep_snapshots`,
+              `lake.keep_snapshots_for`): a reader's snapshot, or the `iceberg_snapshot_id` a
+              materialization recorded, stays readable at least that long; the files only
+              expired snapshots held are deleted
+    orphans   files in the table's folder that no snapshot names (a killed writer's) and that are
+              older than `ORPHAN_AGE` (a live writer's are younger), at most once a day
 
-`due` is a pure function of the table's metadata and the clock, so a run that has nothing to do
-pays for one metadata read it makes anyway.
+Compaction makes a `replace` snapshot: the rows are the same, and the head runs check (the last
+snapshot of ours) looks past it. Metadata files are deleted as commits replace them, past the
+newest 100 (`write.metadata.previous-versions-max`).
+
+`due` is a pure function of the table's metadata and the clock: a run that has nothing to do
+pays for the metadata read it makes anyway.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.lake.iceberg.records import TableState
+from incremental_assets.lake.iceberg.records import PREFIX, TableState, head_snapshot
+
+Task = Literal["compact", "expire", "orphans"]
+# A file younger than this may be a live writer's, not an orphan (Iceberg's own default).
+ORPHAN_AGE = timedelta(days=3)
+ORPHANS_EVERY = timedelta(days=1)
+ORPHANS_SWEPT = PREFIX + "orphans-swept-at"  # table property: when orphans were last removed
+# Compaction's snapshots at most: data files, delete files, manifests rewritten.
+_COMPACTION_SNAPSHOTS = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When each task is due."""
+
+    keep_snapshots: int
+    keep_snapshots_for: timedelta
+    deleted_fraction: float = 0.1  # compact when deletes remove this share of the rows read
+    delete_files: int = 32  # ... or when the table holds this many delete files
+    small_files: int = 64  # ... or this many data files averaging under SMALL_FILE bytes
+    small_file_bytes: int = 32 << 20
+
+
+@dataclass(frozen=True)
+class Target:
+    """The table maintained: its catalog, as procedures take it (`catalog.ns.table`), and as SQL
+    names it (quoted)."""
+
+    catalog: str
+    table: str
+    reference: str
 
 
 @dataclass(frozen=True)
 class Maintenance:
-    """What a run's maintenance did, for its metadata."""
+    """What a table's maintenance did, for the run's metadata."""
 
-    expired_snapshots: int
-    deleted_files: int
-    seconds: float
+    done: dict[str, str] = field(default_factory=dict)  # task -> what it did
+    seconds: float = 0.0
 
     def describe(self) -> str:
-        return (
-            f"expired {self.expired_snapshots} snapshots, deleted {self.deleted_files} files "
-            f"({self.seconds:.1f}s)"
+        return "; ".join(f"{task}: {what}" for task, what in self.done.items()) + (
+            f" ({self.seconds:.1f}s)"
         )
+
+
+def due(state: TableState, policy: Policy, now: datetime) -> list[Task]:
+    """The tasks due now, in the order they run."""
+    tasks: list[Task] = []
+    if compaction_due(state, policy):
+        tasks.append("compact")
+    if expiry_due(state, policy.keep_snapshots, policy.keep_snapshots_for, now) is not None:
+        tasks.append("expire")
+    swept = state.properties.get(ORPHANS_SWEPT)
+    if swept is None or now - datetime.fromisoformat(swept) >= ORPHANS_EVERY:
+        oldest = min((s.timestamp_ms for s in state.snapshots.values()), default=None)
+        if oldest is not None and now - _at(oldest) >= ORPHAN_AGE:
+            tasks.append("orphans")
+    return tasks
+
+
+def compaction_due(state: TableState, policy: Policy) -> bool:
+    current = state.current
+    if current is None:
+        return False
+    summary = current.summary
+    records = int(summary.get("total-records", 0))
+    deleted = int(summary.get("total-position-deletes", 0))
+    files = int(summary.get("total-data-files", 0))
+    size = int(summary.get("total-files-size", 0))
+    return (
+        (records > 0 and deleted >= policy.deleted_fraction * records)
+        or int(summary.get("total-delete-files", 0)) >= policy.delete_files
+        or (files >= policy.small_files and size < files * policy.small_file_bytes)
+    )
 
 
 def expiry_due(state: TableState, keep: int, keep_for: timedelta, now: datetime) -> datetime | None:
@@ -43,25 +113,97 @@ def expiry_due(state: TableState, keep: int, keep_for: timedelta, now: datetime)
         return None
     older_than = now - keep_for
     oldest = min(s.timestamp_ms for s in state.snapshots.values())
-    if datetime.fromtimestamp(oldest / 1000, UTC) >= older_than:
+    if _at(oldest) >= older_than:
         return None
     return older_than
 
 
-def expire(
-    spark: SparkSession, table: str, catalog: str, older_than: datetime, keep: int
-) -> Maintenance:
-    """Expire the snapshots older than `older_than` beyond the newest `keep` of main."""
-    started = time.monotonic()
-    stamp = older_than.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    row = spark.sql(
-        f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
-        f"older_than => TIMESTAMP '{stamp} UTC', retain_last => {keep})"
-    ).first()
-    counts = row.asDict() if row is not None else {}
-    deleted = sum(int(v or 0) for k, v in counts.items() if k.startswith("deleted_"))
-    return Maintenance(
-        expired_snapshots=int(counts.get("deleted_manifest_lists_count") or 0),
-        deleted_files=deleted,
-        seconds=time.monotonic() - started,
+def kept_ancestors(state: TableState, keep: int, compacting: bool) -> int:
+    """How many of main's newest snapshots an expiry keeps: `keep`, and at least down to the
+    head (the last commit of ours, whose summary the next run reads: compactions after it are
+    `replace` snapshots without one), counting the snapshots compaction adds before it."""
+    head = head_snapshot(state)
+    depth = next(
+        (i for i, s in enumerate(state.ancestry()) if head and s.snapshot_id == head.snapshot_id),
+        0,
     )
+    return max(keep, depth + 1 + (_COMPACTION_SNAPSHOTS if compacting else 0))
+
+
+def maintain(
+    spark: SparkSession,
+    target: Target,
+    state: TableState,
+    tasks: list[Task],
+    policy: Policy,
+    now: datetime,
+) -> Maintenance:
+    """Run `tasks` on the table, in order."""
+    started = time.monotonic()
+    retain = kept_ancestors(state, policy.keep_snapshots, "compact" in tasks)
+    steps: dict[Task, Callable[[], str]] = {
+        "compact": lambda: _compact(spark, target, policy),
+        "expire": lambda: _expire(spark, target, policy, now, retain),
+        "orphans": lambda: _remove_orphans(spark, target, now),
+    }
+    done: dict[str, str] = {task: steps[task]() for task in tasks}
+    return Maintenance(done=done, seconds=time.monotonic() - started)
+
+
+def _call(
+    spark: SparkSession, target: Target, procedure: str, arguments: str = ""
+) -> dict[str, object]:
+    row = spark.sql(
+        f"CALL {target.catalog}.system.{procedure}(table => '{target.table}'{arguments})"
+    ).first()
+    return row.asDict() if row is not None else {}
+
+
+def _compact(spark: SparkSession, target: Target, policy: Policy) -> str:
+    options = (
+        f", options => map('delete-ratio-threshold', '{policy.deleted_fraction}', "
+        "'min-input-files', '2', 'remove-dangling-deletes', 'true')"
+    )
+    data = _call(spark, target, "rewrite_data_files", options)
+    deletes = _call(spark, target, "rewrite_position_delete_files")
+    manifests = _call(spark, target, "rewrite_manifests")
+    return (
+        f"{data.get('rewritten_data_files_count', 0)} data files rewritten into "
+        f"{data.get('added_data_files_count', 0)}, "
+        f"{data.get('removed_delete_files_count', 0)} delete files dropped, "
+        f"{deletes.get('rewritten_delete_files_count', 0)} delete files compacted, "
+        f"{manifests.get('rewritten_manifests_count', 0)} manifests rewritten"
+    )
+
+
+def _expire(spark: SparkSession, target: Target, policy: Policy, now: datetime, retain: int) -> str:
+    stamp = _stamp(now - policy.keep_snapshots_for)
+    counts = _call(
+        spark,
+        target,
+        "expire_snapshots",
+        f", older_than => TIMESTAMP '{stamp}', retain_last => {retain}",
+    )
+    deleted = sum(int(str(v or 0)) for k, v in counts.items() if k.startswith("deleted_"))
+    expired = counts.get("deleted_manifest_lists_count", 0)
+    return f"expired {expired} snapshots, deleted {deleted} files"
+
+
+def _remove_orphans(spark: SparkSession, target: Target, now: datetime) -> str:
+    found = spark.sql(
+        f"CALL {target.catalog}.system.remove_orphan_files(table => '{target.table}', "
+        f"older_than => TIMESTAMP '{_stamp(now - ORPHAN_AGE)}')"
+    ).collect()
+    spark.sql(
+        f"ALTER TABLE {target.reference} SET TBLPROPERTIES ('{ORPHANS_SWEPT}' = "
+        f"'{now.isoformat()}')"
+    )
+    return f"removed {len(found)} orphan files"
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + " UTC"
+
+
+def _at(timestamp_ms: int) -> datetime:
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC)

@@ -201,6 +201,7 @@ def facts_of(state: TableState, uri: str, misplaced: str | None = None) -> LakeF
         layout=layout_of(state),
         holds_rows=current is not None and live_rows(current) > 0,
         misplaced=misplaced,
+        current_snapshot=state.current_snapshot_id,
     )
 
 

@@ -30,7 +30,7 @@ from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts
 from incremental_assets.lake.files import ParquetFolder
 from incremental_assets.lake.iceberg.catalog import IcebergCatalog, bind, catalog_of
-from incremental_assets.lake.iceberg.maintenance import expire, expiry_due
+from incremental_assets.lake.iceberg.maintenance import Policy, Target, due, maintain
 from incremental_assets.lake.iceberg.metadata import (
     Misplaced,
     misplacement,
@@ -108,19 +108,19 @@ class IcebergLake:
         return live_rows(current) if current is not None else 0
 
     def maintain(self, spark: SparkSession) -> str | None:
-        """The table's maintenance, where it is due (`maintenance.py`): what it did."""
+        """The table's maintenance, where any is due (`maintenance.py`): what it did."""
         state = self.state()
         if state is None:
             return None
-        spec = self.spec
-        older_than = expiry_due(state, spec.keep_snapshots, spec.keep_snapshots_for, now())
-        if older_than is None:
-            return None
-        session = self.session(spark)
-        done = expire(
-            session, self.procedure_table(), self.catalog.name, older_than, spec.keep_snapshots
+        policy = Policy(
+            keep_snapshots=self.spec.keep_snapshots,
+            keep_snapshots_for=self.spec.keep_snapshots_for,
         )
-        return done.describe()
+        tasks = due(state, policy, now())
+        if not tasks:
+            return None
+        target = Target(self.catalog.name, self.procedure_table(), self.reference())
+        return maintain(self.session(spark), target, state, tasks, policy, now()).describe()
 
     def redact(self, text: str) -> str:
         return self.catalog.redact(text)
