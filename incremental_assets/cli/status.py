@@ -49,6 +49,7 @@ def table_status(
         "lake_uri": project.lake.table_uri(table.name),
         "lake_table": last.table_name,
         "iceberg_snapshot_id": last.iceberg_snapshot_id,
+        "iceberg_metadata_location": last.iceberg_metadata_location,
         "checks_not_run": (last.checks_not_run or "").splitlines(),
     }
 
@@ -99,6 +100,10 @@ def show_status(args: argparse.Namespace) -> int:
                 f"{'':<16}Iceberg table {row['lake_table']} at snapshot "
                 f"{row['iceberg_snapshot_id']}; every run's: incremental-assets status --history "
                 f"{row['table']}"
+            )
+        if row["iceberg_metadata_location"]:
+            print(
+                f"{'':<16}metadata file (DuckDB's iceberg_scan): {row['iceberg_metadata_location']}"
             )
     return 0
 

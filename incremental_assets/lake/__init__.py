@@ -7,8 +7,8 @@ files.py    a folder of Spark-written Parquet files on any file system pyarrow r
 journal.py  the plain Parquet format's journaled commit and its roll-forward
 lock.py     the writer lock on a POSIX file system
 parquet.py  the plain Parquet format
-iceberg.py  the Iceberg format: one snapshot per run, committed by the table's catalog
-durable_io.py  PyIceberg's FileIO for a local lake, each file it writes synced to disk
+iceberg/    the Iceberg format: tables Spark writes, one snapshot per run (catalog, metadata,
+            records, schema, table, commits, maintenance)
 """
 
 from __future__ import annotations

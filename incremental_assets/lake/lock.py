@@ -1,9 +1,9 @@
 """The writer lock of a lake table on a POSIX file system: an OS file lock on `<table>/_lock`.
 
 It is released by the kernel if the process dies, and it only works where the lake is a local or
-shared POSIX file system. On object stores it does nothing: there the Iceberg catalog's atomic
-swap keeps writers from overwriting each other, and a plain Parquet lake relies on Dagster's
-concurrency pool of one run per table.
+shared POSIX file system. On object stores it does nothing: there an Iceberg commit is refused
+unless the table is still where the run read it (`lake/iceberg/commits.py`), and a plain Parquet
+lake relies on Dagster's concurrency pool of one run per table.
 """
 
 from __future__ import annotations
