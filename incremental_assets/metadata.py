@@ -29,9 +29,30 @@ COLUMN_SCHEMA = "dagster/column_schema"
 
 # Written as a value even when there is none, so "no cursor" reads back as such.
 _ALWAYS = ("cursor", "previous_cursor")
+# Identifiers, written as text: Dagster plots every number, and these are not quantities.
+_IDENTIFIERS = ("batch", "iceberg_snapshot_id")
+# What the package reads back, or a reader of a problem wants, but nobody looks at first: one
+# JSON entry, after the others.
+INTERNALS = "internals"
+_INTERNAL = (
+    "window_fingerprint",
+    "settings",
+    "lake_table_id",
+    "lake_commit",
+    "spark_jobs",
+    "spark_stages",
+    "buckets_touched",
+    "buckets_held",
+    "null_cursor_rows",
+    "boundary_rows",
+    "transaction_cap_applied",
+)
 
 
 class TableMetadata(BaseModel):
+    """Every key, in the order the UI shows them: the cursor, the counts and timings, what the
+    run did, where the table is; then the internals, in one JSON entry (`INTERNALS`)."""
+
     model_config = ConfigDict(
         frozen=True, extra="ignore", populate_by_name=True, arbitrary_types_allowed=True
     )
@@ -40,54 +61,55 @@ class TableMetadata(BaseModel):
     previous_cursor: str | None = None
     cursor_column: str | None = None
     cursor_type: CursorType | Literal[""] | None = None  # "": the table has no cursor
-    mode: Mode | None = None
-    full_refresh: bool | None = None
-    batch: int | None = None
     rows_extracted: int | None = None
     rows_written: int | None = None
     rows_inserted: int | None = None
     rows_updated: int | None = None
     rows_deleted: int | None = None
-    extract_filter: str | None = None
+    row_count: int | None = Field(None, alias=ROW_COUNT)
     extract_seconds: float | None = None
     write_seconds: float | None = None
-    files_written: int | None = None
-    null_cursor_rows: int | None = None
-    boundary_rows: int | None = None
-    cursor_capped_at: str | None = None
-    transaction_cap: str | None = None
-    transaction_cap_applied: bool | None = None
+    warnings: str | None = None  # markdown, one line per warning
+    mode: Mode | None = None
+    full_refresh: bool | None = None
     backfill: str | None = None
+    batch: int | None = None
+    extract_filter: str | None = None
+    files_written: int | None = None
+    rows_rewritten: int | None = None
+    merge_strategy: MergeStrategy | None = None
     schema_change: str | None = None
     deletes_reconciled: bool | None = None
-    rows_rewritten: int | None = None
-    window_fingerprint: str | None = None
-    spark: str | None = None
-    merge_strategy: MergeStrategy | None = None
-    buckets_touched: int | None = None
-    buckets_held: int | None = None
     settings_changed: str | None = None
-    spark_jobs: int | None = None
-    spark_stages: int | None = None
+    transaction_cap: str | None = None
+    cursor_capped_at: str | None = None
     maintenance: str | None = None
+    checks_not_run: str | None = None  # the checks left out of the run, and why
+    spark: str | None = None
+    # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
+    cursor_action: Literal["set", "reset", "convert"] | None = None
+    note: str | None = None
+    uri: str | None = Field(None, alias=URI)
+    table_name: str | None = Field(None, alias=TABLE_NAME)
+    iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
+    # The table's metadata file after the run, for readers without the catalog (DuckDB).
+    iceberg_metadata_location: str | None = None
+    column_schema: dg.TableSchema | None = Field(None, alias=COLUMN_SCHEMA)
+    # -- the internals (`_INTERNAL`) --
+    window_fingerprint: str | None = None
     # The lake-shaping settings the run ran under (`settings.py`), as JSON.
     settings: str | None = None
     # The lake table's identity and its last commit when the run ended: the next run adds to
     # that table, at that commit, or refuses.
     lake_table_id: str | None = None
     lake_commit: str | None = None
-    checks_not_run: str | None = None  # the checks left out of the run, and why
-    iceberg_snapshot_id: int | None = None  # the Iceberg snapshot the table was at after the run
-    # The table's metadata file after the run, for readers without the catalog (DuckDB).
-    iceberg_metadata_location: str | None = None
-    warnings: str | None = None  # markdown, one line per warning
-    # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's
-    cursor_action: Literal["set", "reset", "convert"] | None = None
-    note: str | None = None
-    row_count: int | None = Field(None, alias=ROW_COUNT)
-    uri: str | None = Field(None, alias=URI)
-    table_name: str | None = Field(None, alias=TABLE_NAME)
-    column_schema: dg.TableSchema | None = Field(None, alias=COLUMN_SCHEMA)
+    spark_jobs: int | None = None
+    spark_stages: int | None = None
+    buckets_touched: int | None = None
+    buckets_held: int | None = None
+    null_cursor_rows: int | None = None
+    boundary_rows: int | None = None
+    transaction_cap_applied: bool | None = None
 
     @field_validator("merge_strategy", mode="before")
     @classmethod
@@ -97,17 +119,37 @@ class TableMetadata(BaseModel):
 
     @classmethod
     def extract(cls, metadata: Mapping[str, Any]) -> TableMetadata:
-        """The record in a materialization's or observation's metadata."""
+        """The record in a materialization's or observation's metadata (the internals read
+        from their JSON entry, or from keys of their own, as earlier versions wrote them)."""
         values = {key: getattr(value, "value", value) for key, value in metadata.items()}
+        internals = values.pop(INTERNALS, None)
+        if isinstance(internals, Mapping):
+            values = {**internals, **values}
         return cls.model_validate(values)
 
     def as_metadata(self) -> dict[str, dg.MetadataValue]:
         metadata: dict[str, dg.MetadataValue] = {}
+        internals: dict[str, Any] = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
-            if value is not None or name in _ALWAYS:
+            if name in _INTERNAL:
+                if value is not None:
+                    internals[name] = value
+            elif value is not None or name in _ALWAYS:
                 metadata[field.alias or name] = _metadata_value(name, value)
+        if internals:
+            metadata[INTERNALS] = dg.MetadataValue.json(internals)
         return metadata
+
+    def values(self) -> dict[str, Any]:
+        """The record as plain values by key, the internals among them (what tests and scripts
+        read): typed as the fields are, the keys that are always written included."""
+        found = {
+            field.alias or name: getattr(self, name)
+            for name, field in type(self).model_fields.items()
+            if getattr(self, name) is not None
+        }
+        return {**{name: None for name in _ALWAYS}, **found}
 
     def stored_state(self, run_id: str | None) -> StoredState:
         return StoredState(
@@ -132,6 +174,8 @@ class TableMetadata(BaseModel):
 def _metadata_value(name: str, value: Any) -> dg.MetadataValue:
     if value is None:
         return dg.MetadataValue.null()
+    if name in _IDENTIFIERS:
+        return dg.MetadataValue.text(str(value))
     if name == "warnings":
         return dg.MetadataValue.md(value)
     if isinstance(value, dg.TableSchema):
@@ -149,10 +193,29 @@ def _text(cursor_type: CursorType | None, value: CursorValue | None) -> str | No
     return None if value is None or cursor_type is None else format_cursor(cursor_type, value)
 
 
+# The fields of a `LoadResult` (and its `Report`) recorded under other keys, and those not
+# recorded, with why: every other field is a `TableMetadata` field of its name. A test holds
+# every field of the two records to one of the three.
+RECORDED_AS = {
+    "merge": ("rows_inserted", "rows_updated", "rows_deleted"),
+    "columns": (COLUMN_SCHEMA,),
+    "head": ("lake_table_id", "lake_commit", "iceberg_snapshot_id", "iceberg_metadata_location"),
+    "merge_path": ("merge_strategy", "buckets_touched", "buckets_held"),
+    "report": (),  # its own fields, each recorded by name
+}
+NOT_RECORDED = {
+    "files": "the data files a plain run added: read back by the key check, not shown",
+    "primary_key": "the key the run matched on: the key check's own metadata",
+    "duplicate_keys": "the key check's result: its own metadata",
+}
+
+
 def metadata_for(
     result: LoadResult, checks_not_run: str | None = None
 ) -> dict[str, dg.MetadataValue]:
     """The materialization metadata for one load. The key names are a public contract."""
+    unknown = set(vars(result.report)) - set(TableMetadata.model_fields) - set(RECORDED_AS)
+    assert not unknown, f"Report fields with no metadata key: {unknown}"
     kind, merge, path = result.cursor_type, result.merge, result.report.merge_path
     report = {name: value for name, value in vars(result.report).items() if name != "merge_path"}
     record = TableMetadata(
@@ -221,3 +284,9 @@ def override_metadata(
         iceberg_snapshot_id=converted.snapshot_id if converted is not None else None,
     )
     return record.as_metadata()
+
+
+def state_after(result: LoadResult, run_id: str | None = None) -> StoredState:
+    """The state the next run starts from once `result` is recorded, read back exactly as it
+    would be from the instance: for callers that chain loads outside Dagster."""
+    return TableMetadata.extract(metadata_for(result)).stored_state(run_id)

@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
+from incremental_assets.metadata import TableMetadata
 from incremental_assets_tests.support.spark import TEST_SPARK_SETTINGS
 
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
@@ -60,7 +61,7 @@ def materializations(home: Path, table: str) -> list[dict[str, Any]]:
         for record in reversed(records):
             materialization = record.asset_materialization
             assert materialization is not None
-            result.append({k: getattr(v, "value", v) for k, v in materialization.metadata.items()})
+            result.append(TableMetadata.extract(materialization.metadata).values())
         return result
 
 

@@ -21,6 +21,7 @@ import yaml
 from incremental_assets.config import Project, load_project
 from incremental_assets.factory import build_table_asset
 from incremental_assets.lake.table import LakeFormat
+from incremental_assets.metadata import TableMetadata
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import write_cli_config
@@ -61,19 +62,19 @@ def materialize(
     full_refresh: bool = False,
 ) -> Run:
     spec = project.table(table)
-    asset = build_table_asset(project, spec, IncrementalAssetsTranslator(project.lake))
-    op_name = "__".join(spec.asset_key_path)
+    translator = IncrementalAssetsTranslator(project.lake)
+    asset = build_table_asset(project, spec, translator)
     result = dg.materialize(
         [asset],
         instance=instance,
         resources={"spark": spark_resource},
-        run_config={"ops": {op_name: {"config": {"full_refresh": full_refresh}}}},
+        run_config={"ops": {translator.op_name(spec): {"config": {"full_refresh": full_refresh}}}},
         raise_on_error=False,
     )
     metadata: dict[str, Any] = {}
     for event in result.get_asset_materialization_events():
         materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
-        metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        metadata = TableMetadata.extract(materialization.metadata).values()
     failure = None
     for event in result.all_events:
         if event.is_step_failure:
@@ -85,7 +86,7 @@ def latest_metadata(instance: dg.DagsterInstance, table: str) -> dict[str, Any]:
     event = instance.get_latest_materialization_event(dg.AssetKey(table))
     if event is None or event.asset_materialization is None:
         return {}
-    return {k: getattr(v, "value", v) for k, v in event.asset_materialization.metadata.items()}
+    return TableMetadata.extract(event.asset_materialization.metadata).values()
 
 
 def read_lake(lake_dir: Path, table: str, identifier: str | None = None) -> pa.Table:
