@@ -11,6 +11,9 @@ import dagster as dg
 
 from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
 from incremental_assets.config import Project, TableSpec
+from incremental_assets.errors import IncrementalAssetsError
+from incremental_assets.lake import open_lake
+from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.state import read_state_records, record_of
 from incremental_assets.translator import translator_for
 
@@ -112,12 +115,15 @@ def _show_history(
     instance: dg.DagsterInstance, project: Project, tables: list[TableSpec], as_json: bool
 ) -> int:
     """Each materialization, newest first: when, the cursor, the rows, and the lake's snapshot,
-    which any Iceberg reader can read the table as of."""
+    which any Iceberg reader can read the table as of while it is kept (an expired one is marked
+    so, not offered)."""
     rows = []
     for table in tables:
         records = instance.fetch_materializations(asset_key(project, table), limit=1000).records
+        kept = _kept_snapshots(project, table) if records else None
         for record in records:
             metadata = record_of(record)
+            snapshot = metadata.iceberg_snapshot_id
             rows.append(
                 {
                     "table": table.name,
@@ -126,23 +132,43 @@ def _show_history(
                     "cursor": metadata.cursor,
                     "rows_in_lake": metadata.row_count,
                     "lake_table": metadata.table_name,
-                    "iceberg_snapshot_id": metadata.iceberg_snapshot_id,
+                    "iceberg_snapshot_id": snapshot,
+                    "snapshot_expired": (
+                        None if snapshot is None or kept is None else snapshot not in kept
+                    ),
                 }
             )
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'table':<16}{'at':<21}{'rows':>9}  {'snapshot':<21}cursor")
+    print(f"{'table':<16}{'at':<21}{'rows':>9}  {'snapshot':<29}cursor")
     for row in rows:
         when = str(row["at"])[:19].replace("T", " ")
-        snapshot = row["iceberg_snapshot_id"] if row["iceberg_snapshot_id"] is not None else "-"
+        shown = str(row["iceberg_snapshot_id"] if row["iceberg_snapshot_id"] is not None else "-")
+        if row["snapshot_expired"]:
+            shown += " (expired)"
         rows_in_lake = "-" if row["rows_in_lake"] is None else row["rows_in_lake"]
-        print(f"{row['table']:<16}{when:<21}{rows_in_lake:>9}  {snapshot!s:<21}{row['cursor']}")
-    iceberg = next((r for r in rows if r["iceberg_snapshot_id"] is not None), None)
-    if iceberg is not None:
+        print(f"{row['table']:<16}{when:<21}{rows_in_lake:>9}  {shown:<29}{row['cursor']}")
+    readable = next(
+        (r for r in rows if r["iceberg_snapshot_id"] is not None and not r["snapshot_expired"]),
+        None,
+    )
+    if readable is not None:
         print(
             "\nas of a snapshot, in PyIceberg: "
-            f"catalog.load_table('{iceberg['lake_table']}').scan("
-            f"snapshot_id={iceberg['iceberg_snapshot_id']}).to_arrow()  (docs/lake-format.md)"
+            f"catalog.load_table('{readable['lake_table']}').scan("
+            f"snapshot_id={readable['iceberg_snapshot_id']}).to_arrow()  (docs/lake-format.md)"
         )
     return 0
+
+
+def _kept_snapshots(project: Project, table: TableSpec) -> set[int] | None:
+    """The snapshots an Iceberg table still keeps (None: not an Iceberg table, or not readable)."""
+    lake = open_lake(project.lake, table.name, translator_for(project).lake_table_name(table))
+    if not isinstance(lake, IcebergLake):
+        return None
+    try:
+        state = lake.state()
+    except IncrementalAssetsError:
+        return None
+    return set(state.snapshots) if state is not None else None

@@ -16,6 +16,7 @@ lake-format.md, "What the commit rules out", names each test here):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -281,6 +282,8 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
     pg: Schema,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Defect 5: snapshots were kept by count alone, and runs that wrote nothing took one too:
     at one run a minute, a recorded `iceberg_snapshot_id` lost its files within two hours."""
@@ -318,6 +321,16 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
     assert not set(recorded) & set(kept[:-2])
     now = table.scan(snapshot_id=expired.metadata["iceberg_snapshot_id"]).to_arrow()
     assert rows_by(now, ["id", "note"]) == orders_held(pg)
+    # `status --history` marks the runs whose snapshot expired instead of offering them.
+    from incremental_assets import cli
+
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    capsys.readouterr()
+    assert cli.main(["--config", aged.path, "status", "--history", "orders", "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)
+    marked = {r["iceberg_snapshot_id"]: r["snapshot_expired"] for r in history}
+    assert marked[expired.metadata["iceberg_snapshot_id"]] is False
+    assert {marked[s] for s in recorded if s not in kept} == {True}
 
 
 def test_the_shipped_instance_runs_one_run_per_table_at_a_time(tmp_path: Path) -> None:
