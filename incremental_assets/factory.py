@@ -86,7 +86,7 @@ def build_table_asset(
                 stored = read_stored_state(context.instance, spec.key)
                 request = LoadRequest(
                     table=table,
-                    lake=project.lake,
+                    lake_spec=project.lake,
                     stored=stored,
                     full_refresh=config.full_refresh,
                     backfill=_backfill(table, config, stored),

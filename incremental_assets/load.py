@@ -63,7 +63,7 @@ class LoadRequest:
     """One run of one table: what it loads, into which lake, from which stored state."""
 
     table: TableSpec
-    lake: LakeSpec
+    lake_spec: LakeSpec
     stored: StoredState
     full_refresh: bool = False
     # Re-extract [from, to) in the cursor's text form, leaving the cursor where it is.
@@ -74,12 +74,12 @@ class LoadRequest:
     @cached_property
     def lake_table(self) -> LakeTable:
         """The lake table, in its format (`lake.format_of`), opened once."""
-        return open_lake(self.lake, self.table.name, self.lake_name)
+        return open_lake(self.lake_spec, self.table.name, self.lake_name)
 
     @cached_property
     def settings(self) -> str:
         """The lake-shaping settings this run runs under (`settings.py`)."""
-        return settings_text(self.table, self.lake, self.lake_table.format)
+        return settings_text(self.table, self.lake_spec, self.lake_table.format)
 
     def asked(self) -> Asked:
         return Asked(
@@ -154,7 +154,7 @@ def run_incremental_load(
     the old one.
 
         lake = LakeSpec(path="/lake")
-        result = run_incremental_load(spark, LoadRequest(table=t, lake=lake, stored=stored))
+        result = run_incremental_load(spark, LoadRequest(table=t, lake_spec=lake, stored=stored))
     """
     lake = request.lake_table
     spark = lake.session(spark)
@@ -270,7 +270,7 @@ def _plan(run: _Run, source: Source, kind: RunKind, log: Log) -> WindowPlan:
 def _write_plan(
     run: _Run, source: Source, plan: WindowPlan, change: SchemaChange, facts: SourceFacts
 ) -> WritePlan:
-    table, lake = run.table, run.request.lake
+    table, lake_spec = run.table, run.request.lake_spec
     batch = run.request.stored.batch + 1
     merge = table.mode is Mode.MERGE
     recorded = plan.recorded_cursor
@@ -288,8 +288,8 @@ def _write_plan(
         delete_column=table.delete_column,
         buckets=table.buckets,
         bucket_rows=table.bucket_rows,
-        compression=lake.codec,
-        max_rows_per_file=lake.max_rows_per_file,
+        compression=lake_spec.codec,
+        max_rows_per_file=lake_spec.max_rows_per_file,
         boundary=boundary_of(table, plan),
         schema=change,
         reconcile=plan.reconcile,
@@ -298,7 +298,7 @@ def _write_plan(
         weighed_by=tuple(weights_in_force(facts, run.facts).items()) if merge else (),
         key_enforced=key_enforced(table, facts),
         run_id=run.request.run_id,
-        tuning=lake.merge_tuning,
+        tuning=lake_spec.merge_tuning,
     )
 
 
@@ -384,7 +384,9 @@ def _result(
     report = plan.report
     if table.mode is Mode.MERGE:
         merge = merge or MergeCounts(0, 0, 0)
-        report = replace(report, rows_rewritten=outcome.rows_rewritten, merge_path=outcome.path)
+        report = replace(
+            report, rows_rewritten=outcome.rows_rewritten, merge_path=outcome.merge_path
+        )
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
     return LoadResult(

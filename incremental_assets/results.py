@@ -50,7 +50,7 @@ class WriteOutcome:
     merge: MergeCounts | None
     columns: tuple[tuple[str, str], ...]
     files: tuple[str, ...] = ()  # the data files the commit added
-    path: MergePath | None = None  # merge: how the delta was applied
+    merge_path: MergePath | None = None  # merge: how the delta was applied
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
     duplicate_keys: int | None = None  # merge: counted as the rows were written (None: not)
     rows_held: int | None = None  # the table's rows after the commit, where the commit tells

@@ -189,7 +189,7 @@ class IcebergMergeWriter:
             rows_rewritten=int(snapshot.summary.get("added-records", 0)),
             merge=counts,
             columns=staged.columns,
-            path=MergePath(
+            merge_path=MergePath(
                 strategy=_strategy(commit),
                 buckets_touched=_int(snapshot.summary.get("changed-partition-count")),
                 buckets_held=None,
@@ -227,7 +227,7 @@ def _replace_merged(
         rows_rewritten=written,
         merge=MergeCounts(written, 0, 0) if plan.replace_all else _merge_counts(None),
         columns=staged.columns,
-        path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
+        merge_path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
         head=head,
         duplicate_keys=observed(key_counts, "duplicate_keys"),
         rows_held=_rows_held(commit),

@@ -179,7 +179,7 @@ class MergeWriter:
             merge=written.merge,
             columns=written.columns,
             files=tuple(final for _, final in adds),
-            path=MergePath(
+            merge_path=MergePath(
                 strategy=strategy, buckets_touched=counted_touched, buckets_held=len(buckets)
             ),
             head=head,

@@ -10,10 +10,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import CursorSpec, FilesSourceSpec, LakeSpec, Mode, TableSpec
-from incremental_assets.cursor import format_cursor
 from incremental_assets.lake import open_lake
 from incremental_assets.load import LoadRequest, run_incremental_load
-from incremental_assets.results import LoadResult, StoredState
+from incremental_assets.metadata import state_after
+from incremental_assets.results import StoredState
 from incremental_assets_tests.support.project import read_lake
 
 
@@ -22,22 +22,6 @@ def _write(spark: SparkSession, folder: Path, ids: range, second: int) -> None:
     rows = [(i, f"v{second}", at) for i in ids]
     spark.createDataFrame(rows, "id long, note string, at timestamp").write.mode("append").parquet(
         str(folder)
-    )
-
-
-def _stored(result: LoadResult) -> StoredState:
-    """What a caller keeps of a load to start the next one from (Dagster keeps it as metadata)."""
-    assert result.cursor_type is not None and result.cursor is not None
-    return StoredState(
-        cursor=format_cursor(result.cursor_type, result.cursor),
-        cursor_column=result.cursor_column,
-        cursor_type=result.cursor_type,
-        batch=result.batch,
-        run_id=None,
-        row_count=result.row_count,
-        lake_table_id=result.head.table_id if result.head else None,
-        lake_commit=result.head.txn if result.head else None,
-        settings=result.settings,
     )
 
 
@@ -58,10 +42,12 @@ def test_a_files_table_loads_incrementally_without_dagster(
     lake = LakeSpec(path=str(tmp_path / "lake"), format=lake_format)
 
     first = run_incremental_load(
-        spark, LoadRequest(table=table, lake=lake, stored=StoredState.initial())
+        spark, LoadRequest(table=table, lake_spec=lake, stored=StoredState.initial())
     )
     _write(spark, landing, range(4, 8), second=2)  # two updates, two new keys
-    second = run_incremental_load(spark, LoadRequest(table=table, lake=lake, stored=_stored(first)))
+    second = run_incremental_load(
+        spark, LoadRequest(table=table, lake_spec=lake, stored=state_after(first))
+    )
 
     assert (first.full_refresh, first.rows_written, first.row_count) == (True, 5, 5)
     assert second.full_refresh is False

@@ -186,7 +186,7 @@ def test_merge_keeps_the_latest_version_per_key_and_removes_deleted_rows(
 
     outcome = _merge(spark, delta, _plan(lake, 2, tuning=merge_path.tuning))
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
+    assert outcome.merge_path is not None and outcome.merge_path.strategy in merge_path.strategies
     assert outcome.merge is not None
     assert (outcome.merge.inserted, outcome.merge.updated, outcome.merge.deleted) == (1, 1, 1)
     expected = spark.createDataFrame(
@@ -228,12 +228,12 @@ def test_merge_rewrites_only_what_the_delta_touches(
         _plan(lake, 2, tuning=merge_path.tuning),
     )
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
+    assert outcome.merge_path is not None and outcome.merge_path.strategy in merge_path.strategies
     assert _lake(spark, lake).count() == 200
     if isinstance(lake, IcebergLake):
         # Merge-on-read: the changed row and a delete file for its old version, in its range.
         assert outcome.rows_rewritten == 1 and outcome.files_written == 2
-        assert outcome.path.buckets_touched == 1
+        assert outcome.merge_path.buckets_touched == 1
         return
     assert len(before) == 4
     after = {f.group: f.name for f in list(lake.facts().files)}
@@ -278,7 +278,7 @@ def test_merge_of_a_delta_that_repeats_the_lake_rewrites_nothing(
         [(7, "v", 1, None), (120, "v2", 1, None), (8, "v", 1, True)], SCHEMA
     )
     outcome = _merge(spark, changed, _plan(lake, 3, tuning=merge_path.tuning))
-    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
+    assert outcome.merge_path is not None and outcome.merge_path.strategy in merge_path.strategies
     assert outcome.merge is not None and (outcome.merge.updated, outcome.merge.deleted) == (1, 1)
     rows = {r.id: r.v for r in _lake(spark, lake).collect()}
     assert (rows[120], 8 in rows, len(rows)) == ("v2", False, 199)
@@ -298,7 +298,7 @@ def test_merge_lets_the_delta_beat_the_lake_when_the_cursor_is_collated(
 
     outcome = _merge(spark, delta, _plan(lake, 2, tuning=merge_path.tuning, delta_beats_lake=True))
 
-    assert outcome.path is not None and outcome.path.strategy in merge_path.strategies
+    assert outcome.merge_path is not None and outcome.merge_path.strategy in merge_path.strategies
     assert outcome.merge is not None and outcome.merge.updated == 1
     assert [(r.id, r.v) for r in _lake(spark, lake).collect()] == [(1, "newer")]
 
