@@ -1,8 +1,14 @@
 """The lake table as its readers see it (pyarrow for a plain Parquet folder, PyIceberg for an
-Iceberg table), what PostgreSQL types become there, and the lake's layout by its files' names."""
+Iceberg table), what PostgreSQL types become there, and the facts about it the model checks:
+its layout (the plain format's file names, an Iceberg head snapshot's summary), its snapshots and
+branches, and what a run may not leave behind."""
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
+from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +20,19 @@ from incremental_assets_tests.model.table import TABLE
 from incremental_assets_tests.support.project import iceberg_table, read_lake
 
 LAKE_FORMATS = ("parquet", "iceberg")
-# Where an Iceberg table keeps its data files, under its folder (the README's lake layout).
+BATCH = "_batch"  # each row's batch: the run that wrote it
+LAYOUTS = ("merge", "batches")  # rows matched on a key; batches (append and full_refresh)
+CATALOG = "_catalog.db"  # the default Iceberg catalog, in the lake's root (SQLite, WAL)
+# Where an Iceberg table keeps its data and delete files, under its folder (lake-format.md).
 ICEBERG_DATA = "data"
+# What a commit of this package writes into an Iceberg snapshot's summary (lake-format.md).
+SUMMARY_TXN = "incremental-assets.txn"
+SUMMARY_LAYOUT = "incremental-assets.layout"
+# A snapshot that rewrote files without changing a row (compaction): the head is before it.
+SAME_ROWS = "replace"
+BRANCH_PREFIX = "ia-"  # a run's branch, `ia-<commit id>`, until main is moved to it
+# Folders of the plain format's journaled commit: never in an Iceberg table's folder.
+PLAIN_COMMIT_FOLDERS = ("_journal", "_staging")
 
 
 @dataclass(frozen=True)
@@ -24,34 +41,67 @@ class LakeState:
 
     rows: tuple[dict[str, Any], ...] = ()
     types: dict[str, pa.DataType] = field(default_factory=dict)
-    files: tuple[str, ...] = ()  # the data files the table is made of (Iceberg: its snapshot's)
+    batches: Counter[int] = field(default_factory=Counter)  # rows by their `_batch`
+    # The files the table is made of: plain Parquet, the folder's data files; Iceberg, the data
+    # and delete files of main's snapshot (paths under the table's folder).
+    files: tuple[str, ...] = ()
     # Files whose schema differs from the first file's: plain readers would see one schema only.
     schema_mismatches: tuple[str, ...] = ()
-    # Leftovers of runs: anything in _journal/ and _staging/, and (Iceberg) data files that no
-    # snapshot references.
+    # Leftovers of runs: plain Parquet, anything in _journal/ and _staging/; Iceberg, those
+    # folders themselves (its commits never make them).
     pending: tuple[str, ...] = ()
     # Why readers can't read the table at all (an Iceberg catalog naming metadata that is gone).
     unreadable: str | None = None
+    # Whether there is a table at all: plain Parquet, data files; Iceberg, the catalog's entry
+    # (a table keeps its schema, and its layout, with no row in it).
+    exists: bool = False
+    # What the table's rows are laid out for, `LAYOUTS`: plain Parquet, by its files' names (each
+    # file's); Iceberg, by the summary of main's head snapshot.
+    layouts: frozenset[str] = frozenset()
+    # Iceberg: main's snapshot; its head (main's newest that isn't a compaction's) and the
+    # snapshots since, which read as the head does; every snapshot the metadata keeps (time
+    # travel), the branches runs made (`ia-<commit id>`) and the data and delete files in data/
+    # that no kept snapshot references; all on disk there (paths under the table's folder).
+    snapshot: int | None = None
+    head: int | None = None
+    since_head: frozenset[int] = frozenset()
+    snapshots: frozenset[int] = frozenset()
+    branches: frozenset[str] = frozenset()
+    unreferenced: tuple[str, ...] = ()
+    on_disk: frozenset[str] = frozenset()
+    iceberg: bool = False  # the folder holds an Iceberg table (its metadata/)
 
     @property
     def columns(self) -> list[str]:
         return list(self.types)
 
-    def layouts(self) -> set[str]:
-        """What the files hold, by their names: `batch` (append, full_refresh), `bucket` (merge)."""
-        return {"batch" if name.startswith("part-b") else "bucket" for name in self.files}
+    @property
+    def holds_rows(self) -> bool:
+        """Whether the table holds rows, as a run tells: plain Parquet, data files; Iceberg, rows
+        its main snapshot reads as (a merge-on-read table whose rows were all deleted holds data
+        files and delete files, and no row)."""
+        return bool(self.rows) if self.iceberg else bool(self.files)
+
+    def unchanged(self, other: LakeState) -> bool:
+        """Whether `other` is this lake as readers see it: the same rows, files and snapshot."""
+        return (self.files, self.rows, self.unreadable, self.snapshot) == (
+            other.files,
+            other.rows,
+            other.unreadable,
+            other.snapshot,
+        )
 
 
 def read_lake_state(lake_dir: Path) -> LakeState:
     """The table `TABLE` in the lake at `lake_dir`, in whichever format its folder holds."""
     table_dir = lake_dir / TABLE
+    if (table_dir / "metadata").is_dir():
+        return _iceberg_state(lake_dir)
     leftovers = [
         str(p.relative_to(table_dir))
-        for sub in ("_journal", "_staging")
+        for sub in PLAIN_COMMIT_FOLDERS
         for p in (table_dir / sub).glob("*")
     ]
-    if (table_dir / "metadata").is_dir():
-        return _iceberg_state(lake_dir, leftovers)
     files = tuple(sorted(p.name for p in table_dir.glob("part-*.parquet")))
     if not files:
         return LakeState(pending=tuple(sorted(leftovers)))
@@ -63,28 +113,92 @@ def read_lake_state(lake_dir: Path) -> LakeState:
         for name, schema in schemas.items()
         if schema != first
     )
-    return _state(read_lake(lake_dir, TABLE), files, mismatches, leftovers)
+    table = read_lake(lake_dir, TABLE)
+    types, rows, batches = _data(table)
+    return LakeState(
+        rows=rows,
+        types=types,
+        batches=batches,
+        files=files,
+        schema_mismatches=mismatches,
+        pending=tuple(sorted(leftovers)),
+        exists=True,
+        layouts=frozenset("batches" if name.startswith("part-b") else "merge" for name in files),
+    )
 
 
-def _iceberg_state(lake_dir: Path, leftovers: list[str]) -> LakeState:
+def _iceberg_state(lake_dir: Path) -> LakeState:
     """An Iceberg table read through its catalog: PyIceberg projects every data file onto the
     table's schema, the one schema its readers see (a file it can't project fails the read)."""
+    table_dir = lake_dir / TABLE
+    leftovers = tuple(sub for sub in PLAIN_COMMIT_FOLDERS if (table_dir / sub).exists())
+    on_disk = frozenset(
+        str(p.relative_to(table_dir))
+        for p in (table_dir / ICEBERG_DATA).rglob("*.parquet")
+        if not p.name.startswith(".")
+    )
     try:
         iceberg = iceberg_table(lake_dir, TABLE)
         table = _plain_strings(read_lake(lake_dir, TABLE))
-    except (OSError, ValueError) as exc:  # metadata gone; files the schema can't map
+    except Exception as exc:  # no entry; metadata gone; files the schema can't map
         return LakeState(
-            pending=tuple(sorted(leftovers)), unreadable=f"{type(exc).__name__}: {exc}"
+            pending=leftovers,
+            unreadable=f"{type(exc).__name__}: {exc}",
+            on_disk=on_disk,
+            iceberg=True,
         )
+    metadata = iceberg.metadata
     current = iceberg.current_snapshot()
-    files = tuple(sorted(_data_files(iceberg, [current] if current else [])))
-    referenced = _data_files(iceberg, iceberg.metadata.snapshots)  # kept for time travel
-    unreferenced = [
-        f"{ICEBERG_DATA}/{p.name}"
-        for p in (lake_dir / TABLE / ICEBERG_DATA).glob("*.parquet")
-        if p.name not in referenced
-    ]
-    return _state(table, files, (), [*leftovers, *unreferenced])
+    since_head = _since_head(metadata)
+    files = tuple(sorted(_files(iceberg, table_dir, [current] if current else [])))
+    referenced = _files(iceberg, table_dir, metadata.snapshots)  # kept for time travel
+    types, rows, batches = _data(table)
+    return LakeState(
+        rows=rows,
+        types=types,
+        batches=batches,
+        files=files,
+        pending=leftovers,
+        exists=True,
+        layouts=frozenset(_head_layout(metadata)),
+        snapshot=None if current is None else current.snapshot_id,
+        head=since_head[-1].snapshot_id if since_head else None,
+        since_head=frozenset(s.snapshot_id for s in since_head),
+        snapshots=frozenset(s.snapshot_id for s in metadata.snapshots),
+        branches=frozenset(name for name in metadata.refs if name.startswith(BRANCH_PREFIX)),
+        unreferenced=tuple(sorted(on_disk - referenced)),
+        on_disk=on_disk,
+        iceberg=True,
+    )
+
+
+def _since_head(metadata: Any) -> list[Any]:
+    """Main's snapshots from the current one back to its head: the newest one that carries a
+    commit of this package or changed rows (none but ours does on the model's lakes)."""
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    found, at = [], metadata.current_snapshot_id
+    while at is not None and at in by_id:
+        found.append(by_id[at])
+        if SUMMARY_TXN in _summary(by_id[at]) or _operation(by_id[at]) != SAME_ROWS:
+            return found
+        at = by_id[at].parent_snapshot_id
+    return found
+
+
+def _head_layout(metadata: Any) -> list[str]:
+    """The layout main's head says (none: no snapshot, or another writer's)."""
+    since_head = _since_head(metadata)
+    summary = _summary(since_head[-1]) if since_head else {}
+    return [summary.get(SUMMARY_LAYOUT, "(no layout)")] if SUMMARY_TXN in summary else []
+
+
+def _operation(snapshot: Any) -> str | None:
+    operation = snapshot.summary.operation if snapshot.summary is not None else None
+    return None if operation is None else str(operation.value)
+
+
+def _summary(snapshot: Any) -> dict[str, str]:
+    return dict(snapshot.summary.additional_properties) if snapshot.summary is not None else {}
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:
@@ -93,27 +207,62 @@ def _plain_strings(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
-def _data_files(table: Any, snapshots: list[Any]) -> set[str]:
-    """The names of the data files the snapshots of a PyIceberg table reference."""
-    return {
-        Path(entry.data_file.file_path).name
-        for snapshot in snapshots
-        for manifest in snapshot.manifests(table.io)
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-    }
+# The files each manifest lists, by its path: manifests are never rewritten in place.
+_MANIFESTS: dict[str, frozenset[str]] = {}
 
 
-def _state(
-    table: pa.Table, files: tuple[str, ...], mismatches: tuple[str, ...], leftovers: list[str]
-) -> LakeState:
-    # Bookkeeping: `_batch`, and a collated text key's weight (`_weight_<key>`).
+def _files(table: Any, table_dir: Path, snapshots: list[Any]) -> set[str]:
+    """The data and delete files the snapshots of a PyIceberg table reference, as paths under
+    the table's folder (or whole, if elsewhere)."""
+    found: set[str] = set()
+    for snapshot in snapshots:
+        for manifest in snapshot.manifests(table.io):
+            listed = _MANIFESTS.get(manifest.manifest_path)
+            if listed is None:
+                if len(_MANIFESTS) > 20_000:
+                    _MANIFESTS.clear()
+                entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+                listed = frozenset(_under(e.data_file.file_path, table_dir) for e in entries)
+                _MANIFESTS[manifest.manifest_path] = listed
+            found |= listed
+    return found
+
+
+def _under(uri: str, table_dir: Path) -> str:
+    path = Path(uri.removeprefix("file://").removeprefix("file:"))
+    return str(path.relative_to(table_dir)) if path.is_relative_to(table_dir) else uri
+
+
+def _data(
+    table: pa.Table,
+) -> tuple[dict[str, pa.DataType], tuple[dict[str, Any], ...], Counter[int]]:
+    """The data columns' types, the rows without bookkeeping (`_batch`, and a collated text
+    key's weight, `_weight_<key>`), and how many rows each batch holds."""
     types = {f.name: f.type for f in table.schema if not f.name.startswith("_")}
     rows = tuple({k: v for k, v in row.items() if k in types} for row in table.to_pylist())
-    return LakeState(rows, types, files, mismatches, tuple(sorted(leftovers)))
+    batches: Counter[int] = Counter()
+    if BATCH in table.column_names:
+        batches.update(b for b in table.column(BATCH).to_pylist() if b is not None)
+    return types, rows, batches
 
 
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def copy_catalog(source: Path, target: Path) -> None:
+    """The SQLite catalog at `source` written over `target` (created if need be) as one
+    consistent state, through SQLite: its WAL may hold commits the main file doesn't yet, and
+    other connections (Spark's, PyIceberg's) may have `target` open."""
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
+def copy_lake_table(lake_dir: Path, copy_dir: Path) -> None:
+    """The table's folder, and the lake's catalog if it has one, copied into `copy_dir`."""
+    shutil.copytree(lake_dir / TABLE, copy_dir / TABLE)
+    if (lake_dir / CATALOG).exists():
+        copy_catalog(lake_dir / CATALOG, copy_dir / CATALOG)
 
 
 def as_read(lake_format: str, lake_type: pa.DataType) -> pa.DataType:

@@ -45,7 +45,14 @@ from hypothesis.stateful import (
 )
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state
+from incremental_assets_tests.model.lake import (
+    CATALOG,
+    LakeState,
+    as_read,
+    copy_catalog,
+    copy_lake_table,
+    read_lake_state,
+)
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
 from incremental_assets_tests.model.source import (
@@ -75,13 +82,13 @@ from incremental_assets_tests.support.postgres import PostgresServer
 
 MODES = ("append", "merge", "full_refresh")
 # What can happen to the lake between runs; "restored-with-catalog" puts back an Iceberg lake's
-# catalog file with the table's folder (a plain Parquet lake has none: the same as "restored").
-LAKE_EVENTS = ("removed", "moved", "restored", "restored-with-catalog", "new-instance")
-CATALOG = "_catalog.db"  # the default Iceberg catalog, in the lake's root
+# catalog file with the table's folder (a plain Parquet lake has none: the same as "restored");
+# "copied" points `lake.path` at a copy of the whole lake, its catalog included.
+LAKE_EVENTS = ("removed", "moved", "copied", "restored", "restored-with-catalog", "new-instance")
 COPIES = 3  # copies of the lake kept for "restored": those of the last commits
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
 BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
-_INT_WIDTH = {pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+_INT_WIDTH = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
 
 
 @dataclass
@@ -111,6 +118,15 @@ class Env:
     @property
     def database(self) -> str:
         return "postgres" if isinstance(self.server, PostgresServer) else "mariadb"
+
+
+@dataclass(frozen=True)
+class Before:
+    """The lake before a run: its state (None after a killed run, whose commit may be in the
+    lake), and its branches (Iceberg), which a successful run must not add to."""
+
+    lake: LakeState | None
+    branches: frozenset[str]
 
 
 @contextmanager
@@ -161,7 +177,7 @@ class LakeMachine(RuleBasedStateMachine):
             env.connect,
             env.lake_format,
         )
-        self.reference = Reference(config, lake=str(self.runner.lake), lake_format=env.lake_format)
+        self.reference = Reference(config, lake=str(self.runner.lake))
         self._observe()
 
     def teardown(self) -> None:
@@ -250,9 +266,11 @@ class LakeMachine(RuleBasedStateMachine):
     def _fail(self, what: str, problems: list[str]) -> None:
         raise AssertionError(f"{what}:\n  - " + "\n  - ".join(problems))
 
-    def _lake_before_run(self) -> LakeState | None:
-        """The lake before a run; None after a killed run (its commit may be in the lake)."""
-        return None if self.after_kill else self._lake()
+    def _lake_before_run(self) -> Before:
+        """The lake before a run; its state None after a killed run (whose commit may be in the
+        lake), its branches known anyway."""
+        lake = self._lake()
+        return Before(None if self.after_kill else lake, lake.branches)
 
     def _run(self, full_refresh: bool = False, lag_elapsed: bool = False) -> Outcome:
         """Run the asset in this process and check the run and the lake against the model."""
@@ -270,11 +288,12 @@ class LakeMachine(RuleBasedStateMachine):
         outcome: Outcome,
         snapshot: Snapshot,
         full_refresh: bool,
-        before: LakeState | None,
+        before: Before,
         lag_elapsed: bool = False,
     ) -> None:
         """Check a successful run (whatever ran it) and the lake it left against the model."""
         self.runs += 1
+        lake = before.lake
         md = outcome.metadata
         self._say(
             "run" if md.get("full_refresh") is False else "full run",
@@ -288,8 +307,10 @@ class LakeMachine(RuleBasedStateMachine):
             full_requested=full_refresh,
             open_starts=tuple(w.started for w in self.writers),
             lag_elapsed=lag_elapsed,
-            lake_rows_before=None if before is None else len(before.rows),
-            lake_files_before=None if before is None else bool(before.files),
+            lake_rows_before=None if lake is None else len(lake.rows),
+            lake_held_rows_before=None if lake is None else lake.holds_rows,
+            head_before=None if lake is None else lake.head,
+            branches_before=before.branches,
             defaulted=frozenset(self.source.defaulted),
         )
         problems = self.reference.check_run(facts, self._lake())
@@ -487,13 +508,13 @@ class LakeMachine(RuleBasedStateMachine):
         narrower = self.source.narrower("qty")
         assert narrower is not None
         lake = self._lake()
-        held = lake.types.get("qty")
+        held = lake.types.get("qty")  # None without a table (Iceberg: a table without rows has it)
         refused = (
-            self.reference.full_refresh_expected(False, bool(lake.files)) == {False}
-            and bool(lake.files)
+            self.reference.full_refresh_expected(False, lake.holds_rows) == {False}
             and "qty" in self.config.visible(list(self.source.columns()))
             and held in _INT_WIDTH
-            and _INT_WIDTH[held] > _INT_WIDTH[self.source.lake_type(narrower)]
+            and _INT_WIDTH[held]
+            > _INT_WIDTH[as_read(self.env.lake_format, self.source.lake_type(narrower))]
         )
         self.source.retype("qty", narrower)
         self._say(
@@ -550,8 +571,16 @@ class LakeMachine(RuleBasedStateMachine):
                 f"the message should be one paragraph naming {missing or 'the table'}: {message!r}"
             )
         after = self._lake()
-        if (after.files, after.rows, after.unreadable) != (lake.files, lake.rows, lake.unreadable):
-            problems.append(f"the lake changed: {lake.files} -> {after.files}")
+        if not after.unchanged(lake):
+            problems.append(
+                f"the lake changed: snapshot {lake.snapshot} -> {after.snapshot}, files "
+                f"{lake.files} -> {after.files}"
+            )
+        if after.snapshots - lake.snapshots or after.branches - lake.branches:
+            problems.append(
+                f"the run made snapshots {sorted(after.snapshots - lake.snapshots)}, branches "
+                f"{sorted(after.branches - lake.branches)}"
+            )
         if self.runner.materializations() != count:
             problems.append("a materialization was recorded")
         if self.runner.recorded_cursor() != recorded:
@@ -592,8 +621,9 @@ class LakeMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._can_change_settings())
     @rule(mode=st.sampled_from(MODES), new_row=st.booleans())
     def change_mode(self, mode: str, new_row: bool) -> None:
-        """`mode` changed. While the lake holds files of the other layout (batches, buckets),
-        an incremental run is refused naming 'mode', whether or not a row is new, until a full
+        """`mode` changed. While the lake is in the other mode's layout (plain Parquet: holds
+        files of it, batches or buckets; Iceberg: its head snapshot says so, rows or none), an
+        incremental run is refused naming 'mode', whether or not a row is new, until a full
         refresh rebuilds it; full_refresh mode replaces the table on every run anyway."""
         if mode == self.config.mode or mode not in self.env.modes:
             return
@@ -609,12 +639,12 @@ class LakeMachine(RuleBasedStateMachine):
             key_named=self.config.key_named if merge else "as drawn",
         )
         lake = self._lake()
-        held = sorted(lake.layouts())
-        self._reconfigure(config, "mode changed", f"mode {mode}; the lake holds {held} files")
-        foreign = "batch" if merge else "bucket"
+        held = sorted(lake.layouts)
+        self._reconfigure(config, "mode changed", f"mode {mode}; the lake's layout: {held}")
+        foreign = "batches" if merge else "merge"
         incremental = self.reference.full_refresh_expected(False, True) == {False}
         behind = self.lake_behind
-        if mode != "full_refresh" and incremental and (behind or foreign in lake.layouts()):
+        if mode != "full_refresh" and incremental and (behind or foreign in lake.layouts):
             # A lake removed, moved or restored while full_refresh mode replaced it on every run
             # is refused once the table is incremental again; the lake is checked before its
             # layout, and both refusals name the fix.
@@ -717,9 +747,7 @@ class LakeMachine(RuleBasedStateMachine):
         if not wanted or commit is None or commit in self.copies or not table_dir.is_dir():
             return
         copy = self.runner.directory / f"copy-{uuid.uuid4().hex[:8]}"
-        shutil.copytree(table_dir, copy / TABLE)
-        if (self.runner.lake / CATALOG).exists():
-            shutil.copy2(self.runner.lake / CATALOG, copy / CATALOG)
+        copy_lake_table(self.runner.lake, copy)
         self.copies[commit] = copy
         while len(self.copies) > COPIES:
             shutil.rmtree(self.copies.pop(next(iter(self.copies))))
@@ -737,7 +765,9 @@ class LakeMachine(RuleBasedStateMachine):
         self.lake_events += 1
         self._say(kind, f"# {what}")
         self.dirty = True
-        if self.reference.full_refresh_expected(False, bool(self._lake().files)) != {False}:
+        lake = self._lake()
+        self.reference.lake_disturbed(lake)
+        if self.reference.full_refresh_expected(False, lake.holds_rows) != {False}:
             self.lake_behind = True
             return
         named = [
@@ -763,6 +793,36 @@ class LakeMachine(RuleBasedStateMachine):
         self.reference.lake = str(self.runner.move_lake())
         self._lake_disturbed("lake moved", f"lake.path changed to {self.runner.lake}", new_row)
 
+    @precondition(lambda self: self._can_disturb_lake("copied"))
+    @rule(new_row=st.booleans())
+    def copy_lake(self, new_row: bool) -> None:
+        """The whole lake copied to another place, its catalog with it (`cp -r`, as SQLite
+        copies a database), and `lake.path` pointed at the copy; the original stays.
+
+        The plain format names its files relative to the table's folder: the copy is the same
+        table, and the next run goes on from the stored cursor (naming the changed `lake`). An
+        Iceberg table's metadata names absolute paths: the copied catalog's entry names the
+        original's, so a run is refused; the full refresh rebuilds the table in the copy, and
+        leaves the original as it was."""
+        self._drop_copies()
+        original = self.runner.lake
+        was = read_lake_state(original)
+        target = self.runner.move_lake()
+        shutil.copytree(original, target, ignore=shutil.ignore_patterns(f"{CATALOG}*"))
+        if (original / CATALOG).exists():
+            copy_catalog(original / CATALOG, target / CATALOG)
+        self.reference.lake = str(target)
+        what = f"the lake copied to {target}, and lake.path changed to it"
+        if self.env.lake_format == "iceberg":
+            self._lake_disturbed("lake copied", what, new_row)
+            if not read_lake_state(original).unchanged(was):
+                self._fail("rebuilding a copied lake", [f"the original lake at {original} changed"])
+            return
+        self.lake_events += 1
+        self.dirty = True
+        self.reference.lake_disturbed(self._lake())
+        self._say("lake copied", f"# {what}")
+
     @precondition(
         lambda self: (
             self._can_disturb_lake("restored", "restored-with-catalog") and bool(self.copies)
@@ -785,7 +845,7 @@ class LakeMachine(RuleBasedStateMachine):
         shutil.copytree(copy / TABLE, self.runner.lake / TABLE)
         restored = "the lake table's folder"
         if with_catalog and (copy / CATALOG).exists():
-            shutil.copy2(copy / CATALOG, self.runner.lake / CATALOG)
+            copy_catalog(copy / CATALOG, self.runner.lake / CATALOG)
             restored += " and the catalog"
         what = f"{restored} restored as commit {commit} left them"
         self._lake_disturbed("lake restored", what, new_row)
@@ -923,15 +983,17 @@ class LakeMachine(RuleBasedStateMachine):
         outcome = self.runner.killed_run(point, full_refresh)
         if outcome.killed:
             self._say("killed", f"# killed at {point}")
-            holds_files = None if before is None else bool(before.files)
+            holds_rows = None if before.lake is None else before.lake.holds_rows
             # Committed: past the commit, or (plain Parquet) with its journal written, which the
-            # next run rolls forward; an Iceberg commit killed before its swap never happened.
+            # next run rolls forward. An Iceberg run killed before main moved to its branch (or
+            # before its CREATE OR REPLACE) committed nothing: main is as it was, and its branch
+            # stays (no one drops a branch under a day old).
             committed = point == "committed" or (
                 point == "mid-commit" and self.env.lake_format == "parquet"
             )
-            self.reference.killed(full_refresh, committed, holds_files)
+            self.reference.killed(full_refresh, committed, holds_rows)
             self.dirty = True
-            self.after_kill = self.after_kill or point != "staged"
+            self.after_kill = self.after_kill or committed
             return
         if not outcome.success:
             self._fail("the subprocess run failed", [outcome.describe()])

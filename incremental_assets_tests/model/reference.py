@@ -20,8 +20,16 @@ product how anything is computed; it states the README's guarantees over the sou
   `delete_column` changed reads the table whole (when the lake holds files) and says why. The
   reference then checks the lake against the new settings (columns a run doesn't read are as
   if the source had dropped them). A new Dagster instance (`new_instance`) has no stored cursor;
-* readers can read the lake, and it holds no leftovers of a run. An Iceberg table's schema keeps
-  every column it ever had: after a full refresh, those the source no longer has are NULL.
+* readers can read the lake, and it holds no leftovers of a run: nothing in the plain format's
+  _journal/ or _staging/ (an Iceberg table's folder never has them), no branch of a run that
+  succeeded (`ia-<commit id>`: a killed run's stays, until a later commit a day on), and no file
+  in an Iceberg table's data/ that none of its kept snapshots references (but those a lake event
+  left: a table rebuilt over a copy keeps the copy's files);
+* Iceberg: the snapshot a run records is main's after it (or main's head, when only compactions
+  followed it); a run that writes nothing (and changes no column) commits no snapshot, one that
+  writes files moves main's head; every snapshot a run recorded stays readable (they expire only
+  a day old, `lake.keep_snapshots_for`);
+* after a full refresh the lake's columns are the source's (Iceberg's older snapshots keep theirs).
 
 Cursor values and keys are compared as the source database compares them (`collated`: on
 MariaDB, text that differs only in case or trailing spaces is equal); the values the lake holds
@@ -74,8 +82,12 @@ class RunFacts:
     open_starts: tuple[datetime, ...] = ()  # starts of the transactions open during the run
     lag_elapsed: bool = False  # every row is older than safety_lag (the settle step waited)
     lake_rows_before: int | None = None  # None after a killed run: its commit may be in the lake
-    # Whether the lake held data files before the run (None after a killed run: can't tell).
-    lake_files_before: bool | None = None
+    # Whether the lake held rows before the run, as a run tells (`LakeState.holds_rows`; None
+    # after a killed run: can't tell).
+    lake_held_rows_before: bool | None = None
+    head_before: int | None = None  # Iceberg: main's head before the run (if known)
+    # Iceberg: the runs' branches before the run (None: not read, after a killed run).
+    branches_before: frozenset[str] | None = None
     defaulted: frozenset[str] = frozenset()  # columns added with a DEFAULT
 
 
@@ -88,7 +100,6 @@ class Reference:
     # not have been one).
     repeat_full: bool | None = False
     lake: str = ""  # where the config puts the lake (`lake.path`)
-    lake_format: str = "parquet"
     # The lake-shaping settings of the last recorded run (None: no run recorded any).
     recorded_settings: dict[str, Any] | None = None
     ever: dict[Key, set[Frozen]] = field(default_factory=lambda: defaultdict(set))
@@ -101,6 +112,10 @@ class Reference:
     # append: the rows each run read since the table was last replaced
     reads: list[list[Row]] = field(default_factory=list)
     runs: int = 0
+    # Iceberg: the snapshots runs recorded since the lake was last disturbed (each stays), and
+    # the files a lake event left in the table's data/ (a copy's, a moved table's).
+    recorded_snapshots: set[int] = field(default_factory=set)
+    inherited_files: frozenset[str] = frozenset()
 
     # -- the source --------------------------------------------------------------------------
 
@@ -155,34 +170,34 @@ class Reference:
     def cursor_reset(self) -> None:
         self.stored = None
 
-    def killed(self, full_refresh: bool, committed: bool, holds_files: bool | None) -> None:
+    def killed(self, full_refresh: bool, committed: bool, holds_rows: bool | None) -> None:
         """A run killed at a pause point recorded nothing; a committed full refresh is repeated."""
         if not committed:
             return
-        full = self.full_refresh_expected(full_refresh, holds_files)
+        full = self.full_refresh_expected(full_refresh, holds_rows)
         if full == {True}:
             self.repeat_full = True
         elif True in full:
             self.repeat_full = None
         self.prev_lake = None  # its commit is in the lake: compare with history instead
 
-    def full_refresh_expected(self, requested: bool, holds_files: bool | None) -> set[bool]:
+    def full_refresh_expected(self, requested: bool, holds_rows: bool | None) -> set[bool]:
         """What the next run's `full_refresh` may be: it replaces the table when asked, in
         full_refresh mode, without a stored cursor, to repeat a full refresh a killed run
-        committed, or (merge) when delete_column changed and the lake holds files. Both where
-        the model can't tell (`holds_files` None: after a killed run)."""
+        committed, or (merge) when delete_column changed and the lake holds rows. Both where
+        the model can't tell (`holds_rows` None: after a killed run)."""
         if requested or self.config.mode == "full_refresh" or self.stored is None:
             return {True}
         if self.repeat_full is not False:
             return {True} if self.repeat_full else {True, False}
         if self.config.mode == "merge" and "delete_column" in self.pending_settings():
-            return {True, False} if holds_files is None else {holds_files}
+            return {True, False} if holds_rows is None else {holds_rows}
         return {False}
 
     def surely_incremental(self) -> bool:
-        """Whether the next run adds to the lake rather than replacing it, however many files
-        the lake holds."""
-        return all(self.full_refresh_expected(False, files) == {False} for files in (True, False))
+        """Whether the next run adds to the lake rather than replacing it, whether or not the
+        lake holds rows."""
+        return all(self.full_refresh_expected(False, rows) == {False} for rows in (True, False))
 
     # -- settings and instances --------------------------------------------------------------
 
@@ -211,6 +226,12 @@ class Reference:
         self.repeat_full = False
         self.recorded_settings = None
 
+    def lake_disturbed(self, lake: LakeState) -> None:
+        """The lake was removed, moved, copied or restored: `lake` is what its place holds now.
+        Snapshots recorded before may be gone, and the files there are the event's."""
+        self.recorded_snapshots = set()
+        self.inherited_files = lake.on_disk
+
     # -- runs --------------------------------------------------------------------------------
 
     def check_run(self, facts: RunFacts, lake: LakeState) -> list[str]:
@@ -219,7 +240,9 @@ class Reference:
         md = facts.metadata
         out: list[str] = []
         full = bool(md.get("full_refresh"))
-        expected_full = self.full_refresh_expected(facts.full_requested, facts.lake_files_before)
+        expected_full = self.full_refresh_expected(
+            facts.full_requested, facts.lake_held_rows_before
+        )
         if full not in expected_full:
             out.append(f"metadata full_refresh is {full}, expected {expected_full.pop()}")
         out += self._check_settings(facts)
@@ -247,13 +270,80 @@ class Reference:
             out.append(f"the lake can't be read after the run: {lake.unreadable}")
         if lake.schema_mismatches:
             out.append(f"lake files disagree on the schema: {list(lake.schema_mismatches)}")
+        out += self._check_batches(facts, lake, full)
         if lake.pending:
             out.append(f"a successful run left {list(lake.pending)} behind")
+        if lake.iceberg:
+            out += self._check_iceberg(facts, lake, full)
         self.stored = recorded
         self.repeat_full = False
         self.recorded_settings = self.settings()
         self.prev_columns = set(lake.columns)  # an emptied lake keeps no columns
         self.runs += 1
+        return out
+
+    def _check_batches(self, facts: RunFacts, lake: LakeState, full: bool) -> list[str]:
+        """Each row's `_batch` says which run wrote it: none past the batch the run recorded; a
+        full refresh's every row; an append's own rows, as many as it says it wrote (a rerun
+        replaces the batch a killed run committed, never adds a second copy of it)."""
+        md, out = facts.metadata, []
+        batch = md.get("batch")
+        if batch is None or not lake.batches:
+            return []
+        ahead = sorted(b for b in lake.batches if b > batch)
+        if ahead:
+            out.append(f"the lake holds rows of batches {ahead}, past the run's batch {batch}")
+        if full and set(lake.batches) != {batch}:
+            out.append(
+                f"after a full refresh as batch {batch}, rows by batch: {dict(lake.batches)}"
+            )
+        written = md.get("rows_written")
+        appended = self.config.mode == "append" and not full and written
+        if appended and lake.batches[batch] != written:
+            out.append(
+                f"the run wrote {written} rows as batch {batch}, the lake holds "
+                f"{lake.batches[batch]} of that batch"
+            )
+        return out
+
+    def _check_iceberg(self, facts: RunFacts, lake: LakeState, full: bool) -> list[str]:
+        """An Iceberg lake after a run: the snapshot recorded is main's (or its head, if only
+        compactions followed); the snapshots runs recorded are kept; main's head moves when the
+        run writes and not when it writes nothing; the run leaves no branch, and no file that no
+        snapshot references."""
+        md, out = facts.metadata, []
+        recorded = md.get("iceberg_snapshot_id")
+        if recorded not in lake.since_head:
+            out.append(
+                f"the run recorded snapshot {recorded}, but main is at {lake.snapshot} (its "
+                f"head {lake.head})"
+            )
+        gone = sorted(self.recorded_snapshots - lake.snapshots)
+        if gone:
+            out.append(f"snapshots that runs recorded are no longer kept (not a day old): {gone}")
+        if recorded is not None:
+            self.recorded_snapshots.add(int(recorded))
+        if facts.lake_rows_before is not None:  # main before the run is known
+            before = facts.head_before
+            silent = not any(md.get(k) for k in ("rows_written", "files_written", "schema_change"))
+            if not full and silent and lake.head != before:
+                out.append(
+                    f"a run that wrote nothing moved main's head from snapshot {before} to "
+                    f"{lake.head}"
+                )
+            if (full or md.get("files_written")) and lake.head == before:
+                out.append(
+                    f"the run wrote {md.get('files_written')} files (full_refresh {full}), but "
+                    f"main's head is still snapshot {before}"
+                )
+        left = {b for b in lake.branches if b == f"ia-{md.get('lake_commit')}"}
+        if facts.branches_before is not None:
+            left |= lake.branches - facts.branches_before
+        if left:
+            out.append(f"a successful run left its branch behind: {sorted(left)}")
+        orphans = sorted(set(lake.unreferenced) - self.inherited_files)
+        if orphans:
+            out.append(f"files in the table's folder that no kept snapshot references: {orphans}")
         return out
 
     def _check_settings(self, facts: RunFacts) -> list[str]:
@@ -275,7 +365,7 @@ class Reference:
         reads_whole = (
             "delete_column" in changed
             and self.config.mode == "merge"
-            and facts.lake_files_before
+            and facts.lake_held_rows_before
             and not facts.full_requested
         )
         if reads_whole and "delete_column changed" not in str(md.get("warnings") or ""):
@@ -403,7 +493,7 @@ class Reference:
     ) -> list[str]:
         """Source columns arrive with their types at the next commit; dropped ones stay, until a
         full refresh. (A run that commits nothing leaves the lake's schema as it was.)"""
-        if not lake.files:
+        if not lake.exists:
             return []
         out = []
         for name, source_type in snapshot.columns.items():
@@ -415,15 +505,7 @@ class Reference:
             elif held is not None and held not in self.types_seen[name]:
                 out.append(f"column {name} is {held} in the lake, a type it never had")
         extra = set(lake.columns) - set(snapshot.columns)
-        if full and extra and self.lake_format == "iceberg":
-            # An Iceberg table's schema keeps every column it ever had: NULL in a snapshot
-            # that replaced every row.
-            held = sorted(c for c in extra if any(row.get(c) is not None for row in lake.rows))
-            if held:
-                out.append(
-                    f"a full refresh kept values in columns the source no longer has: {held}"
-                )
-        elif full and extra:
+        if full and extra:
             out.append(f"a full refresh kept columns the source no longer has: {sorted(extra)}")
         lost = self.prev_columns - set(lake.columns)
         if not full and lost:

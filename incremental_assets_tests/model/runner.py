@@ -47,6 +47,9 @@ class Outcome:
 class Runner:
     """Runs one table of one example; `directory` holds its config, lakes and Dagster homes."""
 
+    # Lake settings every example's config gets (a family's `lake.merge_tuning`, say).
+    lake_settings: dict[str, Any] = {}  # noqa: RUF012 - replaced whole, never mutated
+
     def __init__(
         self,
         directory: Path,
@@ -73,7 +76,7 @@ class Runner:
 
     def configure(self, table: dict[str, Any]) -> None:
         """Write the config with this table entry (the settings the next run runs under)."""
-        lake = {"path": str(self.lake), "format": self.lake_format}
+        lake = {"path": str(self.lake), "format": self.lake_format, **self.lake_settings}
         config = {**self.config, "lake": lake, "tables": [table]}
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.project: Project = load_project(self.config_path)

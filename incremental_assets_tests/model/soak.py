@@ -8,9 +8,10 @@
 It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no-kills) a Spark
 Connect server for the runs it kills, then runs batches of examples until STEPS steps have run.
 Every example may also change its table's settings between runs and disturb its lake (removed,
-moved, restored from a copy, a new Dagster instance), as often as --settings-changes and
---lake-events allow. Batch i uses the seed SEED+i and prints it first (odd seeds patch merged
-buckets one job each, even seeds shuffle them, so both ways are tried); a failure prints the
+moved, copied with its catalog, restored from a copy, a new Dagster instance), as often as
+--settings-changes and --lake-events allow. Batch i uses the seed SEED+i and prints it first (on
+a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them, so
+both ways are tried); a failure prints the
 shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
 """
 
@@ -28,17 +29,16 @@ from typing import Any
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.writers import merge
 from incremental_assets_tests.model.lake import LAKE_FORMATS
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
+from incremental_assets_tests.model.runner import Runner
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
-from incremental_assets_tests.support.mariadb import MARIADB_JAR, mariadb_server
+from incremental_assets_tests.support.mariadb import mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
-from incremental_assets_tests.support.spark import TEST_SPARK_CONF, connect_server
+from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
 
 # The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
 KEY_NAMES = dict(zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp"), strict=True))
-SHUFFLE_BELOW = merge.PATCH_MIN_BYTES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
     os.environ["TZ"] = args.timezone
     time.tzset()
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # as the suite's JVMs
     print(
         f"soak: seed {first_seed}, {args.steps} steps, {args.database}, {args.format} lake, "
         f"TZ={args.timezone}",
@@ -53,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     with ExitStack() as stack:
+        # Every JVM (this session, the Connect server, the runs) gets both databases' drivers
+        # from the jar folder (TEST_SPARK_CONF, TEST_JVM_CONF).
         if args.database == "mariadb":
             server: Any = stack.enter_context(mariadb_server())
-            # The Connect server's JVM finds MariaDB Connector/J on its class path.
-            os.environ["SPARK_DIST_CLASSPATH"] = MARIADB_JAR
         else:
             server = stack.enter_context(postgres_server())
         connect = None if args.no_kills else stack.enter_context(connect_server())
@@ -82,12 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         batch = 0
         while env.steps < args.steps:
             seed_value = first_seed + batch
-            # Odd seeds patch each touched bucket alone, as merges do once buckets are large.
+            # Odd seeds patch each touched bucket alone, as plain Parquet merges do once buckets
+            # are large (an Iceberg merge is one MERGE INTO either way).
             patch = seed_value % 2 == 1
-            merge.PATCH_MIN_BYTES = 0 if patch else SHUFFLE_BELOW
+            Runner.lake_settings = {"merge_tuning": {"patch_min_bytes": 0}} if patch else {}
+            how = (
+                ""
+                if args.format == "iceberg"
+                else f", {'patching' if patch else 'shuffling'} merges"
+            )
             print(
-                f"soak: batch {batch}, seed {seed_value}, "
-                f"{'patching' if patch else 'shuffling'} merges ({env.steps} steps so far)",
+                f"soak: batch {batch}, seed {seed_value}{how} ({env.steps} steps so far)",
                 flush=True,
             )
             try:
