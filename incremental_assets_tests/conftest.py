@@ -31,6 +31,7 @@ from incremental_assets_tests.support.mariadb import (
 from incremental_assets_tests.support.postgres import (
     PostgresServer,
     Schema,
+    catalog_database,
     fresh_schema,
     postgres_server,
 )
@@ -51,6 +52,13 @@ def postgres() -> Iterator[PostgresServer]:
 def pg(postgres: PostgresServer) -> Iterator[Schema]:
     with fresh_schema(postgres) as schema:
         yield schema
+
+
+@pytest.fixture
+def pg_catalog(postgres: PostgresServer) -> Iterator[str]:
+    """An Iceberg catalog's database on the suite's PostgreSQL: its SQLAlchemy URI."""
+    with catalog_database(postgres) as uri:
+        yield uri
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from incremental_assets_tests.support.orders import (
     create_orders,
     orders_held,
 )
-from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
     iceberg_table,
@@ -129,16 +129,12 @@ def test_the_catalog_can_be_the_suites_postgresql(
     make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
-    postgres: PostgresServer,
+    pg_catalog: str,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 20)
-    server = postgres
-    uri = (
-        f"postgresql+psycopg2://{server.user}:{server.password}@{server.host}:{server.port}/"
-        f"{server.dbname}"
-    )
+    uri = pg_catalog
     catalog = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
     project = make_project(pg, MERGE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
     assert materialize(project, "orders", instance, spark_resource).success

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
@@ -40,7 +41,7 @@ from incremental_assets_tests.support.orders import (
     create_orders,
     orders_held,
 )
-from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
     iceberg_table,
@@ -185,19 +186,14 @@ def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
     make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
-    postgres: PostgresServer,
+    pg_catalog: str,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
 ) -> None:
     """Defect 3: a catalog entry whose metadata this host couldn't read counted as a lost table
     and was dropped and replaced, even in a catalog other lakes share."""
     create_orders(pg, 20)
-    server = postgres
-    uri = (
-        f"postgresql+psycopg2://{server.user}:{server.password}@{server.host}:{server.port}/"
-        f"{server.dbname}"
-    )
-    catalog = {"type": "sql", "uri": uri}
+    catalog = {"type": "sql", "uri": pg_catalog}
     project = make_project(pg, TABLE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
     assert materialize(project, "orders", instance, spark_resource).success
     shutil.rmtree(tmp_path / "lake" / "orders" / "metadata")  # unreadable from here
@@ -208,11 +204,13 @@ def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
     assert not incremental.success and "can't be read" in (incremental.failure or "")
     assert not full.success
     assert "a shared catalog's entry is never dropped or replaced" in (full.failure or "")
-    rows = pg.query(
-        "SELECT count(*) FROM public.iceberg_tables WHERE table_namespace = "
-        f"'{pg.name}' AND table_name = 'orders'"
-    )
-    assert rows[0][0] == 1
+    with psycopg.connect(pg_catalog.replace("postgresql+psycopg2", "postgresql")) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM iceberg_tables WHERE table_namespace = %s "
+            "AND table_name = 'orders'",
+            (pg.name,),
+        ).fetchone()
+    assert rows == (1,)
 
 
 def test_an_unreadable_entry_in_the_lakes_own_catalog_is_rebuilt_by_a_full_refresh(

@@ -15,6 +15,7 @@ from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
     iceberg_table,
+    lake_file_paths,
     lake_files,
     materialize,
 )
@@ -45,7 +46,11 @@ def _audit(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckE
 def _copy_a_data_file(lake_dir: Path, lake_format: LakeFormat) -> None:
     """A data file held twice (a restore or a copy gone wrong): its keys are in the lake twice."""
     folder = lake_dir / "orders"
-    source = next(folder.rglob("*.parquet"))
+    source = (
+        next(folder.glob("*.parquet"))
+        if lake_format == "parquet"
+        else lake_file_paths(lake_dir, "orders")[0]
+    )
     # The plain format knows its files by their names: the copy's is one more of the same commit.
     copy = source.with_name(f"{source.stem.rsplit('-', 1)[0]}-99999.parquet")
     shutil.copy2(source, copy)

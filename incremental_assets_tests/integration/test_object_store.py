@@ -27,7 +27,7 @@ from incremental_assets_tests.support.orders import (
     create_orders,
     orders_held,
 )
-from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import ProjectBuilder, materialize, rows_by
 from incremental_assets_tests.support.s3 import S3Server
 
@@ -38,19 +38,10 @@ def _change(pg: Schema, run: int) -> None:
     change_orders(pg, run, new=5, every=5, delete=True)
 
 
-def _lake(
-    s3: S3Server, tmp_path: Path, catalog: str, postgres: PostgresServer | None
-) -> dict[str, Any]:
-    """A lake in a new bucket, its catalog SQLite on the local disk or the suite's PostgreSQL."""
+def _lake(s3: S3Server, tmp_path: Path, pg_catalog: str | None = None) -> dict[str, Any]:
+    """A lake in a new bucket, its catalog SQLite on the local disk or, given, on PostgreSQL."""
     bucket = s3.bucket(f"lake-{uuid.uuid4().hex[:12]}")
-    if catalog == "sqlite":
-        uri = f"sqlite:///{tmp_path}/catalog.db"
-    else:
-        assert postgres is not None
-        uri = (
-            f"postgresql+psycopg2://{postgres.user}:{postgres.password}@{postgres.host}:"
-            f"{postgres.port}/{postgres.dbname}"
-        )
+    uri = pg_catalog or f"sqlite:///{tmp_path}/catalog.db"
     return {
         "path": f"{bucket}/lake",
         "format": "iceberg",
@@ -79,15 +70,16 @@ def test_every_mode_loads_a_lake_on_an_object_store_exactly(
     make_project: ProjectBuilder,
     tmp_path: Path,
     pg: Schema,
-    postgres: PostgresServer,
     s3: S3Server,
     instance: dg.DagsterInstance,
     spark_resource: IncrementalSparkResource,
+    request: pytest.FixtureRequest,
     mode: str,
     catalog: str,
 ) -> None:
     create_orders(pg, 40)
-    lake = _lake(s3, tmp_path, catalog, postgres)
+    uri = request.getfixturevalue("pg_catalog") if catalog == "postgres" else None
+    lake = _lake(s3, tmp_path, uri)
     table: dict[str, Any] = {**TABLE, "mode": mode}
     if mode == "full_refresh":
         table.pop("cursor")
@@ -127,7 +119,7 @@ def test_a_run_killed_before_its_commit_leaves_nothing_readers_see(
     spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 40)
-    lake = _lake(s3, tmp_path, "sqlite", None)
+    lake = _lake(s3, tmp_path)
     table = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
     project = make_project(pg, table, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success
@@ -156,7 +148,7 @@ def test_of_two_overlapping_runs_the_second_to_commit_is_refused(
     spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 40)
-    lake = _lake(s3, tmp_path, "sqlite", None)
+    lake = _lake(s3, tmp_path)
     table = {**TABLE, "mode": "append"}
     project = make_project(pg, table, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success
@@ -184,7 +176,7 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 60)
-    lake = {**_lake(s3, tmp_path, "sqlite", None), "keep_snapshots": 1, "keep_snapshots_for": "0s"}
+    lake = {**_lake(s3, tmp_path), "keep_snapshots": 1, "keep_snapshots_for": "0s"}
     merge = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
     project = make_project(pg, merge, lake=lake)
     assert materialize(project, "orders", instance, spark_resource).success

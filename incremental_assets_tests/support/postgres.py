@@ -104,6 +104,27 @@ def fresh_schema(server: PostgresServer) -> Iterator[Schema]:
             conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
+@contextmanager
+def catalog_database(server: PostgresServer) -> Iterator[str]:
+    """A database and a role of their own for an Iceberg catalog: its SQLAlchemy URI. The
+    catalog's clients (PyIceberg's engine, Spark's JDBC pool) keep connections open for the
+    process's life; they are ended with the role, so that no other test sees them among the
+    server's sessions (the transaction cap counts other roles' sessions)."""
+    name = f"cat_{uuid.uuid4().hex[:10]}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{PASSWORD}'")
+        conn.execute(f"CREATE DATABASE {name} OWNER {name}")
+    try:
+        yield f"postgresql+psycopg2://{name}:{PASSWORD}@{server.host}:{server.port}/{name}"
+    finally:
+        with server.connect() as conn:
+            conn.execute(
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{name}'"
+            )
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {name}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -118,9 +118,9 @@ def lake_files(lake_dir: Path, table: str) -> list[str]:
 
 def lake_file_paths(lake_dir: Path, table: str) -> list[Path]:
     """The table's data files on disk: the folder's, or those of the current Iceberg snapshot
-    (in its `data/`)."""
+    (in its `data/`; not its delete files)."""
     if (lake_dir / table / "metadata").is_dir():
-        uris = iceberg_table(lake_dir, table).inspect.files()["file_path"].to_pylist()
+        uris = iceberg_table(lake_dir, table).inspect.data_files()["file_path"].to_pylist()
         return sorted(Path(uri.removeprefix("file://").removeprefix("file:")) for uri in uris)
     return sorted((lake_dir / table).glob("part-*.parquet"))
 

@@ -133,7 +133,7 @@ class IcebergLake:
         columns = [F.col(f"`{c}`") for c in key]
         table = session.read.table(self.reference())
         duplicates = table.groupBy(*columns).count().where(F.col("count") > 1).count()
-        files = session.sql(f"SELECT count(*) FROM {self.reference()}.files").first()
+        files = session.sql(f"SELECT count(*) FROM {self.reference()}.data_files").first()
         return duplicates, int(files[0]) if files is not None else 0
 
     def storable(self, schema: T.StructType) -> T.StructType:
