@@ -4,10 +4,11 @@ A `dg` project's `defs/<folder>/defs.yaml` holds, under `attributes:`, exactly w
 incremental_assets.yaml holds (key_prefix, translator, spark, lake, sources, tables), and they are
 checked by the same code: every problem at once, in the same words. Relative paths are relative to
 the folder of the defs.yaml; `${VAR}` works as in the file, and so do Dagster's `{{ env.VAR }}`
-templates. See docs/component.md.
+templates. A table whose settings are wrong becomes an asset that fails, as with the file
+(`definitions.py`). See docs/component.md.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import dagster as dg
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from incremental_assets.config import Project, SparkSpec, project_from_mapping
+from incremental_assets.config import InvalidTable, Project, SparkSpec, config_from_mapping
 from incremental_assets.config.loading import ExactLoader
 from incremental_assets.definitions import build_definitions
 from incremental_assets.resources import IncrementalSparkResource
@@ -41,8 +42,9 @@ class IncrementalTablesAttributes(BaseModel):
 class IncrementalTablesComponent(dg.Component):
     """Incremental table loads into a Parquet lake, one asset per table."""
 
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: Project, invalid_tables: Sequence[InvalidTable] = ()) -> None:
         self.project = project
+        self.invalid_tables = tuple(invalid_tables)
 
     @classmethod
     def get_model_cls(cls) -> type[BaseModel]:
@@ -62,7 +64,8 @@ class IncrementalTablesComponent(dg.Component):
     ) -> "IncrementalTablesComponent":
         file, raw = _attributes_as_written(attributes, context)
         raw = _render_templates(raw, context.resolution_context.at_path("attributes"))
-        return cls(project_from_mapping(raw if raw is not None else {}, file))
+        loaded = config_from_mapping(raw if raw is not None else {}, file)
+        return cls(loaded.project, loaded.invalid_tables)
 
     def get_translator(self) -> IncrementalAssetsTranslator:
         """Override to name assets in Python; `translator:` in the attributes does it in YAML.
@@ -70,12 +73,16 @@ class IncrementalTablesComponent(dg.Component):
         The job and the automation sensor take the key prefix as a suffix, so that several
         components live side by side in one code location.
         """
-        prefix = self.project.tables[0].key_prefix if self.project.tables else ()
+        tables = [*self.project.tables, *(invalid.table for invalid in self.invalid_tables)]
+        prefix = tables[0].key_prefix if tables else ()
         return translator_for(self.project, suffix="".join(f"__{p}" for p in prefix))
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         return build_definitions(
-            self.project, self.get_translator(), spark=_shared_spark(self.project.spark)
+            self.project,
+            self.get_translator(),
+            spark=_shared_spark(self.project.spark),
+            invalid_tables=self.invalid_tables,
         )
 
 

@@ -1,6 +1,6 @@
 """`incremental-assets` (or `python -m incremental_assets`): operate the tables from a shell.
 
-    incremental-assets validate
+    incremental-assets validate [--connect]
     incremental-assets status [--json] [--history] [TABLE ...]
     incremental-assets cursor set TABLE VALUE --reason TEXT
     incremental-assets cursor reset TABLE --reason TEXT
@@ -46,9 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    commands.add_parser("validate", help="check the configuration").set_defaults(
-        handler=status.validate
+    validate = commands.add_parser("validate", help="check the configuration")
+    validate.add_argument(
+        "--connect",
+        action="store_true",
+        help="also check each table against its source, without Spark: the source answers, the "
+        "table or folder is there, the columns it names exist, the cursor's type is usable",
     )
+    validate.set_defaults(handler=status.validate)
 
     shown = commands.add_parser("status", help="cursor, last run, row counts and mode per table")
     shown.add_argument("tables", nargs="*", metavar="TABLE")

@@ -1,9 +1,11 @@
-"""`validate` and `status`: the configuration, and per table the cursor and the last run."""
+"""`validate` and `status`: the configuration (and with `--connect`, each table against its
+source), and per table the cursor and the last run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +18,7 @@ from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.state import read_state_records, record_of
 from incremental_assets.translator import translator_for
+from incremental_assets.validation import check_sources
 
 
 def validate(args: argparse.Namespace) -> int:
@@ -27,7 +30,20 @@ def validate(args: argparse.Namespace) -> int:
         print(
             f"  {table.name}: {table.mode.value} from source '{table.source.name}', cursor {cursor}"
         )
-    return 0
+    if not args.connect:
+        return 0
+    print("against the sources, without Spark:")
+    checks = check_sources(project)
+    for check in checks:
+        print(f"  {check.line()}")
+    failed = [check.table for check in checks if check.problems]
+    if failed:
+        print(
+            f"incremental-assets: {len(failed)} of {len(checks)} tables can't be loaded as "
+            f"configured: {', '.join(failed)}",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 def table_status(

@@ -14,7 +14,11 @@ durations.py `30s`, `5m`, `2h`
 from incremental_assets.config.durations import parse_duration
 from incremental_assets.config.loading import (
     CONFIG_ENV,
+    InvalidTable,
+    LoadedConfig,
+    config_from_mapping,
     config_path,
+    load_config,
     load_project,
     project_from_mapping,
 )
@@ -39,8 +43,10 @@ __all__ = [
     "CONFIG_ENV",
     "CursorSpec",
     "FilesSourceSpec",
+    "InvalidTable",
     "JdbcSourceSpec",
     "LakeSpec",
+    "LoadedConfig",
     "MergeTuning",
     "Mode",
     "Project",
@@ -48,8 +54,10 @@ __all__ = [
     "SourceSpec",
     "SparkSpec",
     "TableSpec",
+    "config_from_mapping",
     "config_path",
     "expand_shorthand",
+    "load_config",
     "load_project",
     "parse_duration",
     "project_from_mapping",

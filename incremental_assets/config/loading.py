@@ -3,12 +3,19 @@
 The file is found at `$INCREMENTAL_ASSETS_CONFIG`, else `./incremental_assets.yaml`. Relative
 paths inside it are relative to the file's own folder. Every problem is collected, each naming its
 place (a table, a source, `lake`), and reported at once in one `ConfigError`.
+
+`load_config` also keeps apart the problems that are one table's (its own settings, or a source
+only some tables use): the project loads with its valid tables, and each invalid one comes with
+its problems (`InvalidTable`), for Dagster to show as an asset that fails. A problem of the whole
+project (`lake`, `spark`, the top level, a source every table uses) still raises.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -41,19 +48,70 @@ def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).resolve()
 
 
+@dataclass(frozen=True)
+class InvalidTable:
+    """A table whose settings are wrong: the project loads without it, and its asset fails."""
+
+    # Its settings as far as they are valid (the wrong ones left out, a source that isn't valid
+    # replaced by a placeholder of its name): what names its asset, never what loads it.
+    table: TableSpec
+    problems: tuple[Problem, ...]
+    file: str
+
+    @property
+    def error(self) -> ConfigError:
+        return ConfigError(problems=self.problems, file=self.file)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The project with its valid tables, the invalid tables, and every problem in file order."""
+
+    project: Project
+    invalid_tables: tuple[InvalidTable, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+    def whole(self) -> Project:
+        """The project when every table is valid; else ConfigError listing every problem."""
+        if self.problems:
+            raise ConfigError(problems=self.problems, file=self.project.path)
+        return self.project
+
+
 def load_project(path: str | os.PathLike[str] | None = None) -> Project:
     """Read, validate and resolve the configuration. Raises ConfigError listing every problem."""
+    return load_config(path).whole()
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> LoadedConfig:
+    """The configuration's valid tables and its invalid ones, each with its problems.
+
+    Raises ConfigError, listing every problem, when one isn't about some of the tables only.
+    """
     file = Path(path).resolve() if path is not None else config_path()
-    return project_from_mapping(read_yaml(file), file)
+    return config_from_mapping(read_yaml(file), file)
 
 
 def project_from_mapping(raw: Any, file: Path) -> Project:
     """The project a configuration mapping describes, as if read from `file`."""
+    return config_from_mapping(raw, file).whole()
+
+
+def config_from_mapping(raw: Any, file: Path) -> LoadedConfig:
+    """`load_config` of a mapping, as if read from `file`."""
     substituted, problems = substitute_env(raw)
-    project = _validate(substituted, file, problems)
-    if problems or project is None:
+    read = _validate(substituted, file, problems)
+    if read is None or read.spark is None or read.lake is None:
         raise ConfigError(problems=problems, file=file)
-    return project
+    valid, invalid = _valid_and_invalid(read, problems, file)
+    project = Project(
+        path=str(file),
+        spark=read.spark,
+        lake=read.lake,
+        tables=tuple(valid),
+        translator=read.translator,
+    )
+    return LoadedConfig(project, tuple(invalid), tuple(problems))
 
 
 def read_yaml(file: Path) -> Any:
@@ -86,7 +144,87 @@ def _exact_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Decimal | f
 ExactLoader.add_constructor("tag:yaml.org,2002:float", _exact_number)
 
 
-def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
+@dataclass
+class _Entry:
+    """One entry of `tables:`: how messages name it, the mapping it stands for, its model."""
+
+    place: str
+    mapping: dict[str, Any] | None
+    table: TableSpec | None  # validated, whether or not its settings follow the rules together
+
+
+@dataclass
+class _Read:
+    """Every section validated as far as it goes: None where a section is wrong."""
+
+    spark: SparkSpec | None
+    lake: LakeSpec | None
+    translator: str | None
+    tables: list[_Entry]
+    context: dict[str, Any]
+
+
+def _valid_and_invalid(
+    read: _Read, problems: list[Problem], file: Path
+) -> tuple[list[TableSpec], list[InvalidTable]]:
+    """The tables without a problem, and the others with theirs. Raises ConfigError, listing every
+    problem, when one is the project's, or a bad table has no valid name to give its asset."""
+    owners = [_owners(problem, read.tables) for problem in problems]
+    if None in owners:
+        raise ConfigError(problems=problems, file=file)
+    valid, invalid = [], []
+    for index, entry in enumerate(read.tables):
+        own = tuple(p for p, o in zip(problems, owners, strict=True) if o and index in o)
+        if entry.table is not None and not own:
+            valid.append(entry.table)
+            continue
+        stand_in = entry.table or _stand_in(entry, own, read.context)
+        if stand_in is None or not own:
+            raise ConfigError(problems=problems, file=file)
+        invalid.append(InvalidTable(stand_in, own, str(file)))
+    return valid, invalid
+
+
+def _owners(problem: Problem, tables: list[_Entry]) -> list[int] | None:
+    """The tables a problem is about, by index; None when it is about the project.
+
+    A table's own problem is about it, unless another table has its name; a source's problem is
+    about the tables that use it, unless that is every table or none.
+    """
+    named = [i for i, entry in enumerate(tables) if entry.place == problem.where]
+    if len(named) == 1:
+        return named
+    users = [
+        i
+        for i, entry in enumerate(tables)
+        if entry.mapping is not None and f"source '{entry.mapping.get('source')}'" == problem.where
+    ]
+    return users if 0 < len(users) < len(tables) else None
+
+
+def _stand_in(
+    entry: _Entry, problems: Iterable[Problem], context: dict[str, Any]
+) -> TableSpec | None:
+    """The table as far as it is valid, to name its asset: its wrong settings left out, a source
+    that isn't valid replaced by a placeholder of the same name. None without a valid name."""
+    if entry.mapping is None:
+        return None
+    wrong = {re.split(r"[.\[]", p.field)[0] for p in problems if p.where == entry.place}
+    kept = {k: v for k, v in entry.mapping.items() if k not in wrong}
+    sources = context.get("sources", {})
+    name = str(kept.get("source"))
+    if name not in sources:
+        placeholder = FilesSourceSpec.model_validate({"name": name, "path": "."}, context=context)
+        sources = {**sources, name: placeholder}
+    try:
+        return TableSpec.model_validate(
+            {**kept, "source": name}, context={**context, "sources": sources}
+        )
+    except ValidationError:
+        return None
+
+
+def _validate(raw: Any, file: Path, problems: list[Problem]) -> _Read | None:
     if not isinstance(raw, dict):
         problems.append(Problem("the file", "", "must be a mapping with lake, sources and tables"))
         return None
@@ -104,11 +242,7 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> Project | None:
     spark = _validated(SparkSpec, raw.get("spark") or {}, "spark", problems, context)
     problems += lake_problems
     tables = _validated_tables(raw.get("tables"), raw.get("sources"), problems, context)
-    if problems or spark is None or lake is None:
-        return None
-    return Project(
-        path=str(file), spark=spark, lake=lake, tables=tuple(tables), translator=found.translator
-    )
+    return _Read(spark, lake, found.translator, tables, context)
 
 
 def _jars(sources: Iterable[SourceSpec], lake: LakeSpec | None) -> tuple[Jar, ...]:
@@ -161,15 +295,22 @@ def _validated_sources(
 
 def _validated_tables(
     raw: Any, raw_sources: Any, problems: list[Problem], context: dict[str, Any]
-) -> list[TableSpec]:
+) -> list[_Entry]:
     if not isinstance(raw, list) or not raw:
         problems.append(Problem("top level", "tables", "list at least one table to load"))
         return []
     names = list(raw_sources) if isinstance(raw_sources, dict) else []
-    tables, seen = [], set()
+    # A source that is there but wrong is reported as itself, not as "not a source" again.
+    wrong_sources = {n for n in names if n not in context["sources"]}
+    entries, seen = [], set()
     for index, entry in enumerate(raw):
         where = table_place(entry, index)
-        table = _validated_table(entry, where, names, problems, context)
+        mapping = _table_mapping(entry, where, names, problems)
+        found: list[Problem] = []
+        table = None if mapping is None else _validated(TableSpec, mapping, where, found, context)
+        source = mapping.get("source") if mapping is not None else None
+        problems += [p for p in found if not (p.field == "source" and source in wrong_sources)]
+        entries.append(_Entry(where, mapping, table))
         if table is None:
             continue
         if table.name in seen:
@@ -177,19 +318,17 @@ def _validated_tables(
                 Problem(where, "name", "is used by another table; names must be unique")
             )
         seen.add(table.name)
-        found = table_problems(table)
-        problems += [Problem(where, p.field, p.message) for p in found]
-        if not found:
-            tables.append(table)
-    return tables
+        problems += [Problem(where, p.field, p.message) for p in table_problems(table)]
+    return entries
 
 
-def _validated_table(
-    entry: Any, where: str, sources: list[str], problems: list[Problem], context: dict[str, Any]
-) -> TableSpec | None:
+def _table_mapping(
+    entry: Any, where: str, sources: list[str], problems: list[Problem]
+) -> dict[str, Any] | None:
+    """A `tables:` entry as a mapping (a one-line shorthand expanded), or None with a problem."""
     if isinstance(entry, str):
         try:
-            entry = expand_shorthand(entry, sources)
+            return expand_shorthand(entry, sources)
         except ValueError as exc:
             problems.append(Problem(where, "", str(exc)))
             return None
@@ -198,4 +337,4 @@ def _validated_table(
             Problem(where, "", "must be a mapping with name, source and table or query")
         )
         return None
-    return _validated(TableSpec, entry, where, problems, context)  # type: ignore[no-any-return]
+    return entry
