@@ -14,33 +14,40 @@ from typing import Any
 
 import dagster as dg
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from incremental_assets.config import InvalidTable, Project, SparkSpec, config_from_mapping
 from incremental_assets.config.loading import ExactLoader
+from incremental_assets.config.outline import file_schema
 from incremental_assets.definitions import build_definitions
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator, translator_for
 
 
 class IncrementalTablesAttributes(BaseModel):
-    """The keys `attributes:` holds. `dg check yaml` sees only this outline; the values (and
-    unknown keys) are checked by `incremental_assets.config` when the component loads."""
+    """What `attributes:` holds: the configuration file's settings.
+
+    Its JSON schema, which `dg` shows and `dg check yaml` checks, is the file's (`config/outline.py`),
+    with every setting's type; the values themselves are checked by `incremental_assets.config`
+    when the component loads, so that the messages are the file's.
+    """
 
     model_config = ConfigDict(extra="allow")
 
-    key_prefix: Any = Field(None, description="Asset key prefix: a string or a list of strings.")
-    translator: Any = Field(None, description="A translator subclass: package.module.Class.")
-    spark: Any = Field(
-        None, description="Spark settings: master, app_name, conf, packages, remote."
-    )
-    lake: Any = Field(None, description="The Parquet lake: path, compression, lock_timeout, ...")
-    sources: Any = Field(None, description="Named sources: {name: {type: jdbc|files, ...}}.")
-    tables: Any = Field(None, description="The tables to load: mappings or one-line shorthands.")
+    key_prefix: Any = None
+    translator: Any = None
+    spark: Any = None
+    lake: Any = None
+    sources: Any = None
+    tables: Any = None
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return file_schema()
 
 
 class IncrementalTablesComponent(dg.Component):
-    """Incremental table loads into a Parquet lake, one asset per table."""
+    """Incremental table loads into an Iceberg (or plain Parquet) lake, one asset per table."""
 
     def __init__(self, project: Project, invalid_tables: Sequence[InvalidTable] = ()) -> None:
         self.project = project
@@ -53,8 +60,9 @@ class IncrementalTablesComponent(dg.Component):
     @classmethod
     def get_spec(cls) -> dg.ComponentTypeSpec:
         return dg.ComponentTypeSpec(
-            description="Incremental table loads (PostgreSQL or files) into a Parquet lake.",
-            tags=["spark", "parquet"],
+            description="Incremental table loads (PostgreSQL, MariaDB, MySQL or files) into an "
+            "Iceberg or plain Parquet lake.",
+            tags=["spark", "iceberg", "parquet"],
             produces=["asset", "asset_check", "job", "schedule", "sensor", "resource"],
         )
 

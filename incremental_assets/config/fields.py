@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlparse
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StringConstraints,
+    ValidationInfo,
+)
 
-from incremental_assets.config.durations import parse_duration
+from incremental_assets.config.durations import DURATION, parse_duration
 
 
 class FrozenModel(BaseModel):
@@ -49,6 +56,12 @@ def absolute(path: str, info: ValidationInfo) -> str:
     return path if base is None else str((Path(base) / path).resolve())
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration_value)]
+# The `json_schema_input_type`s are what the file may hold, for the JSON schema (`outline.py`).
+DurationText = Annotated[str, StringConstraints(pattern=DURATION.pattern)]
+Duration = Annotated[
+    timedelta, BeforeValidator(parse_duration_value, json_schema_input_type=DurationText)
+]
 Cron = Annotated[str, AfterValidator(cron)]
-OptionText = Annotated[str, BeforeValidator(option_text)]
+OptionText = Annotated[
+    str, BeforeValidator(option_text, json_schema_input_type=str | int | float | bool)
+]

@@ -39,9 +39,15 @@ _TOP_LEVEL = ("key_prefix", "spark", "lake", "sources", "tables", "translator")
 _SOURCE: TypeAdapter[JdbcSourceSpec | FilesSourceSpec] = TypeAdapter(SourceSpec)
 
 
-class _TopLevel(BaseModel):
-    key_prefix: list[str] | str | None = None
-    translator: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")
+class TopLevel(BaseModel):
+    """The settings of the whole file beside its sections."""
+
+    key_prefix: list[str] | str | None = Field(None, description="Every table's asset key prefix.")
+    translator: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$",
+        description="A translator subclass that names the assets: package.module.Class.",
+    )
 
 
 def config_path() -> Path:
@@ -231,7 +237,7 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> _Read | None:
     problems += [Problem("top level", str(k), UNKNOWN_SETTING) for k in raw if k not in _TOP_LEVEL]
     context: dict[str, Any] = {"base": file.parent}
     top = {k: raw.get(k) for k in ("key_prefix", "translator")}
-    found = _validated(_TopLevel, top, "top level", problems, context) or _TopLevel()
+    found = _validated(TopLevel, top, "top level", problems, context) or TopLevel()
     prefix = found.key_prefix
     context["key_prefix"] = tuple([prefix] if isinstance(prefix, str) else prefix or [])
     sources = _validated_sources(raw.get("sources"), problems, context)

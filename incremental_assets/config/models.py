@@ -208,7 +208,7 @@ class CursorSpec(FrozenModel):
     column: str
     declared_type: CursorType | None = Field(None, alias="type")
 
-    @field_validator("declared_type", mode="before")
+    @field_validator("declared_type", mode="before", json_schema_input_type=str | None)
     @classmethod
     def _known_type(cls, value: object) -> object:
         if isinstance(value, str):
@@ -242,6 +242,13 @@ class ChecksSpec(FrozenModel):
 
 
 AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'
+
+
+class _OnCron(FrozenModel):
+    on_cron: Cron
+
+
+_AutomationInput = Literal["eager", "on_missing"] | _OnCron | None
 SENSOR_HINT = "use true (poll every 5m), or {interval: 1m}"
 
 
@@ -306,19 +313,24 @@ class TableSpec(FrozenModel):
             raise ValueError(f"'{value}' is not a source (sources: {known})")
         return sources[value]
 
-    @field_validator("cursor", mode="before")
+    @field_validator("cursor", mode="before", json_schema_input_type=str | CursorSpec | None)
     @classmethod
     def _column_only(cls, value: object) -> object:
         return {"column": value} if isinstance(value, str) else value
 
-    @field_validator("primary_key", "exclude_columns", mode="before")
+    @field_validator(
+        "primary_key",
+        "exclude_columns",
+        mode="before",
+        json_schema_input_type=str | list[str] | None,
+    )
     @classmethod
     def _column_list(cls, value: object) -> object:
         if value is None:
             return ()
         return (value,) if isinstance(value, str) else value
 
-    @field_validator("start", mode="before")
+    @field_validator("start", mode="before", json_schema_input_type=str | int | float | None)
     @classmethod
     def _yaml_scalars_as_text(cls, value: Any) -> Any:
         # YAML turns unquoted 2025-01-01 into a date and 1.50 into a number; keep the text form.
@@ -328,7 +340,7 @@ class TableSpec(FrozenModel):
             return str(value)
         return value
 
-    @field_validator("lookback", mode="before")
+    @field_validator("lookback", mode="before", json_schema_input_type=str | int | float | None)
     @classmethod
     def _lookback(cls, value: Any) -> Any:
         return None if value is None else _lookback_setting(value)
@@ -344,7 +356,7 @@ class TableSpec(FrozenModel):
             ) from None
         return value
 
-    @field_validator("sensor", mode="before")
+    @field_validator("sensor", mode="before", json_schema_input_type=bool | SensorSpec | None)
     @classmethod
     def _sensor_switch(cls, value: object) -> object:
         """`sensor: true` polls every 5m; a mapping sets the interval; off unless given."""
@@ -352,7 +364,7 @@ class TableSpec(FrozenModel):
             return {"running": bool(value)}
         return value
 
-    @field_validator("automation", mode="before")
+    @field_validator("automation", mode="before", json_schema_input_type=_AutomationInput)
     @classmethod
     def _automation(cls, value: object) -> object:
         if isinstance(value, Mapping) and set(value) == {"on_cron"}:

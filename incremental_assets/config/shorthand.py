@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_SHORTHAND = re.compile(
+SHORTHAND = re.compile(
     r"^(?:(?P<source>[A-Za-z_]\w*)/)?(?P<table>[A-Za-z_][\w.]*):(?P<column>[A-Za-z_]\w*):(?P<type>[A-Za-z_]+)"
     r"(?::(?P<direction>[ie]))?(?:@(?P<start>[^!]+))?(?:!(?P<strategy>append|upsert))?$"
 )
@@ -17,7 +17,7 @@ def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
     `:e` excludes the table from incremental loading (a full refresh every run); `!upsert` is
     merge mode with the primary key read from the database.
     """
-    match = _SHORTHAND.match(text.strip())
+    match = SHORTHAND.match(text.strip())
     if not match:
         raise ValueError(
             f"'{text}' is not a table entry; write a mapping, or schema.table:column:type[@start][!append|!upsert]"
@@ -39,7 +39,7 @@ def table_place(entry: Any, index: int) -> str:
     """How messages name a table: by its name, or by its position when it has none."""
     if isinstance(entry, dict) and isinstance(entry.get("name"), str):
         return f"table '{entry['name']}'"
-    shorthand = _SHORTHAND.match(entry.strip()) if isinstance(entry, str) else None
+    shorthand = SHORTHAND.match(entry.strip()) if isinstance(entry, str) else None
     if shorthand:
         return f"table '{_name(shorthand)}'"
     return f"table #{index + 1}"

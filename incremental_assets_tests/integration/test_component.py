@@ -23,6 +23,7 @@ from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import read_lake, rows_by
 
 DG = str(Path(sys.executable).with_name("dg"))
+COMPONENT = "incremental_assets.IncrementalTablesComponent"
 PACKAGE = "shop_project"
 DEFINITIONS = """
 from pathlib import Path
@@ -136,7 +137,8 @@ def test_dg_lists_checks_and_launches_the_tables(tmp_path: Path, pg: Schema, con
 def test_dg_check_reports_a_bad_table_in_the_configuration_files_words(
     tmp_path: Path, pg: Schema, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    attributes = _attributes(pg, "sc://localhost:15002", lookback="5 minutes", mode="upsert")
+    # Both fit the schema (`dg check yaml`); the loader's rules refuse them.
+    attributes = _attributes(pg, "sc://localhost:15002", lookback="5 minutes", timezone="Mars/Base")
     folder = _project(tmp_path / "dg", attributes)
     path = tmp_path / "incremental_assets.yaml"
     path.write_text(yaml.safe_dump(attributes))
@@ -151,6 +153,32 @@ def test_dg_check_reports_a_bad_table_in_the_configuration_files_words(
     assert f"Invalid configuration in {folder / 'defs.yaml'} (2 problems)" in output
     for problem in from_file.value.problems:
         assert problem.render() in output
+
+
+def test_dg_shows_the_attributes_types_and_check_yaml_points_at_a_wrong_one(
+    tmp_path: Path, pg: Schema
+) -> None:
+    attributes = _attributes(pg, "sc://localhost:15002", mode="upsert", buckets="${BUCKETS}")
+    attributes["sources"]["db"]["fetchsize"] = "many"
+    folder = _project(tmp_path, attributes)
+
+    listed = _dg(tmp_path, pg, "list", "components", "--json")
+    shown = _dg(tmp_path, pg, "utils", "inspect-component", COMPONENT, "--defs-yaml-json-schema")
+    checked = _dg(tmp_path, pg, "check", "yaml")
+
+    components = json.loads(listed.stdout)["items"]
+    assert COMPONENT in [c["key"] for c in components], listed.stderr[-2000:]
+    table = json.loads(shown.stdout)["properties"]["attributes"]["$defs"]["TableSpec"]
+    assert {"type": "integer", "exclusiveMinimum": 0, "maximum": 4096} in table["properties"][
+        "buckets"
+    ]["anyOf"]
+    output = _plain(checked.stdout + checked.stderr)
+    assert checked.returncode == 1
+    defs_yaml = folder / "defs.yaml"
+    place = rf"{re.escape(str(defs_yaml))}:\d+ - {re.escape(COMPONENT)} attributes"
+    assert re.search(rf"{place}\.tables\.0\.mode 'upsert' is not valid", output), output
+    assert re.search(rf"{place}\.sources\.db\.fetchsize 'many' is not valid", output)
+    assert "buckets" not in output  # a template fits any setting
 
 
 def test_a_defs_yaml_keeps_numbers_exact_and_paths_relative_to_its_folder(
