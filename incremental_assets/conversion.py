@@ -66,7 +66,7 @@ def convert_to_iceberg(
     commit = IcebergCommit.open(target, spark, target.facts(), txn, _summary(facts, stored, txn))
     frame = commit.spark.read.parquet(*source.file_uris(list(facts.files)))
     merge = facts.layout == "merge"
-    settings = TableSettings.of(lake.codec, merge, _partitioning(facts, table.buckets))
+    settings = TableSettings.of(lake.codec, merge, iceberg_partitioning(facts, table.buckets))
     head = commit.replace(frame, settings)
     pause_point("committed")
     _remove_plain(source)
@@ -109,7 +109,7 @@ def _summary(facts: LakeFacts, stored: StoredState, txn: str) -> dict[str, str]:
     )
 
 
-def _partitioning(facts: LakeFacts, buckets: int | None) -> tuple[str, ...]:
+def iceberg_partitioning(facts: LakeFacts, buckets: int | None) -> tuple[str, ...]:
     """A merge table keeps its key ranges as partitions; a hashed key is bucketed by Iceberg
     into the configured `buckets`, if any (the next full refresh sizes them by its rows)."""
     scheme = next((f.bucket[0] for f in facts.files if f.bucket is not None), None)
