@@ -66,7 +66,8 @@ def convert_to_iceberg(
     commit = IcebergCommit.open(target, spark, target.facts(), txn, _summary(facts, stored, txn))
     frame = commit.spark.read.parquet(*source.file_uris(list(facts.files)))
     merge = facts.layout == "merge"
-    settings = TableSettings.of(lake.codec, merge, iceberg_partitioning(facts, table.buckets))
+    partitioning = iceberg_partitioning(facts, table.buckets)
+    settings = TableSettings.of(lake.codec, merge, partitioning, table.merge_writes)
     head = commit.replace(frame, settings)
     pause_point("committed")
     _remove_plain(source)

@@ -89,6 +89,7 @@ def kind_of_run(
         or table.cursor is None
         or stored.cursor is None
     )
+    check_merge_writes(table, lake)
     if not replace_all:
         check_lake_fits(table, stored, lake)
     return RunKind(
@@ -243,6 +244,26 @@ def check_lake_fits(table: TableSpec, stored: StoredState, lake: LakeFacts) -> N
                 "run a full refresh once (asset config full_refresh: true, or "
                 f"`incremental-assets run {table.name} --full`) to rebuild it in "
                 f"{table.mode.value} mode, or set mode back to {written}.",
+            )
+        )
+
+
+def check_merge_writes(table: TableSpec, lake: LakeFacts) -> None:
+    """A merge table's `merge_writes` is one its Iceberg table's format version allows: format v3
+    has no position deletes, and no table goes back from v3 to v2."""
+    if table.mode is not Mode.MERGE or table.merge_writes != "position_deletes":
+        return
+    if lake.format_version is not None and lake.format_version >= 3:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"the lake table {lake.uri} is in Iceberg format v{lake.format_version} (written "
+                "with merge_writes: deletion_vectors), which has no position deletes, and Iceberg "
+                "can't take a table back to format v2. Nothing was read and the cursor did not "
+                "move.",
+                "merge_writes",
+                "set merge_writes: deletion_vectors (or copy_on_write) for this table; for a "
+                "format v2 table again, drop it from the catalog and run it with --full.",
             )
         )
 

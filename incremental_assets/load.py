@@ -299,6 +299,7 @@ def _write_plan(
         key_enforced=key_enforced(table, facts),
         run_id=run.request.run_id,
         tuning=lake_spec.merge_tuning,
+        merge_writes=table.merge_writes,
     )
 
 

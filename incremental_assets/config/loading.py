@@ -245,6 +245,8 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> _Read | None:
     lake_problems: list[Problem] = []
     lake = _required(LakeSpec, raw.get("lake"), "lake", lake_problems, context)
     context["jars"] = _jars(sources.values(), lake)
+    if lake is not None:
+        context["merge_writes"] = lake.merge_writes
     spark = _validated(SparkSpec, raw.get("spark") or {}, "spark", problems, context)
     problems += lake_problems
     tables = _validated_tables(raw.get("tables"), raw.get("sources"), problems, context)

@@ -100,6 +100,11 @@ class SparkSpec(FrozenModel):
         return {**data, "packages": packages, "conf": conf}
 
 
+# How a merge writes the rows it changes in an Iceberg table: delete files in format v2 (every
+# reader reads them), deletion vectors in format v3, or the changed data files rewritten.
+MergeWrites = Literal["position_deletes", "deletion_vectors", "copy_on_write"]
+
+
 class MergeTuning(FrozenModel):
     """How a plain Parquet merge chooses between patching each bucket it touches in a job of its
     own and ranking them all in one shuffle (`writers/merge_path.py`). Advanced: the defaults
@@ -170,6 +175,13 @@ class LakeSpec(FrozenModel):
     max_rows_per_file: int = Field(5_000_000, gt=0)
     lock_timeout: Duration = Field(
         timedelta(minutes=10), description="How long a second run waits for the table lock."
+    )
+    merge_writes: MergeWrites = Field(
+        "position_deletes",
+        description="Iceberg merge tables: position_deletes (format v2: delete files every "
+        "reader reads), deletion_vectors (format v3: one vector per data file; fewer readers) "
+        "or copy_on_write (the changed data files rewritten, no deletes). A table's own "
+        "merge_writes overrides it.",
     )
     merge_tuning: MergeTuning = Field(
         default_factory=MergeTuning,
@@ -285,19 +297,22 @@ class TableSpec(FrozenModel):
     # `eager`, `on_missing`, or the cron string of `{on_cron: ...}`
     automation: Literal["eager", "on_missing"] | str | None = None
     checks: ChecksSpec = ChecksSpec()
+    merge_writes: MergeWrites = "position_deletes"  # by default the lake's
     columns: tuple[str, ...] | None = None
     exclude_columns: tuple[str, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _defaults_from_context(cls, data: Any, info: ValidationInfo) -> Any:
-        """The project's key prefix, and the mode: merge when there is a primary key."""
+        """The project's key prefix and the lake's merge_writes, and the mode: merge when there
+        is a primary key."""
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
         context = info.context or {}
-        if "key_prefix" in context:
-            data.setdefault("key_prefix", context["key_prefix"])
+        for inherited in ("key_prefix", "merge_writes"):
+            if inherited in context:
+                data.setdefault(inherited, context[inherited])
         if data.get("mode") is None:
             data["mode"] = Mode.MERGE if data.get("primary_key") else Mode.APPEND
         return data

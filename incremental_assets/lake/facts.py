@@ -94,6 +94,7 @@ class LakeFacts:
     # Iceberg: the snapshot main is at, which a commit must still find there (maintenance may
     # have made one after the head, the last commit of ours)
     current_snapshot: int | None = None
+    format_version: int | None = None  # Iceberg: the table's format version (3: deletion vectors)
 
     @property
     def exists(self) -> bool:

@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.config import MergeTuning
+from incremental_assets.config import MergeTuning, MergeWrites
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.lake.parquet import ParquetLake
@@ -56,6 +56,7 @@ class WritePlan:
     key_enforced: bool = False
     run_id: str | None = None  # the Dagster run, recorded with the commit where the format can
     tuning: MergeTuning = field(default_factory=MergeTuning)  # plain merges' path (merge_path.py)
+    merge_writes: MergeWrites = "position_deletes"  # Iceberg merges: how changed rows are written
 
     @property
     def row_key(self) -> tuple[str, ...]:

@@ -270,8 +270,10 @@ def _key_record(plan: WritePlan) -> dict[str, Any]:
 
 
 def _evolve(commit: IcebergCommit, plan: WritePlan, merge: bool) -> None:
-    """The table's columns made the run's: in place where Iceberg can; else the table is
-    replaced by its own rows cast to the new types, before the run's own snapshot."""
+    """The table's settings and columns made the run's: its write properties set (a settings
+    change since it was made), and its columns evolved in place where Iceberg can; else the
+    table is replaced by its own rows cast to the new types, before the run's own snapshot."""
+    commit.conform(_settings(plan, merge))
     if plan.schema is None or plan.schema.lake is None or not _evolved(plan):
         return
     lake = T.StructType([f for f in plan.schema.lake.fields if not f.name.startswith("_")])
@@ -284,7 +286,9 @@ def _evolved(plan: WritePlan) -> bool:
 
 
 def _settings(plan: WritePlan, merge: bool, partitioning: tuple[str, ...] = ()) -> TableSettings:
-    return TableSettings.of(plan.compression, merge, partitioning)
+    return TableSettings.of(
+        plan.compression, merge, partitioning, plan.merge_writes, plan.facts.format_version
+    )
 
 
 def _partitioning(

@@ -5,10 +5,8 @@ rows as of the run it asks for."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import duckdb
 import polars as pl
 import pytest
 from pyspark.sql import SparkSession
@@ -19,6 +17,7 @@ from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.orders import ORDERS_TABLE, create_orders, orders_held
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import iceberg_table, rows_by
+from incremental_assets_tests.support.readers import duckdb_reader
 
 MERGE = {**ORDERS_TABLE, "mode": "merge"}
 
@@ -88,14 +87,7 @@ def test_duckdb_reads_it_offline_from_the_metadata_file_a_run_recorded(
 ) -> None:
     """DuckDB's Iceberg extension, from the PyPI packages the docs name (DuckDB would download
     it otherwise), reads the metadata file the materialization recorded, with its deletes."""
-    import duckdb_ext
-
-    extensions = Path(next(iter(duckdb_ext.__path__))) / "extensions"  # a namespace package
-    connection = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    connection.execute(f"SET extension_directory = '{extensions}'")
-    connection.execute("SET autoinstall_known_extensions = false")
-    connection.execute("LOAD avro")
-    connection.execute("LOAD iceberg")
+    connection = duckdb_reader()
     for metadata, rows in history:
         location = metadata["iceberg_metadata_location"]
         assert location.endswith(".metadata.json")

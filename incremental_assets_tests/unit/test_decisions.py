@@ -307,3 +307,31 @@ def test_a_run_that_adds_refuses_a_lake_that_doesnt_fit_before_the_source_is_ask
     assert kind_of_run(
         table, request(table, full_refresh=True), stored(table), gone, None
     ).replace_all
+
+
+@pytest.mark.parametrize(
+    ("settings", "version", "refused"),
+    [
+        ({}, 3, True),  # position_deletes, the default, on a format v3 table
+        ({"mode": "merge", "merge_writes": "deletion_vectors"}, 3, False),
+        ({"merge_writes": "copy_on_write"}, 3, False),  # v3 allows it: it writes no deletes
+        ({}, 2, False),
+        ({"mode": "append"}, 3, False),  # an append writes no deletes
+        ({}, None, False),  # a plain Parquet lake
+    ],
+)
+def test_a_merge_writes_setting_the_tables_format_cant_take_is_refused_on_any_run(
+    settings: dict[str, Any], version: int | None, refused: bool
+) -> None:
+    table = table_spec(**settings)
+    facts = lake(format_version=version)
+    if settings.get("mode") == "append":
+        facts = lake(BATCHES, format_version=version)
+
+    for full_refresh in (False, True):
+        asked = request(table, full_refresh=full_refresh)
+        if refused:
+            with pytest.raises(ConfigError, match="set merge_writes: deletion_vectors"):
+                kind_of_run(table, asked, stored(table), facts, None)
+        else:
+            kind_of_run(table, asked, stored(table), facts, None)

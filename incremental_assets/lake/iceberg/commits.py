@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
 from incremental_assets.lake.iceberg.records import (
@@ -49,6 +50,8 @@ from incremental_assets.pause_points import pause_point
 ORPHAN_AGE = timedelta(days=1)
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 MERGE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
+# The settings an existing table is kept in step with: a change applies from the next write.
+_KEPT_IN_STEP = (*MERGE_MODES, "write.parquet.compression-codec")
 # What Iceberg says when it can't tell whether the catalog took a commit.
 _UNKNOWN_OUTCOME = ("CommitStateUnknownException", "Commit state unknown")
 
@@ -61,20 +64,38 @@ class TableSettings:
     properties: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
-    def of(codec: str, merge: bool, partitioning: tuple[str, ...] = ()) -> TableSettings:
-        """A table of this package's: format v2, old metadata files deleted as they are
-        replaced, exact statistics for `_batch` (a rerun replaces its batch by them), and merge
-        tables merge-on-read (a merge writes delete files, not the files its rows are in)."""
+    def of(
+        codec: str,
+        merge: bool,
+        partitioning: tuple[str, ...] = (),
+        writes: MergeWrites = "position_deletes",
+        version: int | None = None,
+    ) -> TableSettings:
+        """A table of this package's: format v2 (v3 for deletion vectors, or if the table is
+        already: no table goes back), old metadata files deleted as they are replaced, exact
+        statistics for `_batch` (a rerun replaces its batch by them), and merge tables
+        merge-on-read (a merge writes delete files, not the files its rows are in) unless
+        `writes` is copy_on_write."""
+        wanted = 3 if merge and writes == "deletion_vectors" else 2
         properties = {
-            "format-version": "2",
+            "format-version": str(max(wanted, version or 2)),
             "write.parquet.compression-codec": codec,
             "write.metadata.delete-after-commit.enabled": "true",
             "write.metadata.previous-versions-max": "100",
             "write.metadata.metrics.column._batch": "full",
         }
         if merge:
-            properties |= {mode: "merge-on-read" for mode in MERGE_MODES}
+            mode = "copy-on-write" if writes == "copy_on_write" else "merge-on-read"
+            properties |= dict.fromkeys(MERGE_MODES, mode)
         return TableSettings(partitioning=partitioning, properties=properties)
+
+    def changes_to(self, held: Mapping[str, str], version: int) -> dict[str, str]:
+        """The properties an existing table must be set to (its version only ever goes up)."""
+        changed = {k: v for k, v in self.properties.items() if k in _KEPT_IN_STEP}
+        changed = {k: v for k, v in changed.items() if held.get(k) != v}
+        if int(self.properties["format-version"]) > version:
+            changed["format-version"] = self.properties["format-version"]
+        return changed
 
 
 @dataclass
@@ -141,6 +162,18 @@ class IcebergCommit:
         for statement in statements:
             self.spark.sql(f"ALTER TABLE {self.lake.reference()} {statement}")
         return True
+
+    def conform(self, settings: TableSettings) -> None:
+        """Set the table's write properties (and format version) to the settings' where they
+        differ: the configuration changed since the table was made."""
+        state = self._state()
+        if state is None:
+            return
+        changed = settings.changes_to(state.properties, state.format_version)
+        if changed:
+            listed = ", ".join(f"'{k}'='{v}'" for k, v in changed.items())
+            self.spark.sql(f"ALTER TABLE {self.lake.reference()} SET TBLPROPERTIES ({listed})")
+        self.properties = {**state.properties, **changed}
 
     # -- a snapshot on the run's branch, then main moved to it ----------------------------
 

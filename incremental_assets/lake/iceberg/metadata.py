@@ -22,6 +22,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.files import local_path
 from incremental_assets.lake.iceberg.catalog import IcebergCatalog
@@ -96,13 +98,14 @@ def read_quickly(catalog: IcebergCatalog, identifier: str) -> Found | None:
         return None
     try:
         with open(local_path(location), "rb") as file:
-            data = file.read()
-        metadata = json.loads(
-            gzip.decompress(data) if location.endswith(".gz.metadata.json") else data
-        )
+            metadata = _parsed(file.read(), location)
     except (OSError, ValueError):
         return None  # PyIceberg says what is wrong with it
     return state_from_json(metadata, location)
+
+
+def _parsed(data: bytes, location: str) -> Any:
+    return json.loads(gzip.decompress(data) if location.endswith(".gz.metadata.json") else data)
 
 
 def read_state(catalog: IcebergCatalog, identifier: str) -> Found:
@@ -121,8 +124,9 @@ def read_state(catalog: IcebergCatalog, identifier: str) -> Found:
             f"the catalog's entry names metadata that can't be read ({_cause(catalog, exc)}): "
             "the table's folder was deleted, or put back from a copy older than the catalog"
         )
-    metadata: dict[str, Any] = json.loads(table.metadata.model_dump_json(by_alias=True))
-    return state_from_json(metadata, table.metadata_location)
+    # pydantic's own serializer: PyIceberg's refuses format v3 (it doesn't write v3 tables).
+    text = BaseModel.model_dump_json(table.metadata, by_alias=True, exclude_none=True)
+    return state_from_json(json.loads(text), table.metadata_location)
 
 
 _CLIENTS: dict[tuple[str, str], Catalog] = {}

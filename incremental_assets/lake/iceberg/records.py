@@ -67,6 +67,7 @@ class TableState:
     refs: Mapping[str, int] = field(default_factory=dict)  # branches and tags: their snapshot
     schema: Mapping[str, Any] | None = None  # the current schema, as the metadata file has it
     partitioning: tuple[str, ...] = ()  # the default partition spec, as Spark SQL spells it
+    format_version: int = 2
 
     @property
     def current(self) -> SnapshotInfo | None:
@@ -108,6 +109,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
         refs={str(k): int(v["snapshot-id"]) for k, v in (metadata.get("refs") or {}).items()},
         schema=schema,
         partitioning=_partitioning(metadata, schema),
+        format_version=int(metadata.get("format-version", 1)),
     )
 
 
@@ -202,6 +204,7 @@ def facts_of(state: TableState, uri: str, misplaced: str | None = None) -> LakeF
         holds_rows=current is not None and live_rows(current) > 0,
         misplaced=misplaced,
         current_snapshot=state.current_snapshot_id,
+        format_version=state.format_version,
     )
 
 
