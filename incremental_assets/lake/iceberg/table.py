@@ -20,7 +20,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -51,7 +51,15 @@ from incremental_assets.lake.table import LakeFormat
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from incremental_assets.lake.iceberg.commits import IcebergCommit
+
+class OpenCommit(Protocol):
+    """A commit under way (`commits.IcebergCommit`), as the table sees it."""
+
+    landed: bool  # main holds it
+
+    def abandon(self) -> bool:
+        """Drop its branch unless it landed or may have; whether it did."""
+        ...
 
 
 def now() -> datetime:
@@ -71,7 +79,7 @@ class IcebergLake:
         self.identifier: str | None = identifier
         self.namespace, self.short_name = split_identifier(identifier)
         # Commits under way in this process, by their commit id (`discard` drops their branch).
-        self.commits: dict[str, IcebergCommit] = {}
+        self.commits: dict[str, OpenCommit] = {}
 
     def describe(self) -> str:
         return f"Iceberg table {self.name} at {self.uri}"
