@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from bench.data import SCHEMA
+from bench.recorded import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -164,26 +165,18 @@ class Project:
 
     def materialize(self, *tables: str) -> dict[str, Any]:
         """`dagster asset materialize --select <tables>`: its wall time and, from the instance,
-        what the run recorded: rows read (summed over the tables), which Spark, engine seconds."""
+        what the run recorded (`bench/recorded.py`): rows read and engine seconds summed over
+        the tables, the rest the first table's."""
         keys = ["/".join([*self.key_prefix, table]) for table in tables]
         command = [DAGSTER, "asset", "materialize", "--select", ",".join(keys)]
         run = timed(command, self.folder, self.env())
-        recorded = [self._recorded(table) for table in tables]
-        first = recorded[0]
-        changed = [first.get(k) for k in ("rows_inserted", "rows_updated", "rows_deleted")]
+        runs = [recorded(self._recorded(table)) for table in tables]
+        first = runs[0]
         return {
+            **first,
             "wall": run.wall,
-            "rows": sum(m.get("rows_extracted") or 0 for m in recorded),
-            "spark": first.get("spark"),
-            "engine_seconds": sum(
-                (m.get("extract_seconds") or 0.0) + (m.get("write_seconds") or 0.0)
-                for m in recorded
-            ),
-            "rows_changed": sum(c or 0 for c in changed) if changed[0] is not None else None,
-            "rows_rewritten": first.get("rows_rewritten"),
-            "merge_strategy": first.get("merge_strategy"),
-            "spark_jobs": first.get("spark_jobs"),
-            "spark_stages": first.get("spark_stages"),
+            "rows": sum(r["rows"] or 0 for r in runs),  # summed over the tables
+            "engine_seconds": sum(r["engine_seconds"] for r in runs),
         }
 
     def noop(self) -> dict[str, Any]:
@@ -212,7 +205,7 @@ class Project:
         line = next(x for x in reversed(run.stdout.splitlines()) if x.startswith("{"))
         return {"wall": run.wall, **json.loads(line)}
 
-    def _recorded(self, table: str) -> dict[str, Any]:
+    def _recorded(self, table: str) -> Mapping[str, Any]:
         """The metadata of the table's newest materialization; it must be a new one."""
         import dagster as dg
 
@@ -224,4 +217,4 @@ class Project:
         self._last_runs[table] = records[0].run_id
         materialization = records[0].asset_materialization
         assert materialization is not None
-        return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+        return materialization.metadata

@@ -1,45 +1,71 @@
-"""The section "Iceberg commit cost over 1,000 runs", from bench/commits.py's results.
+"""The section "Iceberg commit cost over N commits", from bench/commits_lake.py's results (the
+writers alone) or bench/commits.py's (whole materializations).
 
-At runs 1, 10, 100, 250, 500, 750 and 1,000 (those the run reached, and its last): the medians of
-a window of 10 runs around each, for both lake formats, then what the Iceberg table holds after
-that run. Written to bench/COMMITS.md, which bench/report.py puts into BENCHMARKS.md.
+For each table: the medians of a window of 10 commits around commits 1, 10, 100, 250, 500 and
+1,000 (those the run reached, and its last) of each timed step, then what the table held after
+that commit; and whether the commit and the metadata file stay flat: the last window against
+the one around commit 10. A step is called flat when it costs at most FLAT times as much at the
+end; the metadata file is compared with the snapshots kept, and both are carried on, in a
+straight line, to the snapshots a table committed every minute keeps for a day (1,440).
+Written to bench/COMMITS.md, which bench/report.py puts into BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-CHECKPOINTS = (1, 10, 100, 250, 500, 750, 1000)
+CHECKPOINTS = (1, 10, 100, 250, 500, 1000)
 WINDOW = 10
+FLAT = 1.5  # a step is flat if the last window costs at most this many times commit 10's
+A_DAY = 1_440  # snapshots a table committed once a minute keeps for a day
+# The tables the benchmark commits to, by mode, in the order the section shows them.
+TABLES = {"orders": "append", "orders_merge": "merge"}
+# The times a section shows per checkpoint: the key in the results, and the column's name.
+LAKE_ONLY_TIMES = (
+    ("facts_seconds", "facts"),
+    ("stage_seconds", "stage"),
+    ("commit_seconds", "commit"),
+    ("maintenance_seconds", "maintenance"),
+    ("wall", "all"),
+)
+RUN_TIMES = (
+    ("wall", "wall"),
+    ("extract_seconds", "extract"),
+    ("commit_seconds", "commit"),
+    ("maintenance_seconds", "maintenance"),
+)
+
+
+def duration(value: timedelta) -> str:
+    """A duration as the configuration writes it: `1d`, `12h`, `30m`, `45s`."""
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def checkpoints(last: int) -> list[int]:
-    """The checkpoints the run reached, and its last run."""
+    """The checkpoints the run reached, and its last commit."""
     reached = [c for c in CHECKPOINTS if c <= last]
     return reached if last in reached or last < 1 else [*reached, last]
 
 
 def window(run: int, last: int) -> range:
-    """WINDOW runs around `run` (from run-5 to run+4), moved inside 1..last."""
+    """WINDOW commits around `run` (from run-5 to run+4), moved inside 1..last."""
     start = max(1, min(run - WINDOW // 2, last - WINDOW + 1))
     return range(start, min(last, start + WINDOW - 1) + 1)
 
 
-def _by_run(
-    results: list[dict[str, Any]], lake_format: str, table: str
-) -> dict[int, dict[str, Any]]:
-    """One format's runs of one table (results from before the merge table: `orders` only)."""
-    return {
-        r["run"]: r
-        for r in results
-        if r["format"] == lake_format and r.get("table", "orders") == table
-    }
+def _by_run(results: list[dict[str, Any]], table: str) -> dict[int, dict[str, Any]]:
+    return {r["run"]: r for r in results if r.get("table") == table and "snapshots" in r}
 
 
 def _median(runs: dict[int, dict[str, Any]], around: range, key: str) -> float | None:
-    values = [runs[i][key] for i in around if i in runs and runs[i].get(key) is not None]
+    values = [float(runs[i].get(key) or 0.0) for i in around if i in runs]
     return median(values) if values else None
 
 
@@ -47,169 +73,146 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _mb(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:,.2f}"
-
-
-# The tables the benchmark runs, by mode, in the order the section shows them.
-TABLES = {"orders": "append", "orders_merge": "merge"}
-
-
 def commits_section(loaded: dict[str, Any]) -> list[str]:
-    """The section's lines: the method, then for each table the time per run at each checkpoint
-    and what the table holds."""
+    """The section's lines: the method, then for each table its times at each checkpoint, what
+    it held, and whether it stayed flat."""
     meta, results = loaded["meta"], loaded["runs"]
-    tables = [t for t in TABLES if _by_run(results, "iceberg", t)]
+    tables = [t for t in TABLES if _by_run(results, t)]
     if not tables:
         return []
-    last = max(_by_run(results, "iceberg", tables[0]))
-    if meta.get("lake_only"):
-        lines = _lake_only_method(meta, last)
-        for table in tables:
-            lines += _table_lines(results, table, LAKE_ONLY_TIMES)
-        return lines
-    load = meta.get("load", {})
-    updates = meta.get("updates", 0)
-    lines = [
-        f"## Iceberg commit cost over {meta['runs']:,} runs",
-        "",
-        f"`{meta['command']}` (run on {meta['started'][:19]}Z, {meta.get('seconds', 0) / 60:.0f} "
-        f"minutes; load average {load.get('start', '?')} at the start, {load.get('end', '?')} at "
-        f"the end; {meta['machine']}). `bench.orders` of {meta['rows']:,} rows loaded once into "
-        + ("an append and a merge table" if len(tables) > 1 else "an append table")
-        + f", then {last:,} runs in one process, each after {meta['inserts']} new rows"
-        + (f" and {updates} updated ones" if updates else "")
-        + ": "
-        "the Dagster asset materialized in process as `ours` is above (one warm local Spark "
-        "session, a persistent Dagster instance per format), on an Iceberg lake (the default SQL "
-        f"catalog on SQLite, `keep_snapshots: {meta.get('keep_snapshots', '?')}`) and, right "
-        f"after it on the same rows, for the first {meta['parquet_runs']:,} runs on a plain "
-        "Parquet lake. Each run adds one data file to the append table, and replaces the files "
-        "of the buckets it touched in the merge table. Times are medians of the "
-        f"{WINDOW} runs around each checkpoint (runs 1-10 for run 1; plain Parquet's window ends "
-        "at its last run). *Wall*: the "
-        "materialization, Dagster's run included. *Write*: the run's `write_seconds`, from the "
-        "end of Spark's write of the staged files to the end of the commit. *Commit*: the lake's "
-        "commit alone (moving the files in; for Iceberg the catalog's swap, then the expiry of "
-        "snapshots beyond `keep_snapshots` and the deletion of files only they held). *Facts*: "
-        "the reads of the table's state in the run (for Iceberg its manifests), every call summed.",
-    ]
+    last = max(_by_run(results, tables[0]))
+    lake_only = bool(meta.get("lake_only"))
+    lines = _method(meta, last, lake_only)
     for table in tables:
-        lines += _table_lines(results, table, RUN_TIMES)
+        lines += _table_lines(results, table, LAKE_ONLY_TIMES if lake_only else RUN_TIMES)
     return lines
 
 
-# The times a section shows per checkpoint: the key in the results, and the column's name.
-RUN_TIMES = (
-    ("wall", "wall"),
-    ("write_seconds", "write"),
-    ("commit_seconds", "commit"),
-    ("facts_seconds", "facts"),
-)
-LAKE_ONLY_TIMES = (("commit_seconds", "commit"), ("facts_seconds", "facts"))
-
-
-def _lake_only_method(meta: dict[str, Any], last: int) -> list[str]:
+def _method(meta: dict[str, Any], last: int, lake_only: bool) -> list[str]:
     load = meta.get("load", {})
+    ran = (
+        f"`{meta['command']}` (run on {meta['started'][:19]}Z, "
+        f"{meta.get('seconds', 0) / 60:.0f} minutes; load average {load.get('start', '?')} at "
+        f"the start, {load.get('end', '?')} at the end; {meta['machine']})."
+    )
+    kept = (
+        f"`keep_snapshots: {meta.get('keep_snapshots', '?')}` and `keep_snapshots_for: "
+        f"{meta.get('keep_snapshots_for', '?')}` (the defaults): commits come faster than one a "
+        "minute, so no snapshot is old enough to expire and the table keeps every one, as a "
+        f"table committed every minute would for its first day ({A_DAY:,} snapshots)."
+    )
+    if lake_only:
+        how = (
+            "The package's writers alone, without Dagster or a database (bench/commits_lake.py): "
+            f"on one local Spark session ({_settings(meta)}), each commit made as a run makes it, "
+            "to an Iceberg lake (the default SQLite catalog), "
+            + kept
+            + f" `orders` (append) gets {meta['rows']} new rows a commit; `orders_merge` (merge, "
+            f"merge-on-read, partitioned `truncate(1000, id)`) gets {meta['rows']} rows a "
+            "commit, half updates in one or two key ranges and half new ids; both after a first "
+            f"load of {meta.get('first_rows', 0):,} rows. *Facts*: the table's metadata read "
+            "before the commit. *Stage*: the writer's stage (append: the batch written on the "
+            "run's branch; merge: each key's latest version). *Commit*: the writer's commit "
+            "(merge: `MERGE INTO` on the branch), `main` fast-forwarded to the branch, the "
+            "branch dropped. *Maintenance*: what a run does after its commit, when due. *All*: "
+            "their sum."
+        )
+    else:
+        how = (
+            "Whole materializations of the Dagster asset in one process (bench/commits.py), as "
+            f"`ours_iceberg` runs them above, on `bench.orders` of {meta['rows']:,} rows, each "
+            f"run after {meta.get('inserts', 0)} new and {meta.get('updates', 0)} updated rows; "
+            + kept
+            + " *Wall*: the materialization. *Extract*: the read and the stage. *Commit*: the "
+            "write's time without the maintenance. *Maintenance*: after the commit, when due."
+        )
     return [
         f"## Iceberg commit cost over {last:,} commits",
         "",
-        f"`{meta['command']}` (run on {meta['started'][:19]}Z, {meta.get('seconds', 0) / 60:.0f} "
-        f"minutes; load average {load.get('start', '?')} at the start, {load.get('end', '?')} at "
-        f"the end; {meta['machine']}). The lake's commit alone, without Spark, Dagster or a "
-        "database (bench/commits_lake.py): each format's lake table commits what a run's Spark "
-        f"job would have staged, Parquet files of {meta['rows']} rows written by pyarrow, "
-        f"{last:,} times after a first load, on an Iceberg lake (the default SQL catalog on "
-        f"SQLite, `keep_snapshots: {meta.get('keep_snapshots', '?')}`) and, for the first "
-        f"{meta['parquet_runs']:,} commits, on a plain Parquet lake. The append table adds one "
-        "file per commit; the merge table, 16 hash buckets, replaces the files of the one or two "
-        f"buckets each commit touches. Medians of the {WINDOW} commits around each checkpoint. "
-        "*Commit*: moving the files in, then for Iceberg the catalog's swap (with the expiry of "
-        "snapshots beyond `keep_snapshots`) and the deletion of the files only expired snapshots "
-        "held; for plain Parquet the journaled commit. *Facts*: the read of the table's state "
-        "before the commit (for Iceberg, its current snapshot's manifests), as every run does. "
-        "What a whole run costs besides is in the tables above (S0 to S4): these are the part "
-        "that could grow with the table's age.",
+        f"{ran} {how} Medians of the {WINDOW} commits around each checkpoint, seconds. After "
+        "each commit, outside the clock: the snapshots kept, the current metadata file's size "
+        "(every commit rewrites it, every reader parses it), the live data and delete files, "
+        "and the objects in the table's folder.",
     ]
+
+
+def _settings(meta: dict[str, Any]) -> str:
+    """The session's settings the run names, beside local[*]."""
+    conf = meta.get("spark_conf") or {}
+    return ", ".join(["local[*]", *(f"`{k}={v}`" for k, v in conf.items())])
 
 
 def _table_lines(
     results: list[dict[str, Any]], table: str, times: tuple[tuple[str, str], ...]
 ) -> list[str]:
-    iceberg, parquet = _by_run(results, "iceberg", table), _by_run(results, "parquet", table)
-    last = max(iceberg)
-    last_parquet = max(parquet, default=0)
+    runs = _by_run(results, table)
+    last = max(runs)
     points = checkpoints(last)
     lines = [
         "",
         f"### `{table}` ({TABLES[table]} mode)",
         "",
-        "| runs (window) | "
-        + " | ".join(f"{label} s, {f}" for _, label in times for f in ("Iceberg", "Parquet"))
-        + " |",
-        "|---|" + "---:|" * (2 * len(times)),
+        "| commits (window) | "
+        + " | ".join(f"{label} s" for _, label in times)
+        + " | maintenance ran | snapshots | metadata file KB | live data files | delete files "
+        "| objects | folder MB |",
+        "|---|" + "---:|" * (len(times) + 7),
     ]
     for point in points:
         around = window(point, last)
-        # Plain Parquet's window stays within its own runs; past its last run it shows nothing.
-        windows = {
-            "iceberg": around,
-            "parquet": window(point, last_parquet) if point <= last_parquet else range(0),
-        }
-        cells = [
-            _s(_median(runs, windows[name], key))
-            for key, _ in times
-            for name, runs in (("iceberg", iceberg), ("parquet", parquet))
-        ]
+        cells = [_s(_median(runs, around, key)) for key, _ in times]
+        ran = sum(1 for i in around if i in runs and runs[i].get("maintenance"))
+        state = runs[point]
         lines.append(
-            f"| {point:,} ({around.start}-{around.stop - 1}) | " + " | ".join(cells) + " |"
+            f"| {point:,} ({around.start}-{around.stop - 1}) | "
+            + " | ".join(cells)
+            + f" | {ran} of {len(around)} | {state['snapshots']:,} | "
+            f"{state['metadata_bytes'] / 1024:,.0f} | {state['data_files']:,} | "
+            f"{state['delete_files']:,} | {state['objects']:,} | "
+            f"{state['bytes'] / 2**20:,.1f} |"
         )
-    lines += [
-        "",
-        "What each table holds after the run (files and sizes on disk, the files of the "
-        "snapshots kept included):",
-        "",
-        "| after run | snapshots kept | metadata.json files | manifests (of them, the current "
-        "snapshot's) | manifest lists | data files | Iceberg folder MB | catalog KB "
-        "| Parquet data files | Parquet folder MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for point in points:
-        i, p = iceberg[point], parquet.get(point, {})
-        lines.append(
-            f"| {point:,} | {i['snapshots']} | {i['metadata_files']} | "
-            f"{i['manifests']} ({i.get('manifests_current', '-')}) | "
-            f"{i['manifest_lists']} | {i['data_files']} | {_mb(i['folder_bytes'])} | "
-            f"{i['catalog_bytes'] / 1024:,.0f} | {p.get('data_files', '-')} | "
-            f"{_mb(p.get('folder_bytes'))} |"
-        )
-    lines += ["", *_growth(iceberg, parquet, last, last_parquet, times), ""]
-    return lines
+    return [*lines, "", *_flat(runs, last), ""]
 
 
-def _growth(
-    iceberg: dict[int, dict[str, Any]],
-    parquet: dict[int, dict[str, Any]],
-    last: int,
-    last_parquet: int,
-    times: tuple[tuple[str, str], ...],
-) -> list[str]:
-    """One sentence: the last window against the one at run 10, for both formats."""
+def _flat(runs: dict[int, dict[str, Any]], last: int) -> list[str]:
+    """Whether the commit and the metadata file stay flat: the last window against commit 10's,
+    and both carried on to a day of commits once a minute."""
     if last < 2 * WINDOW:
+        return [f"(Whether it stays flat needs at least {2 * WINDOW} commits.)"]
+    early, late = window(10, last), window(last, last)
+    commit_early, commit_late = (
+        _median(runs, early, "commit_seconds"),
+        _median(runs, late, "commit_seconds"),
+    )
+    snaps_early, snaps_late = _median(runs, early, "snapshots"), _median(runs, late, "snapshots")
+    meta_early, meta_late = (
+        _median(runs, early, "metadata_bytes"),
+        _median(runs, late, "metadata_bytes"),
+    )
+    if not (
+        commit_early and commit_late and snaps_early and snaps_late and meta_early and meta_late
+    ):
         return []
-    early = window(10, last)
-    parts = []
-    for name, runs, end in (("Iceberg", iceberg, last), ("plain Parquet", parquet, last_parquet)):
-        if end < 2 * WINDOW:
-            continue
-        late = window(end, end)
-        shown = []
-        for key, what in times:
-            a, b = _median(runs, early, key), _median(runs, late, key)
-            if a and b is not None:
-                shown.append(f"{what} {a:.3f} -> {b:.3f} s ({b / a:.2f}x)")
-        parts.append(f"{name}, run {end:,} against run 10: " + ", ".join(shown))
-    return ["; ".join(parts) + "."] if parts else []
+    growth = commit_late / commit_early
+    verdict = "stays flat" if growth <= FLAT else "does not stay flat"
+    per_snapshot = (meta_late - meta_early) / max(snaps_late - snaps_early, 1)
+    seconds_per = (commit_late - commit_early) / max(snaps_late - snaps_early, 1)
+    day_bytes = meta_late + max(per_snapshot, 0.0) * (A_DAY - snaps_late)
+    if seconds_per > 0:
+        day = f"a commit of about {commit_late + seconds_per * (A_DAY - snaps_late):.2f} s"
+    else:
+        day = "a commit that, not having grown, stays where it is"
+    return [
+        f"The commit {verdict} (at most {FLAT}x commit 10's is flat): {commit_early:.2f} s "
+        f"around commit 10, {commit_late:.2f} s around commit {last:,} ({growth:.2f}x), while "
+        f"the snapshots kept went from {snaps_early:,.0f} to {snaps_late:,.0f}. The metadata file "
+        f"went from {meta_early / 1024:,.0f} KB to {meta_late / 1024:,.0f} KB "
+        f"({meta_late / meta_early:.1f}x, about {per_snapshot:,.0f} bytes per snapshot kept): "
+        + ("it stays flat. " if meta_late <= FLAT * meta_early else "it grows with the snapshots. ")
+        + f"Carried on in a straight line to the {A_DAY:,} snapshots a table committed every "
+        f"minute keeps for a day: a metadata file of about {day_bytes / 2**20:,.1f} MB and "
+        f"{day}."
+    ]
 
 
 def write_commits_report(loaded: dict[str, Any], path: Path) -> None:

@@ -45,9 +45,18 @@ def create_orders(conn: psycopg.Connection, rows: int) -> None:
 
 
 def apply_changes(
-    conn: psycopg.Connection, rows: int, *, inserted: int, updated: int, recent: bool
+    conn: psycopg.Connection,
+    rows: int,
+    *,
+    inserted: int,
+    updated: int,
+    recent: bool,
+    offset: int = 0,
 ) -> None:
-    """Insert new ids past the maximum and update existing rows, spread out or the most recent."""
+    """Insert new ids past the maximum and update existing rows, spread out or the most recent.
+
+    Spread out, the updated ids are those `offset` past a multiple of the stride: the same rows
+    every time for one offset (S4), a different share of the table for each (A50)."""
     (max_id,) = conn.execute(f"SELECT max(id) FROM {SCHEMA}.orders").fetchone()  # type: ignore[misc]
     if inserted:
         conn.execute(
@@ -58,7 +67,7 @@ def apply_changes(
             chosen = f"id > {max_id - updated} AND id <= {max_id}"
         else:
             stride = max(1, rows // updated)
-            chosen = f"id % {stride} = 0 AND id <= {stride * updated}"
+            chosen = f"id % {stride} = {offset % stride} AND id <= {stride * updated}"
         conn.execute(
             f"UPDATE {SCHEMA}.orders SET status = 'changed', amount = amount + 1, "
             f"updated_at = clock_timestamp() WHERE {chosen}"

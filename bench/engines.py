@@ -3,8 +3,12 @@
 * `ours`: the Dagster asset, materialized in-process with a persistent instance; one Spark session
   (local[*]) serves every run, as the all-tables job shares it. Its lake is plain Parquet
   (`lake: {format: parquet}`, named explicitly: the default for new tables may change).
-* `ours_iceberg`: the same on an Iceberg lake (`lake: {format: iceberg}`: Spark writes the files,
-  PyIceberg commits them through the default SQL catalog on SQLite, `<lake>/_catalog.db`).
+* `ours_iceberg`: the same on an Iceberg lake (`lake: {format: iceberg}`): Spark writes the
+  table through Iceberg's Spark runtime (its SparkCatalog over the default SQL catalog on SQLite,
+  `<lake>/_catalog.db`), a run's snapshot on a branch and `main` fast-forwarded to it; merge
+  tables are merge-on-read; maintenance runs after a commit when it is due.
+* `ours_iceberg_s3`: `ours_iceberg` with the lake in a bucket of moto's S3 server (the harness
+  starts it: bench/object_store.py) and the catalog's SQLite on the local disk.
 * `copy`: the floor, `COPY (SELECT ...) TO STDOUT (FORMAT binary)` into /dev/null.
 * `adbc`: the best single-process path: ADBC to Arrow record batches, streamed into a zstd
   Parquet file with pyarrow.
@@ -20,12 +24,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from bench.data import SCHEMA
+
+if TYPE_CHECKING:  # imported where used: a peer's fresh process imports neither Dagster nor Spark
+    from incremental_assets.lake import LakeTable
+    from incremental_assets.lake.iceberg import IcebergLake
 
 
 class Ours:
@@ -85,13 +95,14 @@ class Ours:
         self.spark = IncrementalSparkResource.from_spec(self.project.spark)
         self.spark.spark_session.range(1).count()  # start the session outside the measurements
         translator = IncrementalAssetsTranslator(self.project.lake)
+        self.identifiers = {t.name: translator.lake_table_name(t) for t in self.project.tables}
         self.assets = {
             t.name: build_table_asset(self.project, t, translator) for t in self.project.tables
         }
         self.dg = dg
-        self.lake = workdir / "lake"
+        self.last_table: str | None = None  # the table the last op ran
 
-    def materialize(self, table: str, full_refresh: bool = False) -> dict[str, Any]:
+    def materialize(self, table: str, full_refresh: bool = False) -> Mapping[str, Any]:
         """One in-process run of `table`: the metadata its materialization recorded."""
         result = self.dg.materialize(
             [self.assets[table]],
@@ -100,36 +111,83 @@ class Ours:
             run_config={"ops": {table: {"config": {"full_refresh": full_refresh}}}},
         )
         event = result.get_asset_materialization_events()[0]
-        return {k: v.value for k, v in event.materialization.metadata.items()}
+        return event.materialization.metadata
 
-    def _run(self, table: str, full_refresh: bool = False) -> dict[str, Any]:
-        metadata = self.materialize(table, full_refresh)
-        changed = sum(metadata.get(k, 0) for k in ("rows_inserted", "rows_updated", "rows_deleted"))
-        return {
-            "rows": metadata["rows_extracted"],
-            "files": metadata["files_written"],
-            "engine_seconds": metadata["extract_seconds"] + metadata["write_seconds"],
-            "rows_rewritten": metadata.get("rows_rewritten"),
-            "merge_strategy": metadata.get("merge_strategy"),
-            "rows_changed": changed if "rows_inserted" in metadata else None,
-            "spark_jobs": metadata.get("spark_jobs"),
-            "spark_stages": metadata.get("spark_stages"),
-            # Plain Parquet keeps its files in the table's folder; Iceberg under data/, with
-            # the files the snapshots it keeps still hold.
-            "bytes": sum(f.stat().st_size for f in (self.lake / table).rglob("part-*.parquet")),
-        }
+    def run_table(self, table: str, full_refresh: bool = False) -> dict[str, Any]:
+        from bench.recorded import recorded
+
+        self.last_table = table
+        return recorded(self.materialize(table, full_refresh))
+
+    def table_state(self) -> dict[str, Any]:
+        """What the table the last op ran holds now (`bench/lake_state.py`); the worker reads it
+        after the op's clock stopped."""
+        from bench.lake_state import table_state
+
+        return table_state(self.lake_table(self.last_table)) if self.last_table else {}
+
+    def lake_table(self, table: str) -> LakeTable:
+        from incremental_assets.lake import open_lake
+
+        return open_lake(self.project.lake, table, self.identifiers[table])
 
     def full(self, since: str) -> dict[str, Any]:
-        return self._run("orders", full_refresh=True)
+        return self.run_table("orders", full_refresh=True)
 
     def incremental(self, since: str) -> dict[str, Any]:
-        return self._run("orders")
+        return self.run_table("orders")
 
     def merge(self, since: str) -> dict[str, Any]:
-        return self._run("orders_merge")
+        return self.run_table("orders_merge")
 
     def merge_setup(self, since: str) -> dict[str, Any]:
-        return self._run("orders_merge", full_refresh=True)
+        return self.run_table("orders_merge", full_refresh=True)
+
+    def scan(self, since: str, repeats: int = 1) -> dict[str, Any]:
+        """Read the whole merge table, every row and column with the deletes applied, `repeats`
+        times through Spark (into Spark's `noop` sink) and through PyIceberg (`to_arrow`,
+        the catalog's `load_table` included): the seconds of each read."""
+        from incremental_assets.lake.iceberg.metadata import pyiceberg_catalog
+
+        lake = self._iceberg("orders_merge")
+        session = lake.session(self.spark.spark_session)
+        spark_seconds, pyiceberg_seconds, rows = [], [], 0
+        for _ in range(repeats):
+            started = time.perf_counter()
+            session.read.table(lake.reference()).write.format("noop").mode("overwrite").save()
+            spark_seconds.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            rows = pyiceberg_catalog(lake.catalog).load_table(lake.name).scan().to_arrow().num_rows
+            pyiceberg_seconds.append(time.perf_counter() - started)
+        return {
+            "rows": rows,
+            "files": 0,
+            "spark_seconds": spark_seconds,
+            "pyiceberg_seconds": pyiceberg_seconds,
+        }
+
+    def compact(self, since: str) -> dict[str, Any]:
+        """The merge table compacted whole, as a reference for its scans: every data file
+        rewritten with its deletes applied (`rewrite_data_files`, `rewrite-all`, the deletes
+        left dangling removed), then its manifests (`rewrite_manifests`)."""
+        lake = self._iceberg("orders_merge")
+        session = lake.session(self.spark.spark_session)
+        prefix = f"CALL {lake.catalog.name}.system"
+        table = f"table => '{lake.procedure_table()}'"
+        options = "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true')"
+        rewritten = session.sql(f"{prefix}.rewrite_data_files({table}, {options})").first()
+        session.sql(f"{prefix}.rewrite_manifests({table})").collect()
+        self.last_table = "orders_merge"
+        done = rewritten.asDict() if rewritten is not None else {}
+        return {"rows": None, "files": int(done.get("added_data_files_count", 0)), "done": done}
+
+    def _iceberg(self, table: str) -> IcebergLake:
+        from incremental_assets.lake.iceberg import IcebergLake
+
+        lake = self.lake_table(table)
+        if not isinstance(lake, IcebergLake):
+            raise RuntimeError(f"{self.name}: {table} is not an Iceberg table")
+        return lake
 
 
 def _query(since: str | None) -> str:
@@ -296,10 +354,31 @@ class OursIceberg(Ours):
         super().__init__(workdir, pg_url, jdbc, {**settings, "lake": lake}, name="ours_iceberg")
 
 
-# Our engines, one per lake format: the report shows their Spark jobs and stages.
-OURS = ("ours", "ours_iceberg")
+class OursIcebergS3(Ours):
+    """`ours_iceberg` on a lake in a bucket of moto's S3 server: `settings["lake"]` names it
+    (path, catalog with its `s3.*` properties; bench/object_store.py)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        pg_url: str,
+        jdbc: dict[str, str],
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        settings = settings or {}
+        lake = {**settings.get("lake", {}), "format": "iceberg"}
+        if not str(lake.get("path", "")).startswith("s3://"):
+            raise ValueError("ours_iceberg_s3 needs settings {lake: {path: s3://..., catalog}}")
+        super().__init__(workdir, pg_url, jdbc, {**settings, "lake": lake}, name="ours_iceberg_s3")
+
+
+# Our engines: the report shows their Spark jobs and stages, and runs the merges with them.
+OURS = ("ours", "ours_iceberg", "ours_iceberg_s3")
+# Iceberg engines: the read-amplification phase (A50) runs on them.
+ICEBERG = ("ours_iceberg", "ours_iceberg_s3")
 ENGINES: dict[str, Any] = {
     "ours": Ours,
     "ours_iceberg": OursIceberg,
+    "ours_iceberg_s3": OursIcebergS3,
     **{engine.name: engine for engine in (Copy, Adbc, Dlt, ConnectorX)},
 }

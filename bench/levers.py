@@ -99,10 +99,16 @@ def render(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
             f"{median(r['engine_seconds'] for r in runs):.2f} | "
             f"{median(r['cpu_client'] + r['cpu_server'] for r in runs):.1f} | "
             f"{median(r['peak_rss'] for r in runs) / 2**20:,.0f} | {median(r['files'] for r in runs):.0f} | "
-            f"{median(r.get('bytes', 0) for r in runs) / 2**20:,.1f} | {entry['startup']:.1f} | "
+            f"{median(_lake_bytes(r) for r in runs) / 2**20:,.1f} | {entry['startup']:.1f} | "
             f"{entry['first']:.1f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _lake_bytes(result: dict[str, Any]) -> int:
+    """The table's bytes after the run: what the worker read after the clock (`table`), or, in
+    results from before it did, the run's own `bytes`."""
+    return int(result.get("table", {}).get("bytes", result.get("bytes", 0)))
 
 
 if __name__ == "__main__":

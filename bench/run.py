@@ -2,9 +2,10 @@
 
     python -m bench.run                 # 10M rows, 5 repetitions, writes BENCHMARKS.md
     python -m bench.run --rows 1000000  # the quick size
-    python -m bench.run --smoke         # 10k rows, one repetition (CI keeps the harness working)
+    python -m bench.run --smoke         # 10k rows, one repetition, 3 A50 merges
     python -m bench.run --no-end-to-end # the in-process scenarios only
     python -m bench.run --no-mysql      # without the MySQL phase
+    python -m bench.run --only-a50 --engines ours_iceberg,ours_iceberg_s3   # A50 alone
 
 Scenarios (each engine sees exactly the same source changes):
   S1  full load (after one first load per engine, reported apart as "S1 first")
@@ -14,9 +15,14 @@ Scenarios (each engine sees exactly the same source changes):
   S4  a merge of 1% updates, clustered on the most recent ids, then spread uniformly. Plain
       Parquet gives the peers no merge: they read the same delta and append it, so their figure is
       what extracting the delta costs, and ours adds what applying it costs
+  A50 read amplification: 50 (--a50-merges) merges of a different 1% each on the Iceberg
+      engines, then full scans by Spark and PyIceberg against the same table compacted
+      (bench/read_amplification.py)
 
-Ours runs twice, on each lake format: `ours` (plain Parquet) and `ours_iceberg` (Iceberg through
-the SQLite catalog), each in its own worker, interleaved with the peers run by run.
+Ours runs on each lake format: `ours` (plain Parquet), `ours_iceberg` (Iceberg, written by Spark
+through the SQLite catalog) and `ours_iceberg_s3` (the same Iceberg lake in a bucket of moto's S3
+server, bench/object_store.py: S1 and S4 and A50 only), each in its own worker, interleaved with
+the peers run by run.
 
 Then, unless --no-end-to-end, the end-to-end phase (bench/end_to_end.py): what a user pays, each
 run a fresh `dagster asset materialize` process timed from outside (E1-E5, beside Dagster's floor
@@ -51,6 +57,10 @@ from bench import data
 from bench.end_to_end import run_end_to_end
 from bench.engines import OURS
 from bench.mysql import run_mysql
+from bench.object_store import ENGINE as S3_ENGINE
+from bench.object_store import Requests, s3_lake
+from bench.previous import load_previous
+from bench.read_amplification import run_read_amplification
 from bench.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +75,12 @@ class Worker:
         server_pid: int,
         jdbc: dict[str, str],
         settings: dict[str, Any] | None = None,
+        requests: Requests | None = None,
     ) -> None:
+        """`requests`: the object store's request counter, whose counts during each op the
+        results carry (`s3_requests`)."""
         self.name = name
+        self.requests = requests
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -95,11 +109,19 @@ class Worker:
             if line.startswith("{"):
                 return json.loads(line)  # type: ignore[no-any-return]
 
-    def run(self, op: str, since: str) -> dict[str, Any]:
+    def run(self, op: str, since: str, **args: Any) -> dict[str, Any]:
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"op": op, "since": since}) + "\n")
+        if self.requests is not None:
+            self.requests.take()  # what came before (the last op's table state) isn't this op's
+        self.process.stdin.write(json.dumps({"op": op, "since": since, "args": args}) + "\n")
         self.process.stdin.flush()
-        return self._read()
+        done = self._read()
+        assert done.get("done") == op, done
+        requests = self.requests.take() if self.requests is not None else None
+        result = self._read()
+        if requests is not None:
+            result["s3_requests"] = requests
+        return result
 
     def close(self) -> None:
         if self.process.stdin:
@@ -148,11 +170,29 @@ def main() -> None:
     )
     parser.add_argument(
         "--engines",
-        default="ours,ours_iceberg,copy,adbc,dlt",
-        help="ours (plain Parquet lake), ours_iceberg (Iceberg lake), copy, adbc, dlt",
+        default="ours,ours_iceberg,ours_iceberg_s3,copy,adbc,dlt",
+        help="ours (plain Parquet lake), ours_iceberg (Iceberg lake), ours_iceberg_s3 (Iceberg "
+        "lake on moto's S3 server), copy, adbc, dlt",
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="10k rows, one repetition, no report by default"
+        "--smoke",
+        action="store_true",
+        help="10k rows, one repetition, 3 A50 merges, no report by default",
+    )
+    parser.add_argument(
+        "--a50-merges", type=int, default=50, help="A50: uniform 1%% merges before the scans"
+    )
+    parser.add_argument("--no-a50", action="store_true", help="skip the A50 phase")
+    parser.add_argument(
+        "--only-a50",
+        action="store_true",
+        help="the A50 phase alone (its first step loads the merge table whole), in process",
+    )
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="the earlier run the report compares with (default: bench/previous.py's, by size)",
     )
     parser.add_argument(
         "--no-end-to-end",
@@ -180,7 +220,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.rows, args.repeats, args.mysql_rows = 10_000, 1, 10_000
+        args.rows, args.repeats, args.mysql_rows, args.a50_merges = 10_000, 1, 10_000, 3
     args.e2e_repeats = args.e2e_repeats or args.repeats
     engines = args.engines.split(",")
     started = datetime.now(UTC)
@@ -194,6 +234,7 @@ def main() -> None:
         "machine": _machine(),
         "command": " ".join(["python -m bench.run", *sys.argv[1:]]),
         "mysql": {},
+        "a50_merges": 0 if args.no_a50 else args.a50_merges,
         "load": {"start": round(os.getloadavg()[0], 1)},
     }
     everything: dict[str, Any] = {"meta": meta, "results": [], "end_to_end": [], "mysql": []}
@@ -208,7 +249,8 @@ def main() -> None:
 
     if not args.only_mysql:
         postgres_phases(args, engines, everything, save)
-    if args.only_mysql or (not args.no_mysql and not args.only_end_to_end and "ours" in engines):
+    only = args.only_end_to_end or args.only_a50
+    if args.only_mysql or (not args.no_mysql and not only and "ours" in engines):
         with tempfile.TemporaryDirectory(prefix="ia-bench-mysql-") as tmp:
             everything["mysql"], meta["mysql"] = run_mysql(
                 args.mysql_rows, args.repeats, Path(tmp), Worker, engines
@@ -217,7 +259,12 @@ def main() -> None:
     report = args.report or (None if args.smoke else ROOT / "BENCHMARKS.md")
     if report is not None:
         write_report(
-            meta, everything["results"], report, everything["end_to_end"], everything["mysql"]
+            meta,
+            everything["results"],
+            report,
+            everything["end_to_end"],
+            everything["mysql"],
+            previous=load_previous(args.previous, args.rows),
         )
         print(f"report: {report}")
 
@@ -241,7 +288,7 @@ def postgres_phases(
             # Its workers (and ours' Spark session) are closed before the end-to-end phase.
             everything["results"] = in_process(conn, args, engines, workdir, pg_url, jdbc)
             save("in process")
-        if not args.no_end_to_end and "ours" in engines:
+        if not args.no_end_to_end and not args.only_a50 and "ours" in engines:
             everything["end_to_end"] = run_end_to_end(
                 conn, args.rows, args.e2e_repeats, pg_url, jdbc, workdir / "end_to_end", engines
             )
@@ -256,11 +303,18 @@ def in_process(
     pg_url: str,
     jdbc: dict[str, str],
 ) -> list[dict[str, Any]]:
-    """S1-S4: every engine in a worker process of its own, timed from the engine's side."""
+    """S1-S4 and A50: every engine in a worker process of its own, timed from the engine's side
+    (the object-store engine's lake in a bucket of moto's S3 server, which runs in this process)."""
     with ExitStack() as stack:
         server = postmaster_pid(conn)
-        workers = {name: Worker(name, workdir, pg_url, server, jdbc) for name in engines}
-        for worker in workers.values():
+        s3 = stack.enter_context(s3_lake(workdir / "s3")) if S3_ENGINE in engines else None
+        workers = {}
+        for name in engines:
+            settings, requests = None, None
+            if name == S3_ENGINE and s3 is not None:
+                settings, requests = {"lake": s3.settings}, s3.requests
+            worker = Worker(name, workdir, pg_url, server, jdbc, settings, requests)
+            workers[name] = worker
             stack.callback(worker.close)
         return _scenarios(conn, args, engines, workers)
 
@@ -273,15 +327,27 @@ def _scenarios(
 ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
 
+    def record(scenario: str, name: str, outcome: dict[str, Any]) -> None:
+        outcome.update(scenario=scenario, engine=name)
+        results.append(outcome)
+        maintenance = (
+            f", maintenance: {outcome['maintenance']}" if outcome.get("maintenance") else ""
+        )
+        print(
+            f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows{maintenance}",
+            flush=True,
+        )
+
     def step(scenario: str, op: str, since: str, only: list[str] | None = None) -> None:
         for name in only or engines:
-            outcome = workers[name].run(op, since)
-            outcome.update(scenario=scenario, engine=name)
-            results.append(outcome)
-            print(
-                f"  {scenario} {name}: {outcome['wall']:.2f}s, {outcome['rows']} rows",
-                flush=True,
-            )
+            record(scenario, name, workers[name].run(op, since))
+
+    def read_amplification() -> None:
+        run_read_amplification(conn, args.rows, args.a50_merges, args.repeats, workers, record)
+
+    if args.only_a50:
+        read_amplification()
+        return results
 
     # The first load of each process pays for JIT compilation and cold caches: it is reported
     # apart, and the medians are of the runs after it.
@@ -292,6 +358,9 @@ def _scenarios(
         if name in workers:
             workers[name].run("incremental", "")
     changes = {"S0": 0.0, "S2": 0.001, "S3": 0.10}
+    # The object-store engine runs S1 and the merges only: S0, S2 and S3 append to a table the
+    # local Iceberg engine shows already.
+    incremental = [name for name in engines if name != S3_ENGINE]
     for scenario, fraction in changes.items():
         for _ in range(args.repeats):
             since = data.newest(conn)
@@ -304,7 +373,7 @@ def _scenarios(
                     updated=changed - changed // 2,
                     recent=False,
                 )
-            step(scenario, "incremental", since)
+            step(scenario, "incremental", since, only=incremental)
     ours = [name for name in engines if name in OURS]
     for name in ours:
         workers[name].run("merge_setup", "")
@@ -319,6 +388,8 @@ def _scenarios(
                 step(scenario, "merge", since, only=ours)
             if peers:
                 step(scenario, "incremental", since, only=peers)
+    if not args.no_a50:
+        read_amplification()
     return results
 
 

@@ -2,8 +2,10 @@
 
     python -m bench.worker ENGINE WORKDIR PG_URL POSTMASTER_PID JDBC_JSON [SETTINGS_JSON]
 
-Reads one JSON command per line ({"op": "full" | "incremental" | "merge" | ..., "since": ...}),
-runs it under `measured`, and answers with one JSON line.
+Reads one JSON command per line ({"op": "full" | "incremental" | "merge" | ..., "since": ...,
+"args": {...}}), runs it under `measured`, says `{"done": op}` once the clock has stopped, then answers with one
+JSON line: the op's result, with what the table holds where the engine can say (ours:
+`table_state`, read after the clock, as `table`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ def main() -> None:
     print(json.dumps({"ready": name, "startup": time.perf_counter() - started}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
+        operation = getattr(engine, command["op"])
         with measured(int(server_pid) if server_pid != "0" else None) as sample:
-            result = getattr(engine, command["op"])(command.get("since"))
+            result = operation(command.get("since"), **command.get("args", {}))
+        print(json.dumps({"done": command["op"]}), flush=True)  # before the table's state is read
         result.update(
             wall=sample.wall,
             cpu_client=sample.cpu_client,
             cpu_server=sample.cpu_server,
             peak_rss=sample.peak_rss,
         )
+        if hasattr(engine, "table_state"):
+            result["table"] = engine.table_state()
         print(json.dumps(result), flush=True)
 
 
