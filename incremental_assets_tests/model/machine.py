@@ -695,8 +695,9 @@ class LakeMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._can_change_settings() and self.config.mode == "merge")
     @rule(named=st.sampled_from(("as drawn", "reversed", "unnamed")))
     def name_key(self, named: str) -> None:
-        """`primary_key` named in another order (the buckets hash the key's columns in order:
-        every row is bucketed again, in the same commit) or left out (read from the table)."""
+        """`primary_key` named in another order (the key changed: every row is matched again in
+        the same commit, the plain format's buckets hashing the key's columns in order, an Iceberg
+        table replaced) or left out (read from the table)."""
         if named == self.config.key_named or (named == "reversed" and len(self.config.key) < 2):
             return
         config = replace(self.config, key_named=named)

@@ -164,3 +164,37 @@ def test_an_iceberg_append_table_replaced_through_spark_connect_counts_its_rows(
         state.run()
         state.add_row()
         state.cursor_set_during_run(pick=0, full_refresh=True)
+
+
+# A pause point no run reaches: the machine's killed run then runs to its end, as
+# `dagster asset materialize` on the Spark Connect engine, and is checked as any run.
+UNREACHED = "unreached"
+
+
+@pytest.mark.xdist_group("connect")
+@pytest.mark.xfail(
+    strict=True,
+    reason="an Iceberg merge run on Spark Connect records rows_extracted 0 (and a full refresh "
+    "rows_written 0)",
+)
+@pytest.mark.parametrize("full_refresh", [False, True], ids=["incremental", "full_refresh"])
+def test_an_iceberg_merge_run_on_spark_connect_counts_its_rows(
+    full_refresh: bool,
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    connect: str,
+    tmp_path: Path,
+) -> None:
+    """Soak `--format iceberg --seed 400831265` (shrunk by hand): a merge table's run by
+    `dagster asset materialize` on the Spark Connect engine merges the rows, but its metadata
+    says it read none (rows_extracted 0), and a full refresh that it wrote none (rows_written
+    0, for a lake of 2 rows). The merge writer counts through Observations on DataFrames it
+    only `localCheckpoint()`s (the delta's versions in `stage`, the replaced rows in
+    `_replace_merged`); a local session's Observation sees those metrics, a Connect client's
+    doesn't. The plain format's merge counts right on Connect."""
+    env = Env(postgres, spark_resource, tmp_path, connect=connect, lake_format="iceberg")
+    with replayed(env, MERGE) as state:
+        state.add_row()
+        state.run()
+        state.add_row()
+        state.killed_run(point=UNREACHED, full_refresh=full_refresh)
