@@ -12,39 +12,15 @@ import pytest
 
 from incremental_assets.cli import main as cli
 from incremental_assets.config import load_project
-from incremental_assets.factory import build_table_asset
-from incremental_assets.translator import IncrementalAssetsTranslator
-from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
 
-DEFAULTS = {
-    "name": "orders",
-    "mode": "merge",
-    "cursor": "at",
-    "primary_key": ["id"],
-    "transaction_cap": False,
-}
-
-
-def _materialize(
-    loads: Loads, config: dict[str, Any], raise_on_error: bool = True
-) -> dg.ExecuteInProcessResult:
-    """A run of the project's `orders` with this asset config, as the launchpad would start it."""
-    project = loads.project
-    asset = build_table_asset(
-        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
-    )
-    return dg.materialize(
-        [asset],
-        instance=loads.instance,
-        resources={"spark": loads.spark_resource},
-        run_config={"ops": {"orders": {"config": config}}},
-        raise_on_error=raise_on_error,
-    )
+DEFAULTS = {**ORDERS_MERGE, "cursor": "at", "transaction_cap": False}
 
 
 def _checks(loads: Loads, full_refresh: bool = False) -> dict[str, Any]:
-    result = _materialize(loads, {"full_refresh": full_refresh})
+    """The check evaluations of a run (a full refresh if asked), by check name."""
+    result = loads.execute({"full_refresh": full_refresh})
     return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
@@ -62,6 +38,7 @@ def test_checks_run_with_the_materialization(loads: Loads, pg: Schema) -> None:
         "cursor_not_backwards",
         "freshness",
         "row_counts_match_source",
+        "next_run_reads_from",
     }
     assert checks["primary_key_unique"].passed and checks["cursor_not_backwards"].passed
     assert checks["row_counts_match_source"].passed
@@ -91,12 +68,12 @@ def test_a_backfill_reloads_a_window_and_leaves_the_cursor(
     pg.execute("UPDATE orders SET v = 'fixed' WHERE at >= 10 AND at < 20 AND id <= 100")
 
     config = {"backfill_from": "10", "backfill_to": "20"}
-    run = _materialize(loads, config)
+    run = loads.execute(config)
     metadata = {
         k: v.value
         for k, v in run.get_asset_materialization_events()[0].materialization.metadata.items()
     }
-    twice = _materialize(loads, config)
+    twice = loads.execute(config)
 
     assert run.success and twice.success
     assert metadata["backfill"] == "[10, 20)"
@@ -123,7 +100,7 @@ def test_cursor_set_backfills_from_a_point_and_reset_reloads_everything(
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 50) i")
     project = loads.configure(pg, DEFAULTS, mode="append")
     assert loads.run().success
-    monkeypatch.setenv("DAGSTER_HOME", str(loads.instance.root_directory))
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
     config = ["--config", project.path]
 
     assert cli([*config, "cursor", "set", "orders", "40", "--reason", "replay the last ten"]) == 0
@@ -300,7 +277,7 @@ def test_an_empty_backfill_window_in_asset_config_is_refused(loads: Loads, pg: S
     loads.configure(pg, DEFAULTS, cursor={"column": "at", "type": "int"})
     config = {"backfill_from": "20", "backfill_to": "10"}
 
-    run = _materialize(loads, config, raise_on_error=False)
+    run = loads.execute(config, raise_on_error=False)
 
     (failure,) = run.get_step_failure_events()
     message = failure.step_failure_data.error.message  # type: ignore[union-attr]

@@ -9,9 +9,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
-from incremental_assets_tests.support.project import materialize, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,10 +28,10 @@ def _instance_home(directory: Path) -> Path:
 
 
 def test_the_cursor_carries_over_through_an_instance_in_postgres(
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     postgres: PostgresServer,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     database = f"dagster_{uuid.uuid4().hex[:8]}"
@@ -40,21 +39,7 @@ def test_the_cursor_carries_over_through_an_instance_in_postgres(
         conn.execute(f"CREATE DATABASE {database}")
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL)")
     pg.execute("INSERT INTO orders SELECT i, i FROM generate_series(1, 10) i")
-    entry = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": "append",
-        "cursor": "at",
-    }
-    project = write_project(
-        tmp_path,
-        {
-            "lake": {"path": str(tmp_path / "lake")},
-            "sources": {"shop": pg.source()},
-            "tables": [entry],
-        },
-    )
+    loads.configure(pg, "orders", mode="append", cursor="at")
     # SQLAlchemy 2.1 reads plain postgresql:// as psycopg 3, which dagster-postgres's NOTIFY
     # doesn't support: the URL names the psycopg2 driver, as dagster.yaml says.
     url = f"postgresql+psycopg2://{postgres.user}:{postgres.password}@{postgres.host}:{postgres.port}/{database}"
@@ -62,10 +47,10 @@ def test_the_cursor_carries_over_through_an_instance_in_postgres(
     try:
         # Two instance objects, as two machines would open them, over the same database.
         with dg.DagsterInstance.from_config(str(_instance_home(tmp_path / "a"))) as first_machine:
-            first = materialize(project, "orders", first_machine, spark_resource)
+            first = loads.run(instance=first_machine)
         pg.execute("INSERT INTO orders VALUES (11, 11)")
         with dg.DagsterInstance.from_config(str(_instance_home(tmp_path / "b"))) as second_machine:
-            second = materialize(project, "orders", second_machine, spark_resource)
+            second = loads.run(instance=second_machine)
 
         assert first.success and second.success, (first.failure, second.failure)
         assert second.metadata["previous_cursor"] == first.metadata["cursor"] == "10"

@@ -5,21 +5,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 
-import dagster as dg
 import pyarrow as pa
 import pytest
 
 from incremental_assets.lake.table import LakeFormat
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import ITEMS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    lake_files,
-    materialize,
-    read_lake,
-)
 
 TYPES = """
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -43,25 +35,23 @@ ROW = (
 )
 
 
-DEFAULTS = {"name": "items", "mode": "merge", "cursor": "id", "primary_key": ["id"]}
+DEFAULTS = {**ITEMS_MERGE, "cursor": "id"}
 
 
 def test_every_type_arrives_exactly(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     lake_format: LakeFormat,
 ) -> None:
     """On both lake formats: Iceberg stores every type the plain format does, arrays included."""
     pg.execute(*TYPES.strip().split(";\n"))
     pg.execute(f"INSERT INTO items VALUES ({ROW})")
+    loads.configure(pg, DEFAULTS)
 
-    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    lake = read_lake(tmp_path / "lake", "items")
+    lake = loads.lake()
     row = lake.drop_columns(["old_day", "days"]).to_pylist()[0]
     assert row["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
     assert json.loads(row["j"]) == {"k": [1, 2.5, "x"]}
@@ -131,11 +121,8 @@ def test_every_type_arrives_exactly(
     ],
 )
 def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     lake_format: LakeFormat,
     column: str,
     value: str,
@@ -143,30 +130,29 @@ def test_values_the_lake_cannot_hold_fail_clearly_and_write_nothing(
 ) -> None:
     pg.execute(*TYPES.strip().split(";\n"))
     pg.execute(f"INSERT INTO items (id, {column}) VALUES (1, {value})")
+    loads.configure(pg, DEFAULTS)
 
-    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
+    run = loads.run()
 
     assert not run.success
     assert "Table 'items'" in (run.failure or "")
     assert message in (run.failure or "")
-    assert lake_files(tmp_path / "lake", "items") == []
+    assert loads.files() == []
 
 
 def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, grid timestamptz[][])")
     pg.execute("INSERT INTO items VALUES (1, '{{2025-01-01}}')")
+    loads.configure(pg, DEFAULTS)
 
-    run = materialize(make_project(pg, DEFAULTS), "items", instance, spark_resource)
+    run = loads.run()
 
     assert not run.success
     assert (
         "Table 'items': column 'grid' is a 2-dimensional array of timestamp, which can't be read "
         "exactly. Fix: cast it in `query:` (CAST(grid AS text))" in (run.failure or "")
     )
-    assert lake_files(tmp_path / "lake", "items") == []
+    assert loads.files() == []

@@ -2,13 +2,15 @@
 resource, so a test says what it configures and runs, not how each run is wired.
 
 `configure` writes the project with `ProjectBuilder` (one source `shop`, one table) and remembers
-it; `run`, `lake`, `rows`, `files` and `metadata` then default to that project's one table. A
-table's settings start from a name, from one of the presets below, or from a test file's own
-defaults; keywords override them.
+it; `run`, `execute`, `lake`, `rows`, `files`, `iceberg_table` and `metadata` then default to that
+project's one table. `cli_config` and `paused_run` run the same project in a subprocess, on the
+same instance (`home`). A table's settings start from a name, from one of the presets below, or
+from a test file's own defaults; keywords override them.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -17,11 +19,15 @@ import dagster as dg
 import pyarrow as pa
 
 from incremental_assets.config import Project
+from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.support.cli import paused_run, write_cli_config
 from incremental_assets_tests.support.project import (
     ProjectBuilder,
     Run,
     SourceHandle,
+    iceberg_table,
     lake_files,
     latest_metadata,
     materialize,
@@ -44,6 +50,9 @@ ITEMS_MERGE: Final[Mapping[str, Any]] = {
     "cursor": "at",
     "primary_key": ["id"],
 }
+# Lake settings: `loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)` in a test that holds for
+# Iceberg only (one that holds for both formats takes the `lake_format` fixture instead).
+ICEBERG: Final[Mapping[str, Any]] = {"format": "iceberg"}
 
 
 class Loads:
@@ -58,11 +67,17 @@ class Loads:
         self._builder = builder
         self._instance = instance
         self._spark_resource = spark_resource
-        self._project: Project | None = None
+        self._written: tuple[Project, Mapping[str, Any]] | None = None
 
     @property
     def instance(self) -> dg.DagsterInstance:
         return self._instance
+
+    @property
+    def home(self) -> Path:
+        """The instance's directory: the DAGSTER_HOME of a subprocess or a CLI command that
+        records in the same instance."""
+        return Path(str(self._instance.root_directory))
 
     @property
     def spark_resource(self) -> IncrementalSparkResource:
@@ -71,9 +86,7 @@ class Loads:
     @property
     def project(self) -> Project:
         """The project written last."""
-        if self._project is None:
-            raise AssertionError("no project yet: call loads.configure(...) first")
-        return self._project
+        return self._last()[0]
 
     @property
     def lake_dir(self) -> Path:
@@ -108,8 +121,9 @@ class Loads:
 
     def write(self, config: Mapping[str, Any]) -> Project:
         """Writes the project as given; runs use it next."""
-        self._project = write_project(self._builder.directory, config)
-        return self._project
+        project = write_project(self._builder.directory, config)
+        self._written = (project, config)
+        return project
 
     def run(
         self,
@@ -117,12 +131,56 @@ class Loads:
         *,
         full_refresh: bool = False,
         project: Project | None = None,
+        instance: dg.DagsterInstance | None = None,
     ) -> Run:
         """Materializes `table` (the project's one table if not named) of `project` (the one
-        written last if not given)."""
+        written last if not given), recorded in `instance` (the test's if not given)."""
         project = project or self.project
         name = table or _only_table(project)
-        return materialize(project, name, self._instance, self._spark_resource, full_refresh)
+        return materialize(
+            project, name, instance or self._instance, self._spark_resource, full_refresh
+        )
+
+    def execute(
+        self,
+        config: Mapping[str, Any],
+        table: str | None = None,
+        *,
+        raise_on_error: bool = True,
+    ) -> dg.ExecuteInProcessResult:
+        """A run of `table` with this asset config (`full_refresh`, `backfill_from`, ...), as the
+        launchpad starts it: Dagster's own result, with its check evaluations and events."""
+        project = self.project
+        spec = project.table(table or _only_table(project))
+        translator = IncrementalAssetsTranslator(project.lake)
+        return dg.materialize(
+            [build_table_asset(project, spec, translator)],
+            instance=self._instance,
+            resources={"spark": self._spark_resource},
+            run_config={"ops": {translator.op_name(spec): {"config": dict(config)}}},
+            raise_on_error=raise_on_error,
+        )
+
+    def cli_config(self, remote: str | None = None) -> Path:
+        """The project written last, for runs in a subprocess (`write_cli_config`: a small local
+        Spark, or the Spark Connect server at `remote`), written in `cli/` beside it: the same
+        sources, tables and lake."""
+        _, config = self._last()
+        return write_cli_config(
+            self._builder.directory / "cli",
+            dict(config["sources"]),
+            list(config["tables"]),
+            remote,
+            **config["lake"],
+        )
+
+    def paused_run(
+        self, point: str, *, remote: str | None = None
+    ) -> tuple[subprocess.Popen[str], Path]:
+        """`dagster asset materialize --select orders` of the project written last, in a
+        subprocess on this instance, held at the pause point `point` (see `paused_run`): the
+        process, and the marker file whose removal lets it go on."""
+        return paused_run(self._builder.directory, self.cli_config(remote), self.home, point)
 
     def lake(self, table: str | None = None) -> pa.Table:
         """The table in the lake, as its readers read it."""
@@ -132,6 +190,10 @@ class Loads:
         """The lake's rows, those columns only, sorted."""
         return rows_by(self.lake(table), columns)
 
+    def iceberg_table(self, table: str | None = None) -> Any:
+        """The PyIceberg table in the lake's default catalog (SQLite in the lake)."""
+        return iceberg_table(self.lake_dir, table or _only_table(self.project))
+
     def files(self, table: str | None = None) -> list[str]:
         """The names of the table's data files in the lake."""
         return lake_files(self.lake_dir, table or _only_table(self.project))
@@ -139,6 +201,12 @@ class Loads:
     def metadata(self, table: str | None = None) -> dict[str, Any]:
         """The metadata of the table's latest materialization; {} if there is none."""
         return latest_metadata(self._instance, table or _only_table(self.project))
+
+    def _last(self) -> tuple[Project, Mapping[str, Any]]:
+        """The project written last, and the mapping it was written from."""
+        if self._written is None:
+            raise AssertionError("no project yet: call loads.configure(...) first")
+        return self._written
 
 
 def _only_table(project: Project) -> str:
