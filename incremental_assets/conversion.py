@@ -26,6 +26,7 @@ from incremental_assets.lake import LakeFacts, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
 from incremental_assets.lake.iceberg.records import CONVERTED, head_snapshot, summary_of
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
@@ -66,7 +67,7 @@ def convert_to_iceberg(
     commit = IcebergCommit.open(target, spark, target.facts(), txn, _summary(facts, stored, txn))
     frame = commit.spark.read.parquet(*source.file_uris(list(facts.files)))
     merge = facts.layout == "merge"
-    partitioning = iceberg_partitioning(facts, table.buckets)
+    partitioning = iceberg_partitioning(facts, source.count_rows(), table.buckets)
     settings = TableSettings.of(lake.codec, merge, partitioning, table.merge_writes)
     head = commit.replace(frame, settings)
     pause_point("committed")
@@ -110,16 +111,20 @@ def _summary(facts: LakeFacts, stored: StoredState, txn: str) -> dict[str, str]:
     )
 
 
-def iceberg_partitioning(facts: LakeFacts, buckets: int | None) -> tuple[str, ...]:
-    """A merge table keeps its key ranges as partitions; a hashed key is bucketed by Iceberg
-    into the configured `buckets`, if any (the next full refresh sizes them by its rows)."""
-    scheme = next((f.bucket[0] for f in facts.files if f.bucket is not None), None)
+def iceberg_partitioning(facts: LakeFacts, rows: int, buckets: int | None) -> tuple[str, ...]:
+    """A merge table's partitions, as a first load of its rows would choose them
+    (`partitions.py`): ranges where its buckets are key ranges, else hash buckets."""
     key = facts.key_columns
-    if scheme is None or not key:
+    held = [f.bucket for f in facts.files if f.bucket is not None]
+    if not key or not held:
         return ()
+    scheme = held[0][0]
+    indexes = [index for _, index in held]
+    key_range = None
     if scheme.kind == "range":
-        return (f"truncate({scheme.size}, `{key[0]}`)",)
-    return (f"bucket({buckets}, `{key[0]}`)",) if buckets and buckets > 1 else ()
+        key_range = (min(indexes) * scheme.size, (max(indexes) + 1) * scheme.size - 1)
+    hashable = facts.schema is not None and bucketable(facts.schema[key[0]].dataType)
+    return partition_spec(key[0], rows, key_range, bucketable=hashable, buckets=buckets)
 
 
 def _converted_from(target: IcebergLake, plain_id: str | None) -> LakeHead | None:

@@ -27,6 +27,7 @@ from pyspark.sql import types as T
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
 from incremental_assets.lake.iceberg.records import SnapshotInfo, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
@@ -41,25 +42,22 @@ from incremental_assets.writers.base import (
     counted,
     observed,
 )
-from incremental_assets.writers.buckets import choose_scheme, integer_key, key_changed
+from incremental_assets.writers.buckets import integer_key, key_changed
 from incremental_assets.writers.schema import ColumnHistory
-from incremental_assets.writers.versions import DELETED, GONE, latest_versions, with_key_count
+from incremental_assets.writers.versions import (
+    DELETED,
+    GONE,
+    KEY_CLASHES,
+    KEY_ROWS,
+    VERSIONS,
+    duplicate_keys,
+    latest_versions,
+    version_counts,
+    with_key_rows,
+)
 
 # What Spark's MERGE INTO counts, in the summary of the snapshot it makes.
 _MERGED = "spark.merge-into.num-target-rows-"
-# Without `buckets`, about a million rows a bucket; a smaller table isn't partitioned.
-_BUCKET_ROWS = 1_000_000
-# Key types Iceberg's `bucket` transform takes.
-_BUCKETABLE = (
-    T.IntegerType,
-    T.LongType,
-    T.DecimalType,
-    T.DateType,
-    T.TimestampType,
-    T.TimestampNTZType,
-    T.StringType,
-    T.BinaryType,
-)
 
 
 def iceberg_lake(plan: WritePlan) -> IcebergLake:
@@ -148,20 +146,19 @@ class IcebergMergeWriter:
         commit = _open(self.spark, plan, "merge", {KEY: _key_record(plan)})
         self._commit = commit
         frame = conformed(delta, plan).withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint"))
-        winners, counts = latest_versions(frame, plan)
-        winners = winners.withColumn(GONE, F.lit(False))
+        winners = latest_versions(frame, plan).withColumn(GONE, F.lit(False))
         if keys is not None and plan.reconcile:
             winners = winners.unionByName(_gone_keys(commit, plan, keys, winners), True)
-        self._source = winners.localCheckpoint()
-        seen = counts.get
-        self._clashes = int(seen.get("clashes") or 0)
-        rows = int(seen.get("rows") or 0)
+        kept = winners.localCheckpoint()
+        seen = version_counts(kept, plan)
+        self._source = kept.drop(VERSIONS, KEY_CLASHES)
+        self._clashes = seen["clashes"]
         return Staged(
-            rows_extracted=rows,
-            rows_written=rows,
+            rows_extracted=seen["rows"],
+            rows_written=seen["rows"],
             subdir="",
             columns=column_types(frame.schema),
-            null_keys=int(seen.get("null_keys") or 0),
+            null_keys=seen["null_keys"],
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
@@ -207,16 +204,17 @@ def _replace_merged(
     the lake's rows' and the delta's, matched again, when the key changed."""
     rows = source.where(~F.col(DELETED) & ~F.col(GONE)).drop(DELETED, GONE)
     if not plan.replace_all:
-        merged, _ = latest_versions(rows, plan, conformed(commit.base_frame(), plan))
-        rows = merged.where(~F.col(DELETED)).drop(DELETED)
-    rows, key_counts = with_key_count(rows, plan)
+        merged = latest_versions(rows, plan, conformed(commit.base_frame(), plan))
+        rows = merged.where(~F.col(DELETED)).drop(DELETED, VERSIONS, KEY_CLASHES)
+    # Counted once kept: an observation of a checkpoint never reaches a Spark Connect client.
+    kept = with_key_rows(rows, plan).localCheckpoint()
     key = F.col(f"`{plan.row_key[0]}`")
-    measures = [F.count(F.lit(1)).alias("rows")]
+    measures = [F.count(F.lit(1)).alias("rows"), duplicate_keys()]
     if integer_key(rows, plan):
         measures += [F.min(key).alias("low"), F.max(key).alias("high")]
-    observation = Observation("replaced")
-    rows = rows.observe(observation, *measures).localCheckpoint()
-    seen = observation.get
+    found = kept.agg(*measures).first()
+    seen = found.asDict() if found is not None else {}
+    rows = kept.drop(KEY_ROWS)
     written = int(seen.get("rows") or 0)
     partitioning = _partitioning(plan, rows, written, seen.get("low"), seen.get("high"))
     head = commit.replace(rows, _settings(plan, True, partitioning))
@@ -229,7 +227,7 @@ def _replace_merged(
         columns=staged.columns,
         merge_path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
         head=head,
-        duplicate_keys=observed(key_counts, "duplicate_keys"),
+        duplicate_keys=int(seen.get("duplicate_keys") or 0),
         rows_held=_rows_held(commit),
     )
 
@@ -294,17 +292,16 @@ def _settings(plan: WritePlan, merge: bool, partitioning: tuple[str, ...] = ()) 
 def _partitioning(
     plan: WritePlan, rows: DataFrame, count: int, low: object, high: object
 ) -> tuple[str, ...]:
-    """The partition spec of a merge table: ranges of a single integer key, so that a clustered
-    delta touches few files, else buckets of its first column (none for a small table, or a key
-    Iceberg can't bucket)."""
+    """The partition spec of a merge table (`lake/iceberg/partitions.py`)."""
     first = plan.row_key[0]
-    if isinstance(low, int) and isinstance(high, int):
-        width = choose_scheme(plan, count, low, high).size
-        return (f"truncate({width}, `{first}`)",)
-    buckets = plan.buckets or count // _BUCKET_ROWS
-    if buckets <= 1 or not isinstance(rows.schema[first].dataType, _BUCKETABLE):
-        return ()
-    return (f"bucket({buckets}, `{first}`)",)
+    return partition_spec(
+        first,
+        count,
+        (low, high) if isinstance(low, int) and isinstance(high, int) else None,
+        bucketable=bucketable(rows.schema[first].dataType),
+        buckets=plan.buckets,
+        bucket_rows=plan.bucket_rows,
+    )
 
 
 def _gone_keys(

@@ -28,6 +28,8 @@ SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE, CLASHES = (
     "__gone",
     "__clashes",
 )
+VERSIONS, KEY_CLASHES, KEY_ROWS = "__versions", "__key_clashes", "__key_rows"
+COUNTED = ("rows", "null_keys", "clashes")
 
 
 def ranked_merge(
@@ -80,10 +82,12 @@ def ranked_merge(
 
 def latest_versions(
     delta: DataFrame, plan: WritePlan, lake_rows: DataFrame | None = None
-) -> tuple[DataFrame, Observation]:
+) -> DataFrame:
     """Each key's latest version in `delta` (and `lake_rows`, which lose a tie), with `DELETED`
-    saying whether its delete column deletes its key; `rows` (of the delta), `null_keys` and
-    `clashes` are observed.
+    saying whether its delete column deletes its key, and its key's counts (`VERSIONS` of the
+    delta's rows, `KEY_CLASHES`) for `version_counts`, which reads them once the winners are
+    kept (an observation of a frame kept with `localCheckpoint` never reaches a Spark Connect
+    client).
 
     For a merge that matches the delta with the lake row by row (an Iceberg `MERGE INTO`, which
     takes at most one version of a key), and for a table whose rows are matched again under a
@@ -91,45 +95,62 @@ def latest_versions(
     """
     data_columns = list(delta.columns)
     key = [F.col(f"`{c}`") for c in plan.row_key]
-    null_key = F.lit(False)
-    for column in key:
-        null_key = null_key | column.isNull()
     from_delta = F.col(SOURCE) == 1
     rows = delta.withColumn(SOURCE, F.lit(1))
     if lake_rows is not None:
         rows = rows.unionByName(lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True)
     hashed = rows.withColumn(HASH, row_hash(data_columns))
-    in_order = W.partitionBy(*key).orderBy(*precedence(plan))
-    ranked = hashed.withColumn(RANK, F.row_number().over(in_order)).withColumn(
-        CLASHES, F.lit(0) if plan.key_enforced else _clashes(plan, in_order)
-    )
-    counts = Observation("versions")
-    ranked = ranked.observe(
-        counts,
-        F.count_if(from_delta).alias("rows"),
-        F.count_if(from_delta & null_key).alias("null_keys"),
-        F.sum(F.col(CLASHES)).alias("clashes"),
+    by_key = W.partitionBy(*key)
+    in_order = by_key.orderBy(*precedence(plan))
+    ranked = (
+        hashed.withColumn(RANK, F.row_number().over(in_order))
+        .withColumn(CLASHES, F.lit(0) if plan.key_enforced else _clashes(plan, in_order))
+        .withColumn(VERSIONS, F.sum(from_delta.cast("long")).over(by_key))
+        .withColumn(KEY_CLASHES, F.sum(F.col(CLASHES)).over(by_key))
     )
     winners = ranked.where(F.col(RANK) == 1).withColumn(
         DELETED, soft_deleted(ranked, plan.delete_column)
     )
-    return winners.select(*[F.col(f"`{c}`") for c in data_columns], DELETED), counts
+    return winners.select(*[F.col(f"`{c}`") for c in data_columns], DELETED, VERSIONS, KEY_CLASHES)
 
 
-def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, Observation]:
-    """`merged`, observed for keys that more than one written row has (`primary_key_unique`).
+def version_counts(winners: DataFrame, plan: WritePlan) -> dict[str, int]:
+    """The delta's `rows`, those with a NULL key (`null_keys`), and `clashes`, summed over the
+    winners `latest_versions` chose (a key's NULL makes its winner's whole key NULL-keyed)."""
+    null_key = F.lit(False)
+    for column in plan.row_key:
+        null_key = null_key | F.col(f"`{column}`").isNull()
+    row = winners.agg(
+        F.sum(VERSIONS).alias("rows"),
+        F.sum(F.when(null_key, F.col(VERSIONS))).alias("null_keys"),
+        F.sum(KEY_CLASHES).alias("clashes"),
+    ).first()
+    return {name: int(row[name] or 0) if row is not None else 0 for name in COUNTED}
+
+
+def with_key_rows(merged: DataFrame, plan: WritePlan) -> DataFrame:
+    """`merged`, each row with how many written rows share its key (`KEY_ROWS`).
 
     The rows are clustered by bucket (if they have one) and sorted by key already (the ranking's
-    window), so the count rides on the write: no pass over the files once they are written.
+    window), so the count needs no pass of its own.
     """
     buckets = [F.col(BUCKET)] if BUCKET in merged.columns else []
     by_key = W.partitionBy(*buckets, *[F.col(f"`{c}`") for c in plan.row_key])
-    counted = merged.withColumn(RANK, F.count(F.lit(1)).over(by_key))
+    return merged.withColumn(KEY_ROWS, F.count(F.lit(1)).over(by_key))
+
+
+def duplicate_keys() -> Column:
+    """Keys more than one row of a `with_key_rows` frame has: each of a key's n rows adds 1/n."""
+    share = F.when(F.col(KEY_ROWS) > 1, F.lit(1.0) / F.col(KEY_ROWS)).otherwise(F.lit(0.0))
+    return F.round(F.sum(share)).alias("duplicate_keys")
+
+
+def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, Observation]:
+    """`merged`, observed for keys that more than one written row has (`primary_key_unique`):
+    the count rides on the write, with no pass over the files once they are written."""
     duplicates = Observation("keys")
-    # Each of a key's n rows adds 1/n: the sum is the number of keys written more than once.
-    share = F.when(F.col(RANK) > 1, F.lit(1.0) / F.col(RANK)).otherwise(F.lit(0.0))
-    observed = counted.observe(duplicates, F.round(F.sum(share)).alias("duplicate_keys"))
-    return observed.drop(RANK), duplicates
+    observed = with_key_rows(merged, plan).observe(duplicates, duplicate_keys())
+    return observed.drop(KEY_ROWS), duplicates
 
 
 def patched_merge(

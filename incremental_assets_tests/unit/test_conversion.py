@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import types as T
 
 from incremental_assets.config import LakeSpec, TableSpec, project_from_mapping
 from incremental_assets.conversion import convert_to_iceberg, iceberg_partitioning
@@ -53,23 +54,32 @@ def merge_facts(groups: list[str], key: list[str] | None) -> LakeFacts:
     return LakeFacts(
         uri="/lake/orders",
         files=tuple(DataFile(f"part-{g}.parquet", g) for g in groups),
+        schema=T.StructType([T.StructField("id", T.LongType())]),
         key=None if key is None else {"columns": key},
         layout="merge",
     )
 
 
+RANGES = [f"rp{i:012d}w100000" for i in range(100)]  # keys 0 to 9,999,999 in 100 ranges
+HASHED = [f"h{i:05d}of00064" for i in range(64)]
+
+
 @pytest.mark.parametrize(
-    ("groups", "key", "buckets", "expected"),
+    ("groups", "key", "rows", "buckets", "expected"),
     [
-        (["rp000000000000w1000", "rp000000000001w1000"], ["id"], None, ("truncate(1000, `id`)",)),
-        (["h00000of00008", "h00001of00008"], ["id"], 8, ("bucket(8, `id`)",)),
-        (["h00000of00008"], ["id"], None, ()),  # the next full refresh sizes them
-        (["h00000of00001"], ["id"], 1, ()),
-        (["b000001"], ["id"], 8, ()),  # an append table's batches aren't buckets
-        (["rp000000000000w1000"], None, None, ()),
+        (RANGES, ["id"], 10_000_000, None, ("truncate(2000000, `id`)",)),
+        (RANGES, ["id"], 1_000_000, None, ()),  # under two partitions' rows
+        (HASHED, ["id"], 10_000_000, None, ("bucket(5, `id`)",)),
+        (HASHED, ["id"], 1_000_000, 8, ("bucket(8, `id`)",)),  # the table's own setting
+        (["b000001"], ["id"], 10_000_000, 8, ()),  # an append table's batches aren't buckets
+        (RANGES, None, 10_000_000, None, ()),
     ],
 )
-def test_a_merge_tables_buckets_become_partitions_on_its_first_key_column(
-    groups: list[str], key: list[str] | None, buckets: int | None, expected: tuple[str, ...]
+def test_a_merge_tables_partitions_are_what_a_first_load_of_its_rows_would_choose(
+    groups: list[str],
+    key: list[str] | None,
+    rows: int,
+    buckets: int | None,
+    expected: tuple[str, ...],
 ) -> None:
-    assert iceberg_partitioning(merge_facts(groups, key), buckets) == expected
+    assert iceberg_partitioning(merge_facts(groups, key), rows, buckets) == expected

@@ -1,11 +1,17 @@
 """`TableSettings`: the properties an Iceberg table is made with, and the ones an existing table
-is brought to when the configuration changes (`IcebergCommit.conform`)."""
+is brought to when the configuration changes (`IcebergCommit.conform`); `partition_spec`: how a
+merge table is partitioned by its key."""
 
 from __future__ import annotations
 
 import pytest
 
 from incremental_assets.lake.iceberg.commits import MERGE_MODES, TableSettings
+from incremental_assets.lake.iceberg.partitions import (
+    PARTITION_ROWS,
+    consistent_with,
+    partition_spec,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,3 +48,55 @@ def test_an_existing_table_gets_only_the_changed_properties_and_its_version_only
         "write.parquet.compression-codec": "snappy",
     }
     assert TableSettings.of("zstd", True).changes_to(held, 3) == {}  # v3 stays v3
+
+
+@pytest.mark.parametrize(
+    ("rows", "key_range", "settings", "expected"),
+    [
+        (1_000_000, (1, 1_000_000), {}, ()),  # one partition's rows: not partitioned
+        (10_000_000, (1, 10_000_000), {}, ("truncate(2000000, `id`)",)),
+        (10_000_000, (1, 20_000_000), {}, ("truncate(4000000, `id`)",)),  # sparse keys
+        (1_000_000, (1, 1_000_000), {"bucket_rows": 100_000}, ("truncate(100000, `id`)",)),
+        (10_000_000, None, {}, ("bucket(5, `id`)",)),
+        (1_000_000, None, {}, ()),
+        (1_000_000, None, {"buckets": 8}, ("bucket(8, `id`)",)),
+        (10_000_000, None, {"bucketable": False}, ()),  # a key `bucket` can't take
+    ],
+)
+def test_a_partition_holds_about_partition_rows_rows_unless_the_table_says(
+    rows: int,
+    key_range: tuple[int, int] | None,
+    settings: dict[str, object],
+    expected: tuple[str, ...],
+) -> None:
+    options = {"bucketable": True, **settings}
+
+    assert partition_spec("id", rows, key_range, **options) == expected  # type: ignore[arg-type]
+
+
+def test_partitions_are_coarse_enough_that_a_uniform_merge_touches_few() -> None:
+    """A uniform merge touches every partition: at 20M rows, 10 partitions, not 64."""
+    assert PARTITION_ROWS >= 1_000_000
+    assert partition_spec("id", 20_000_000, None, bucketable=True) == ("bucket(10, `id`)",)
+
+
+@pytest.mark.parametrize(
+    ("spec", "before", "expected"),
+    [
+        (("truncate(6, `id`)",), ("truncate(4, `id`)",), ("truncate(4, `id`)",)),
+        (("bucket(8, `id`)",), ("truncate(4, `id`)", "bucket(5, `id`)"), ("bucket(5, `id`)",)),
+        (("truncate(6, `id`)",), ("truncate(4, `k`)",), ("truncate(6, `id`)",)),  # another column
+        (
+            ("truncate(6, `id`)",),
+            ("truncate(4, `id`)", "truncate(9, `id`)"),
+            ("truncate(4, `id`)",),
+        ),
+        ((), ("truncate(4, `id`)",), ()),
+    ],
+)
+def test_a_replaced_table_keeps_each_partition_fields_parameter(
+    spec: tuple[str, ...], before: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    """Iceberg names a field after its column and transform: two widths under one name break
+    every merge-on-read MERGE INTO (test_regressions.py)."""
+    assert consistent_with(spec, before) == expected

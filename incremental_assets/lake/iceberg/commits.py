@@ -42,6 +42,7 @@ from incremental_assets.lake.iceberg.records import (
     made_by,
     our_branches,
 )
+from incremental_assets.lake.iceberg.partitions import consistent_with
 from incremental_assets.lake.iceberg.schema import promotable
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.pause_points import pause_point
@@ -247,9 +248,16 @@ class IcebergCommit:
 
     def replace(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
         """The table made `frame`'s rows in one snapshot: created, or replaced in place (the
-        table keeps its identity and its older snapshots, readable as they were)."""
+        table keeps its identity and its older snapshots, readable as they were, and the
+        parameters of the partition fields it had: `partitions.consistent_with`)."""
         if self.facts.misplaced is not None:
             self.lake.forget()  # the lake's own catalog only; elsewhere it refuses
+        else:
+            state = self._state()
+            before = state.partitioned_before if state is not None else ()
+            settings = replace(
+                settings, partitioning=consistent_with(settings.partitioning, before)
+            )
         self._replace_table(frame, settings, self.summary)
         self.landed = True
         head = self._head()

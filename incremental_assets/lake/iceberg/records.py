@@ -67,6 +67,9 @@ class TableState:
     refs: Mapping[str, int] = field(default_factory=dict)  # branches and tags: their snapshot
     schema: Mapping[str, Any] | None = None  # the current schema, as the metadata file has it
     partitioning: tuple[str, ...] = ()  # the default partition spec, as Spark SQL spells it
+    # Every spec's fields, the newest first: a spec reuses a field's name, so a new spec keeps
+    # an old field's parameters (`partitions.consistent_with`).
+    partitioned_before: tuple[str, ...] = ()
     format_version: int = 2
 
     @property
@@ -99,6 +102,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
     current = metadata.get("current-snapshot-id")
     schemas = {s.get("schema-id"): s for s in metadata.get("schemas") or []}
     schema = schemas.get(metadata.get("current-schema-id"))
+    partitioning, partitioned_before = _partitioning(metadata, schema)
     return TableState(
         table_uuid=str(metadata["table-uuid"]),
         location=str(metadata["location"]),
@@ -108,16 +112,26 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
         properties={str(k): str(v) for k, v in (metadata.get("properties") or {}).items()},
         refs={str(k): int(v["snapshot-id"]) for k, v in (metadata.get("refs") or {}).items()},
         schema=schema,
-        partitioning=_partitioning(metadata, schema),
+        partitioning=partitioning,
+        partitioned_before=partitioned_before,
         format_version=int(metadata.get("format-version", 1)),
     )
 
 
-def _partitioning(metadata: Mapping[str, Any], schema: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The default partition spec's fields as Spark SQL transforms (`truncate(1000, `id`)`)."""
+def _partitioning(
+    metadata: Mapping[str, Any], schema: Mapping[str, Any] | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The default partition spec's fields, and every spec's, as Spark SQL transforms
+    (`truncate(1000, `id`)`), the default spec's first."""
     specs = {s.get("spec-id"): s for s in metadata.get("partition-specs") or []}
-    spec = specs.get(metadata.get("default-spec-id"), {})
+    default = specs.pop(metadata.get("default-spec-id"), {})
     names = {f["id"]: f["name"] for f in (schema or {}).get("fields", [])}
+    current = tuple(_transforms(default, names))
+    older = [t for spec in reversed(list(specs.values())) for t in _transforms(spec, names)]
+    return current, tuple(dict.fromkeys([*current, *older]))
+
+
+def _transforms(spec: Mapping[str, Any], names: Mapping[int, str]) -> list[str]:
     found = []
     for part in spec.get("fields", []):
         column = f"`{names.get(part['source-id'], part['name'])}`"
@@ -129,7 +143,7 @@ def _partitioning(metadata: Mapping[str, Any], schema: Mapping[str, Any] | None)
             found.append(f"{kind}({width}, {column})")
         elif transform != "void":  # year, month, day, hour
             found.append(f"{transform}s({column})")
-    return tuple(found)
+    return found
 
 
 def head_snapshot(state: TableState) -> SnapshotInfo | None:

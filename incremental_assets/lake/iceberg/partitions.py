@@ -1,0 +1,84 @@
+"""How an Iceberg merge table is partitioned by its key, chosen when the table is written whole
+(a first load, a full refresh, a key change, a conversion).
+
+A partition holds about `PARTITION_ROWS` rows: enough that a uniform merge, which touches every
+partition, writes few delete files and few small data files, while a clustered one (recent keys)
+reads and writes only the partitions its keys are in. Within a partition Iceberg sizes the files
+itself and prunes them by their key ranges. A single integer key is partitioned in ranges
+(`truncate`), so that recent keys stay together; any other key in hash buckets of its first
+column (`bucket`). A table of fewer than two partitions' rows isn't partitioned.
+
+A table replaced whole keeps the width (or bucket count) it was partitioned by before: Iceberg
+names a partition field after its column and transform (`id_trunc`), and a merge-on-read
+`MERGE INTO` fails on a table with two specs that give one name two meanings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pyspark.sql import types as T
+
+PARTITION_ROWS = 2_000_000
+# Key types Iceberg's `bucket` transform takes.
+_BUCKETABLE = (
+    T.IntegerType,
+    T.LongType,
+    T.DecimalType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+    T.StringType,
+    T.BinaryType,
+)
+
+
+_PARAMETRIZED = re.compile(r"^(bucket|truncate)\((\d+), (.+)\)$")
+
+
+def bucketable(column_type: T.DataType) -> bool:
+    return isinstance(column_type, _BUCKETABLE)
+
+
+def partition_spec(
+    column: str,
+    rows: int,
+    key_range: tuple[int, int] | None,
+    *,
+    bucketable: bool,
+    buckets: int | None = None,
+    bucket_rows: int | None = None,
+) -> tuple[str, ...]:
+    """The partition transforms, as Spark SQL spells them, for a table of `rows` rows whose key's
+    first `column` spans `key_range` (a single integer key) or is hashed.
+
+    `bucket_rows` (rows a range holds) and `buckets` (hash buckets) are the table's settings; a
+    setting the user gave is followed even for a small table.
+    """
+    per = bucket_rows or PARTITION_ROWS
+    if key_range is not None:
+        if bucket_rows is None and rows < 2 * per:
+            return ()
+        low, high = key_range
+        width = max(1, -(-(high - low + 1) * per // max(rows, 1)))
+        return (f"truncate({width}, `{column}`)",)
+    count = buckets or rows // per
+    if count <= 1 or not bucketable:
+        return ()
+    return (f"bucket({count}, `{column}`)",)
+
+
+def consistent_with(spec: tuple[str, ...], before: Iterable[str]) -> tuple[str, ...]:
+    """`spec`, each bucket or truncate field of which takes the parameter the table's newest
+    earlier field of the same transform and column had, if it had one."""
+    earlier: dict[tuple[str, str], str] = {}
+    for field in before:
+        match = _PARAMETRIZED.match(field)
+        if match is not None:
+            earlier.setdefault((match[1], match[3]), field)
+    kept = []
+    for field in spec:
+        match = _PARAMETRIZED.match(field)
+        kept.append(field if match is None else earlier.get((match[1], match[3]), field))
+    return tuple(kept)
