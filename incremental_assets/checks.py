@@ -1,5 +1,9 @@
 """Asset checks that run with every materialization and show on the asset's page.
 
+* `next_run_reads_from` (tables with a cursor): the cursor the next run reads from, as the stored
+  state says (`state.CursorInForce`): every run records it, and so does `cursor set|reset`, so
+  the page shows a hand-set cursor before any run. It always passes: it shows, it doesn't judge.
+
 * `primary_key_unique` (merge): no key appears twice. A key always lands in the same bucket, so
   checking the bucket files a run wrote covers the whole table. With a materialization it checks
   what that run wrote, and is not run (Dagster shows it skipped, the materialization's metadata
@@ -18,6 +22,17 @@
 A check that raises (the source is unreachable while counting, say) records a failed result
 carrying the message: the lake is already committed, so the materialization must still be
 recorded.
+
+`primary_key_unique` is blocking (`KEY_UNIQUE_BLOCKING`): when it fails, Dagster fails the
+asset's step after recording the materialization and its checks, so assets downstream of the
+table in the same run don't run on keys held twice.
+
+A run that fails before it commits evaluates no check. Dagster 1.13 shows every check a failed
+run planned and never evaluated as "Execution failed", whichever step failed (it resolves a
+planned check by its run's status), so each check carries `AFTER_FAILED_RUN`: the project's
+checks sensor then runs them alone, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing
+but the cursor in force: Dagster shows them skipped, and the last real verdict stays the one of
+the last materialization.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
+from incremental_assets.translator import NEXT_RUN_CHECK
 from incremental_assets.window import Window
 from incremental_assets.writers.versions import soft_deleted
 
@@ -45,38 +61,47 @@ KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"
 FRESHNESS = "freshness"
 COUNTS = "row_counts_match_source"
+NEXT_RUN = NEXT_RUN_CHECK
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 # The severity of a failed check; cursor_not_backwards only warns after a full refresh.
-SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: WARN}
+SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: WARN, NEXT_RUN: WARN}
+# Whether a failed primary_key_unique keeps the assets downstream of the table from running in the
+# same run. Until the table's `checks:` settings carry it, every merge table's check blocks.
+KEY_UNIQUE_BLOCKING = True
+# A check whose last execution failed (its run failed before evaluating it) is run again alone,
+# once, by the project's checks sensor; see the module's docstring.
+AFTER_FAILED_RUN = (
+    dg.AutomationCondition.execution_failed().newly_true() & ~dg.AutomationCondition.in_progress()
+).with_label("marked skipped after a run that failed before evaluating it")
+# The tag of the runs the checks sensor starts.
+CHECKS_AFTER_FAILED_RUN = "incremental_assets/checks_after_failed_run"
 
 
 def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
-    specs = [
-        dg.AssetCheckSpec(
-            CURSOR_FORWARD, asset=key, description="The cursor never moves backwards."
+    described = {CURSOR_FORWARD: "The cursor never moves backwards."}
+    if table.cursor is not None:
+        described[NEXT_RUN] = (
+            "The cursor the next run reads from: the last run's, or one set by hand since "
+            "(incremental-assets cursor set|reset). It shows; it never fails."
         )
-    ]
     if table.mode is Mode.MERGE:
-        specs.append(
-            dg.AssetCheckSpec(
-                KEY_UNIQUE, asset=key, description="One row per primary key in the lake."
-            )
-        )
+        described[KEY_UNIQUE] = "One row per primary key in the lake."
     if table.freshness is not None:
-        specs.append(
-            dg.AssetCheckSpec(
-                FRESHNESS, asset=key, description=f"The cursor is at most {table.freshness} old."
-            )
-        )
+        described[FRESHNESS] = f"The cursor is at most {table.freshness} old."
     if table.reconcile_tolerance is not None:
-        specs.append(
-            dg.AssetCheckSpec(
-                COUNTS,
-                asset=key,
-                description=f"Source and lake row counts differ by at most {table.reconcile_tolerance:.2%}.",
-            )
+        described[COUNTS] = (
+            f"Source and lake row counts differ by at most {table.reconcile_tolerance:.2%}."
         )
-    return specs
+    return [
+        dg.AssetCheckSpec(
+            name,
+            asset=key,
+            description=description,
+            blocking=name == KEY_UNIQUE and KEY_UNIQUE_BLOCKING,
+            automation_condition=AFTER_FAILED_RUN,
+        )
+        for name, description in described.items()
+    ]
 
 
 def evaluate_checks(

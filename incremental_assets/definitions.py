@@ -1,4 +1,5 @@
-"""Wiring: the configuration file -> assets, the all-tables job, schedules and the Spark resource.
+"""Wiring: the configuration file -> assets (each table's, and the source tables they read, once
+each), the all-tables job, schedules, sensors and the Spark resource.
 
 A table whose settings are wrong doesn't take the others down: it becomes an asset whose every
 run fails at once with the configuration's message, and the rest load. Under `dg check defs`
@@ -17,7 +18,7 @@ from incremental_assets.errors import ConfigError, IncrementalAssetsError
 from incremental_assets.factory import TableRunConfig, build_table_asset, failing_cleanly
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
-from incremental_assets.sensors import build_sensors
+from incremental_assets.sensors import build_checks_sensor, build_sensors
 from incremental_assets.translator import (
     ALL_TABLES_JOB,
     IncrementalAssetsTranslator,
@@ -54,15 +55,29 @@ def build_definitions(
         selection=dg.AssetSelection.assets(*assets),
         description="Materialize every configured table, sharing one Spark session.",
     )
+    sensors = build_sensors(project, translator)
+    checked = [key for asset in assets for key in asset.check_keys]
+    if checked:
+        sensors.append(build_checks_sensor(translator.checks_sensor_name, checked))
     return dg.Definitions(
-        assets=assets,
+        assets=[*assets, *source_specs(project, translator)],
         jobs=[all_tables],
         schedules=build_schedules(project, translator),
-        sensors=build_sensors(project, translator),
+        sensors=sensors,
         resources={"spark": spark or IncrementalSparkResource.from_spec(project.spark)},
         # One process per run: Spark's JVM starts once and serves every table.
         executor=dg.in_process_executor,
     )
+
+
+def source_specs(project: Project, translator: IncrementalAssetsTranslator) -> list[dg.AssetSpec]:
+    """The source tables' assets, upstream of the tables: one per key, however many tables read
+    it (the first table's spec)."""
+    specs: dict[dg.AssetKey, dg.AssetSpec] = {}
+    for table in project.tables:
+        spec = translator.get_source_asset_spec(table)
+        specs.setdefault(spec.key, spec)
+    return list(specs.values())
 
 
 def build_invalid_table_asset(

@@ -3,6 +3,10 @@
 The asset takes the table's lake lock, reads the stored state, runs the load and yields the
 materialization *while still holding the lock*: Dagster stores the event before the generator
 resumes, so a second run that was waiting for the lock always sees the first run's cursor.
+
+Its checks are evaluated with the materialization, from what the run recorded. Run without the
+table (*Execute* on a check, the key audit's schedule, the checks sensor after a failed run),
+they examine the table as it is, or nothing (`checks.py` says which).
 """
 
 import os
@@ -25,15 +29,15 @@ from incremental_assets.errors import (
     InstanceError,
     TableProblem,
 )
-from incremental_assets.lake import open_lake
+from incremental_assets.lake import LakeTable, open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
-from incremental_assets.metadata import metadata_for
+from incremental_assets.metadata import TableMetadata, metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.progress import spark_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
-from incremental_assets.state import read_stored_state
+from incremental_assets.state import CursorInForce, read_state_records, read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 ALLOW_TEMPORARY_INSTANCE = "INCREMENTAL_ASSETS_ALLOW_TEMPORARY_INSTANCE"
@@ -77,10 +81,7 @@ def build_table_asset(
         with failing_cleanly():
             ensure_persistent_instance(context.instance, table.name)
             if spec.key not in context.selected_asset_keys:
-                with lake.lock(
-                    table.name, f"check by run {context.run_id}", project.lake.lock_timeout
-                ):
-                    yield from checks.audit(lambda: spark.spark_session, table, lake, selected)
+                yield from _checks_alone(context, project, table, lake, spark, spec.key, selected)
                 return
             with lake.lock(table.name, f"run {context.run_id}", project.lake.lock_timeout):
                 stored = read_stored_state(context.instance, spec.key)
@@ -113,13 +114,40 @@ def build_table_asset(
                 )
                 if skipped:
                     context.log.info(f"{table.name}: {skipped}")
+                metadata = metadata_for(result, checks_not_run=skipped)
+                if checks.NEXT_RUN in selected:
+                    recorded = TableMetadata.extract(metadata)
+                    check_results.append(CursorInForce.after_run(recorded, context.run_id).result())
                 yield dg.MaterializeResult(
-                    asset_key=spec.key,
-                    metadata=metadata_for(result, checks_not_run=skipped),
-                    check_results=check_results,
+                    asset_key=spec.key, metadata=metadata, check_results=check_results
                 )
 
     return load_table
+
+
+def _checks_alone(
+    context: dg.AssetExecutionContext,
+    project: Project,
+    table: TableSpec,
+    lake: LakeTable,
+    spark: IncrementalSparkResource,
+    key: dg.AssetKey,
+    selected: set[str],
+) -> Iterator[dg.AssetCheckResult]:
+    """The checks of a run that doesn't load the table: the cursor in force, then (unless the
+    checks sensor started the run after a failed one) `primary_key_unique` over every file."""
+    if checks.NEXT_RUN in selected:
+        yield CursorInForce.of(read_state_records(context.instance, key)).result()
+    if context.run.tags.get(checks.CHECKS_AFTER_FAILED_RUN):
+        context.log.info(
+            f"{table.name}: the run before failed without evaluating its checks; nothing new "
+            "was committed for them to examine, so they are skipped"
+        )
+        return
+    if checks.KEY_UNIQUE not in selected:
+        return
+    with lake.lock(table.name, f"check by run {context.run_id}", project.lake.lock_timeout):
+        yield from checks.audit(lambda: spark.spark_session, table, lake, selected)
 
 
 def _load(

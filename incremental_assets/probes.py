@@ -1,14 +1,17 @@
 """Cheap "is there anything new?" probes for sensors: plain DB-API and file listings, no JVM.
 
-Each probe returns a short description of what is new (the newest cursor value a run would load,
-the newest file a run would read), or None when a run would find nothing past the stored state.
-The probes apply the same limits as a run (`safety_lag`, `future_tolerance`, the transaction
-cap), so rows a run would hold back don't ask for a run that can't load them.
+Each probe says what is new (the newest cursor value a run would load, the newest file a run
+would read), or None when a run would find nothing past the stored state, and what it saw of the
+source: its newest cursor value (or file), and what a run would read now. The probes apply the
+same limits as a run (`safety_lag`, `future_tolerance`, the transaction cap), so rows a run would
+hold back don't ask for a run that can't load them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
@@ -19,18 +22,47 @@ from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.database import Connection, Database, described, fetch_row
-from incremental_assets.sources.freeze_sql import newest_loadable, relation_of
+from incremental_assets.sources.freeze_sql import freeze, newest_loadable, relation_of
 from incremental_assets.sources.listing import source_files
 
 
-def probe_source(table: TableSpec, stored: StoredState, last_run: datetime | None) -> str | None:
-    """What a run would load now, or None. `last_run`: when the last run that read files began."""
+@dataclass(frozen=True)
+class Probe:
+    """What a tick found at the source."""
+
+    # What a run would load now, for the run key (`30`, `changes:12`, `3 files, newest ...`), or
+    # None: a run would find nothing past the stored state.
+    new: str | None
+    # The source's newest cursor value a run could record now (the stored one when nothing is
+    # past it), as exact text; for files, the newest file's modification time. None: a table
+    # without a cursor, or nothing loadable.
+    newest: str | None = None
+    # Rows (a database) or files a run would read now; None when not counted.
+    waiting: int | None = None
+
+
+NOTHING = Probe(None)
+# Whether the rows a run would read are worth counting, given the newest cursor value: counting
+# them costs another scan of the rows past the stored cursor, so a sensor asks only when what it
+# last recorded has changed.
+CountWhen = Callable[[str | None], bool]
+
+
+def probe_source(
+    table: TableSpec,
+    stored: StoredState,
+    last_run: datetime | None,
+    count_when: CountWhen = lambda _: False,
+) -> Probe:
+    """What a run would load now. `last_run`: when the last run that read files began."""
     if isinstance(table.source, FilesSourceSpec):
         return _probe_files(table, table.source, last_run)
-    return _probe_database(table, table.source, stored)
+    return _probe_database(table, table.source, stored, count_when)
 
 
-def _probe_database(table: TableSpec, source: JdbcSourceSpec, stored: StoredState) -> str | None:
+def _probe_database(
+    table: TableSpec, source: JdbcSourceSpec, stored: StoredState, count_when: CountWhen
+) -> Probe:
     database = database_of(source)
     try:
         conn = database.connect(source)
@@ -39,8 +71,8 @@ def _probe_database(table: TableSpec, source: JdbcSourceSpec, stored: StoredStat
         raise _probe_error(table, source, exc, fix) from None
     try:
         if table.cursor is None:
-            return _table_changes(conn, database, table, stored)
-        return _newest_cursor(conn, database, table, stored)
+            return Probe(_table_changes(conn, database, table, stored))
+        return _newest_cursor(conn, database, table, stored, count_when)
     except database.driver_errors as exc:
         fix = f"fix `table:`, `query:` or `cursor:` of table '{table.name}'"
         raise _probe_error(table, source, exc, fix) from None
@@ -63,12 +95,18 @@ def _probe_error(
 
 
 def _newest_cursor(
-    conn: Connection, database: Database, table: TableSpec, stored: StoredState
-) -> str | None:
+    conn: Connection,
+    database: Database,
+    table: TableSpec,
+    stored: StoredState,
+    count_when: CountWhen,
+) -> Probe:
     """The newest cursor value past the stored one that a run would load now.
 
     The same statements as a run's freeze (`sources/freeze_sql.py`), so rows a run would hold
     back don't ask for a run, and what a run would refuse fails the tick with the same message.
+    When `count_when` says so, the rows a run would read now are counted by the run's own bounds
+    query.
     """
     assert table.cursor is not None
     relation = relation_of(table)
@@ -84,8 +122,11 @@ def _newest_cursor(
         timezone=table.timezone,
         limits=time_limits(table, kind),
     )
-    newest = newest_loadable(table, database, request, lambda sql: fetch_row(conn, sql))
-    return None if newest is None or newest == previous else format_cursor(kind, newest)
+    run = lambda sql: fetch_row(conn, sql)  # noqa: E731
+    newest = newest_loadable(table, database, request, run)
+    text = None if newest is None else format_cursor(kind, newest)
+    waiting = freeze(table, database, request, run).rows if count_when(text) else None
+    return Probe(None if newest is None or newest == previous else text, text, waiting)
 
 
 def _column_type(
@@ -127,9 +168,7 @@ def _table_changes(
     return f"changes:{row['changes']}" if row["settled"] else None
 
 
-def _probe_files(
-    table: TableSpec, source: FilesSourceSpec, last_run: datetime | None
-) -> str | None:
+def _probe_files(table: TableSpec, source: FilesSourceSpec, last_run: datetime | None) -> Probe:
     """Files modified since the last run began (or, with `safety_lag`, that have aged past it since).
 
     With a lag, the rows of a file are assumed to be dated no later than the file was written, so
@@ -138,13 +177,19 @@ def _probe_files(
     lag_ns = (table.safety_lag or timedelta(0)) // timedelta(microseconds=1) * 1000
     since_ns = None if last_run is None else int(last_run.timestamp() * 1e9)
     now_ns = time.time_ns()
+    modified = [info.mtime_ns or 0 for info in source_files(source, table.table or "")]
     ready = [
-        info.mtime_ns or 0
-        for info in source_files(source, table.table or "")
-        if (since_ns is None or (info.mtime_ns or 0) + lag_ns > since_ns)
-        and (info.mtime_ns or 0) + lag_ns <= now_ns
+        mtime
+        for mtime in modified
+        if (since_ns is None or mtime + lag_ns > since_ns) and mtime + lag_ns <= now_ns
     ]
+    newest = _modified_text(max(modified)) if modified else None
     if not ready:
-        return None
-    newest = datetime.fromtimestamp(max(ready) / 1e9, UTC).isoformat(timespec="microseconds")
-    return f"{len(ready)} files, newest modified {newest}"
+        return Probe(None, newest, 0)
+    return Probe(
+        f"{len(ready)} files, newest modified {_modified_text(max(ready))}", newest, len(ready)
+    )
+
+
+def _modified_text(mtime_ns: int) -> str:
+    return datetime.fromtimestamp(mtime_ns / 1e9, UTC).isoformat(timespec="microseconds")

@@ -7,19 +7,32 @@ a tick that sees the same new rows again doesn't launch a second run, and a run 
 move the cursor (rows held back) doesn't make the next tick ask again, while a run that did move
 it makes new rows ask for a new run. A probe that fails fails the tick. Sensors are stopped unless
 the table's config says `sensor: true` or `sensor: {interval: ...}`.
+
+A tick also records what it saw of the source as an observation of the table's source asset (its
+newest cursor, the lake's, what a run would read now, how far behind the lake is), when that
+changed since the table's last one, so the UI shows how far behind each table is.
+
+The checks sensor (`build_checks_sensor`) runs a table's checks alone after a run that failed
+before evaluating them, so that Dagster shows them skipped, not "Execution failed" (`checks.py`).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from typing import Any
 
 import dagster as dg
 
+from incremental_assets.checks import CHECKS_AFTER_FAILED_RUN
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
-from incremental_assets.probes import probe_source
+from incremental_assets.cursor import parse_cursor
+from incremental_assets.probes import Probe, probe_source
+from incremental_assets.results import StoredState
 from incremental_assets.state import (
     StateRecords,
     last_incremental_materialization,
+    newest_record,
     read_state_records,
     record_of,
 )
@@ -29,9 +42,19 @@ from incremental_assets.translator import (
     sensor_name_of,
 )
 
-__all__ = ["AUTOMATION_SENSOR", "build_sensors", "evaluate", "run_key_for"]
+__all__ = ["AUTOMATION_SENSOR", "build_checks_sensor", "build_sensors", "evaluate", "run_key_for"]
 # The tag Dagster puts on every run a sensor requests.
 SENSOR_NAME_TAG = "dagster/sensor_name"
+# The source asset's observation: the table whose sensor saw it, the source's newest cursor (or
+# newest file), the cursor the table's next run reads from, what a run would read now, and how
+# far the lake is behind (a time cursor). To move into metadata.py.
+OBSERVED_FOR = "table"
+NEWEST_CURSOR = "newest_cursor"
+NEWEST_FILE = "newest_file_modified"
+LAKE_CURSOR = "lake_cursor"
+ROWS_WAITING = "rows_waiting"
+FILES_WAITING = "files_waiting"
+BEHIND_SECONDS = "behind_seconds"
 
 
 def build_sensors(
@@ -39,13 +62,31 @@ def build_sensors(
 ) -> list[dg.SensorDefinition]:
     specs = {table.name: translator.get_asset_spec(table) for table in project.tables}
     sensors = [
-        _sensor_for(table, specs[table.name].key, translator.sensor_name(table))
+        _sensor_for(
+            table,
+            specs[table.name].key,
+            translator.sensor_name(table),
+            translator.source_asset_key(table),
+        )
         for table in project.tables
     ]
     automated = [spec.key for spec in specs.values() if spec.automation_condition is not None]
     if not automated:
         return sensors
     return [*sensors, _automation_sensor(translator.automation_sensor_name, automated)]
+
+
+def build_checks_sensor(name: str, checks: Sequence[dg.AssetCheckKey]) -> dg.SensorDefinition:
+    """Evaluates the checks' `AFTER_FAILED_RUN` condition, running from the start: a check a
+    failed run left unevaluated is run again alone, once, and records nothing (`checks.py`)."""
+    return dg.AutomationConditionSensorDefinition(
+        name,
+        target=dg.AssetSelection.checks(*checks),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        run_tags={CHECKS_AFTER_FAILED_RUN: "true"},
+        description="Marks skipped the checks of a run that failed before evaluating them, "
+        'which Dagster would otherwise show as "Execution failed".',
+    )
 
 
 def _automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.SensorDefinition:
@@ -56,13 +97,15 @@ def _automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.SensorDefinitio
     """
     return dg.AutomationConditionSensorDefinition(
         name,
-        target=dg.AssetSelection.assets(*keys),
+        target=dg.AssetSelection.assets(*keys).without_checks(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Requests runs of the tables whose `automation:` condition is met.",
     )
 
 
-def _sensor_for(table: TableSpec, key: dg.AssetKey, name: str) -> dg.SensorDefinition:
+def _sensor_for(
+    table: TableSpec, key: dg.AssetKey, name: str, source_key: dg.AssetKey
+) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
         minimum_interval_seconds=max(1, int(table.sensor.interval.total_seconds())),
@@ -73,7 +116,7 @@ def _sensor_for(table: TableSpec, key: dg.AssetKey, name: str) -> dg.SensorDefin
         description=f"Requests a run of {table.name} when its source has rows past the stored cursor.",
     )
     def source_changed(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        return evaluate(context.instance, table, key, context.cursor, name)
+        return evaluate(context.instance, table, key, context.cursor, name, source_key)
 
     return source_changed
 
@@ -84,25 +127,114 @@ def evaluate(
     key: dg.AssetKey,
     last_run_key: str | None,
     sensor_name: str | None = None,
+    source_key: dg.AssetKey | None = None,
 ) -> dg.SensorResult | dg.SkipReason:
-    """One tick: a run request when the source has what a run would load, else why not."""
+    """One tick: a run request when the source has what a run would load, else why not; with
+    `source_key`, and what the probe saw changed, an observation of the source asset."""
     records = read_state_records(instance, key)
     stored = records.stored_state()
     last_run = _last_run_start(instance, key, records) if _reads_files(table) else None
-    new = probe_source(table, stored, last_run)
-    if new is None:
-        return dg.SkipReason(
-            f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
+    last_seen = _last_observation(instance, table, source_key) if source_key else None
+    probe = probe_source(
+        table, stored, last_run, lambda newest: _changed(last_seen, newest, stored.cursor)
+    )
+    observed = []
+    if source_key is not None:
+        observed = _observation(table, source_key, stored, probe, last_seen)
+    if probe.new is None:
+        why = f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
+        return (
+            dg.SensorResult(skip_reason=why, asset_events=observed)
+            if observed
+            else dg.SkipReason(why)
         )
-    run_key = run_key_for(table, records, new)
+    run_key = run_key_for(table, records, probe.new)
     failed = _failed_since(instance, sensor_name or sensor_name_of(key), records)
     if failed is not None:
         run_key += f" (again after failed run {failed})"
     if run_key == last_run_key:
-        return dg.SkipReason(f"a run was already requested for {run_key}")
+        why = f"a run was already requested for {run_key}"
+        return (
+            dg.SensorResult(skip_reason=why, asset_events=observed)
+            if observed
+            else dg.SkipReason(why)
+        )
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=run_key, asset_selection=[key])], cursor=run_key
+        run_requests=[dg.RunRequest(run_key=run_key, asset_selection=[key])],
+        cursor=run_key,
+        asset_events=observed,
     )
+
+
+def _last_observation(
+    instance: dg.DagsterInstance, table: TableSpec, source_key: dg.AssetKey
+) -> dict[str, Any]:
+    """What the table's sensor last recorded of its source ({} before its first observation).
+
+    Two tables reading one source table share its asset: each compares with its own."""
+    record = newest_record(
+        instance.fetch_observations,
+        dg.AssetRecordsFilter(asset_key=source_key),
+        lambda r: _values(r).get(OBSERVED_FOR) == table.name,
+    )
+    return _values(record) if record is not None else {}
+
+
+def _values(record: dg.EventLogRecord) -> dict[str, Any]:
+    observation = record.event_log_entry.asset_observation
+    metadata = observation.metadata if observation is not None else {}
+    return {name: value.value for name, value in metadata.items()}
+
+
+def _changed(last_seen: dict[str, Any] | None, newest: str | None, lake: str | None) -> bool:
+    """Whether the source's newest cursor, or the lake's, moved since the last observation."""
+    if last_seen is None:
+        return False
+    seen = (last_seen.get(NEWEST_CURSOR), last_seen.get(LAKE_CURSOR))
+    return not last_seen or seen != (newest or "", lake or "")
+
+
+def _observation(
+    table: TableSpec,
+    source_key: dg.AssetKey,
+    stored: StoredState,
+    probe: Probe,
+    last_seen: dict[str, Any] | None,
+) -> list[dg.AssetObservation]:
+    """The source asset's observation, when what the probe saw differs from the last one."""
+    if probe.newest is None:
+        return []
+    metadata: dict[str, Any] = {OBSERVED_FOR: table.name, LAKE_CURSOR: stored.cursor or ""}
+    if _reads_files(table):
+        metadata[NEWEST_FILE] = probe.newest
+        metadata[FILES_WAITING] = probe.waiting or 0
+        unchanged = last_seen is not None and all(
+            last_seen.get(name) == value for name, value in metadata.items()
+        )
+    else:
+        if probe.waiting is None:  # the cursors are as they were last time: nothing to record
+            return []
+        metadata[NEWEST_CURSOR] = probe.newest
+        metadata[ROWS_WAITING] = probe.waiting
+        behind = _seconds_behind(stored, probe.newest)
+        if behind is not None:
+            metadata[BEHIND_SECONDS] = behind
+        unchanged = False
+    if unchanged:
+        return []
+    return [dg.AssetObservation(asset_key=source_key, metadata=metadata)]
+
+
+def _seconds_behind(stored: StoredState, newest: str) -> float | None:
+    """How far the lake's cursor is behind the source's newest, for a date or time cursor."""
+    kind = stored.cursor_type
+    if kind is None or not kind.is_temporal or stored.cursor is None:
+        return None
+    lake, source = parse_cursor(kind, stored.cursor), parse_cursor(kind, newest)
+    assert isinstance(lake, date) and isinstance(source, date)
+    if not isinstance(lake, datetime) or not isinstance(source, datetime):
+        return float((source - lake).days * 86_400)
+    return round((source - lake).total_seconds(), 3)
 
 
 def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:

@@ -1,15 +1,19 @@
 """Table config -> AssetSpec, and every name derived from it.
 
-The translator owns the names: asset keys, op names, the job, schedule and sensor names, the
-pools. Everything else (the factory, schedules, sensors, the CLI, the tests) asks it. Subclass it
-and override `get_asset_spec` to change keys, groups or tags, then name the subclass in the
-configuration (`translator: my_package.MyTranslator`), so that the assets and the
-`incremental-assets` command agree.
+The translator owns the names: asset keys (the lake tables' and their sources'), op names, the
+job, schedule and sensor names, the pools, the links to the documentation. Everything else (the
+factory, schedules, sensors, the CLI, the tests) asks it. Subclass it and override
+`get_asset_spec` (the lake table) or `get_source_asset_spec` (the source table it reads) to change
+keys, groups or tags, then name the subclass in the configuration
+(`translator: my_package.MyTranslator`), so that the assets and the `incremental-assets` command
+agree.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import re
 from typing import Any
 
 import dagster as dg
@@ -22,14 +26,25 @@ from incremental_assets.settings import settings_digest
 
 ALL_TABLES_JOB = "incremental_assets_all"
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
+CHECKS_SENSOR = "incremental_assets_checks_sensor"
+# The check that shows the cursor the next run reads from (checks.py evaluates it).
+NEXT_RUN_CHECK = "next_run_reads_from"
 TABLE_METADATA_KEY = "incremental_assets/table"
+# Dagster's kind for a database source (its icon in the UI); a files source is `files`.
+SOURCE_KINDS = {"postgres": "postgres", "mysql": "mysql"}
+# Where the documentation (the repository's docs/ folder) is published, for the UI's links, or
+# None: the UI names the file instead. Dagster's UI links only to http(s) addresses.
+DOCS_URL: str | None = None
+MOVING_THE_CURSOR = ("operations.md", "moving-the-cursor-by-hand", "Moving the cursor by hand")
 
 
 class IncrementalAssetsTranslator:
     """Every name and spec derived from a table's configuration.
 
-    Override `get_asset_spec` for keys, groups, kinds, tags and metadata; the other names (op,
-    schedule, sensor, pool, Iceberg identifier) follow the asset key, so they follow an override.
+    Override `get_asset_spec` for keys, groups, kinds, tags and metadata, and
+    `get_source_asset_spec` for the source table's upstream asset; the other names (op, schedule,
+    sensor, pool, Iceberg identifier, the lake table's dependency on its source) follow these
+    keys, so they follow an override. `docs_url` says where the UI's links point.
     """
 
     def __init__(self, lake: LakeSpec, suffix: str = "") -> None:
@@ -61,7 +76,9 @@ class IncrementalAssetsTranslator:
         return dg.AssetSpec(
             key=dg.AssetKey(list(table.asset_key_path)),
             group_name=table.source.name,
-            kinds={"spark", table.source.kind, lake_format},
+            # The lake side only: the source's kind is its own asset's.
+            kinds={"spark", lake_format},
+            deps=[self.source_asset_key(table)],
             description=table.description or self.describe(table),
             code_version=settings_digest(table, self.lake),
             metadata=metadata,
@@ -73,6 +90,56 @@ class IncrementalAssetsTranslator:
                 else None
             ),
         )
+
+    def get_source_asset_spec(self, table: TableSpec) -> dg.AssetSpec:
+        """The source table `table` reads, as an upstream asset: external (Dagster never
+        materializes it; the source sensor records observations of it), in the table's group, of
+        the source's kind (`postgres`, `mysql` for MySQL and MariaDB, `files`). The one override
+        point for its key, group, kind and metadata; the lake table's asset depends on its key.
+
+        Its key is `[*key_prefix, <source>, *<the table's name in the source>]`, each part made a
+        valid Dagster name (`shop/public/orders`, `landing/events`; a query's is
+        `<source>/<table>_query`): stable, and the same for two tables reading one source table,
+        which share the asset.
+        """
+        metadata: dict[str, dg.MetadataValue | str] = {"source": self.source_text(table)}
+        if isinstance(table.source, JdbcSourceSpec):
+            kind = SOURCE_KINDS.get(table.source.kind, table.source.kind)
+            metadata[URI] = dg.MetadataValue.text(table.source.redacted_url())
+            if table.table is not None and table.query is None:
+                metadata[TABLE_NAME] = dg.MetadataValue.text(table.table)
+            what = "the query" if table.query is not None else f"the table {table.table}"
+        else:
+            kind = "files"
+            metadata[URI] = dg.MetadataValue.text(f"{table.source.path}/{table.table}")
+            what = f"the {table.source.format} files {table.table}"
+        origin = table.source.redacted_url() if isinstance(table.source, JdbcSourceSpec) else ""
+        return dg.AssetSpec(
+            key=dg.AssetKey([*table.key_prefix, *_source_key_parts(table)]),
+            group_name=table.source.name,
+            kinds={kind},
+            description=(
+                f"{what[0].upper()}{what[1:]} of source {table.source.name}"
+                f"{' (' + origin + ')' if origin else ''}, which incremental_assets reads and "
+                "never writes. Its observations, recorded by the table's source sensor when it "
+                "runs, say how far the source is ahead of the lake."
+            ),
+            metadata=metadata,
+        )
+
+    def source_asset_key(self, table: TableSpec) -> dg.AssetKey:
+        """The key of the table's source asset, as `get_source_asset_spec` gives it."""
+        return self.get_source_asset_spec(table).key
+
+    def docs_url(self, page: str, anchor: str = "") -> str | None:
+        """The address of `docs/<page>#<anchor>` where the documentation is published
+        (`DOCS_URL`), or None: the UI then names the file and its section instead of linking.
+
+        Override it to point at your own copy of the documentation.
+        """
+        if DOCS_URL is None:
+            return None
+        return f"{DOCS_URL.rstrip('/')}/{page}" + (f"#{anchor}" if anchor else "")
 
     def lake_format(self, table: TableSpec) -> str:
         """The table's lake format, as configured or, unset, as its folder says (local lakes)."""
@@ -119,18 +186,37 @@ class IncrementalAssetsTranslator:
         """The project's automation sensor (`automation:` on any table)."""
         return AUTOMATION_SENSOR + self.suffix
 
+    @property
+    def checks_sensor_name(self) -> str:
+        """The project's sensor that marks skipped the checks of a run that failed before it
+        committed (Dagster shows them "Execution failed" until then)."""
+        return CHECKS_SENSOR + self.suffix
+
     def automation_condition(self, table: TableSpec) -> dg.AutomationCondition[Any] | None:
         """The table's Dagster automation condition, from its `automation:` setting."""
         if table.automation is None:
             return None
         if table.automation in ("eager", "on_missing"):
             return self.never_materialized(table.automation)
-        return dg.AutomationCondition.on_cron(table.automation)
+        return self.after_cron_tick(table.automation)
+
+    def after_cron_tick(self, cron: str) -> dg.AutomationCondition[Any]:
+        """Once after each tick of `cron` (UTC).
+
+        Dagster's `on_cron()` also waits for every upstream asset to update after the tick; a
+        table's only upstream asset is its source, which Dagster never materializes.
+        """
+        passed: dg.AutomationCondition[Any] = dg.AutomationCondition.cron_tick_passed(cron)
+        tick = passed.since_last_handled()
+        return (dg.AutomationCondition.in_latest_time_window() & tick).with_label(
+            f"on_cron({cron})"
+        )
 
     def never_materialized(self, label: str) -> dg.AutomationCondition[Any]:
         """Once, when the table has never been materialized.
 
-        A table has no upstream assets, so `eager` can only mean this too. Dagster's own
+        A table's only upstream asset is its source, which Dagster never materializes, so `eager`
+        can only mean this too. Dagster's own
         `on_missing()` and `eager()` count the first evaluation as handled, so a table that is
         already missing when the condition first runs would never be requested.
         """
@@ -157,10 +243,67 @@ class IncrementalAssetsTranslator:
             Mode.FULL_REFRESH: "full refresh",
         }[table.mode]
         lake = "Iceberg table" if self.lake_format(table) == "iceberg" else "Parquet lake"
-        return (
+        text = (
             f"{how} from {self.source_text(table)} into the {lake} at "
             f"{self.lake.table_uri(table.name)}; mode: {mode}."
         )
+        if table.cursor is None:
+            return text
+        return f"{text}\n\n{self.cursor_help(table)}"
+
+    def cursor_help(self, table: TableSpec) -> str:
+        """Where to see the cursor the next run reads from, and how to move it (markdown)."""
+        page, anchor, title = MOVING_THE_CURSOR
+        docs = self.docs_url(page, anchor)
+        how = f" ([{title.lower()}]({docs}))" if docs else f" (docs/{page}, *{title}*)"
+        return (
+            f"The cursor the next run reads from is the check `{NEXT_RUN_CHECK}`. Move it with "
+            f'`incremental-assets cursor set {table.name} <value> --reason "..."`, or '
+            f'`incremental-assets cursor reset {table.name} --reason "..."` to reload '
+            f"everything{how}."
+        )
+
+
+def _source_key_parts(table: TableSpec) -> list[str]:
+    """`<source>` then the table's name in the source, split at its dots (a database table) or
+    slashes (files), each part a valid Dagster name."""
+    if isinstance(table.source, JdbcSourceSpec):
+        if table.query is not None:
+            parts = [f"{table.name}_query"]
+        else:
+            parts = _split_name(table.table or table.name, ".")
+    else:
+        parts = [p for p in (table.table or "").split("/") if p] or [table.name]
+    return [_key_part(table.source.name), *(_key_part(p) for p in parts)]
+
+
+def _split_name(text: str, separator: str) -> list[str]:
+    """`schema.table` split at the separators outside quotes (`"a.b".c`), the quotes removed."""
+    parts, current, quote = [], "", ""
+    for char in text:
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                current += char
+        elif char in '"`':
+            quote = char
+        elif char == separator:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [p for p in [*parts, current] if p]
+
+
+def _key_part(text: str) -> str:
+    """`text` as a Dagster name: characters other than letters, digits and `_` become `_`, and a
+    name changed so ends with a digest of the original (`order-items` -> `order_items_1a2b3c`),
+    so two names differing only there stay apart; the same text always gives the same part."""
+    part = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    if part == text:
+        return part
+    return f"{part}_{hashlib.md5(text.encode()).hexdigest()[:6]}"
 
 
 def op_name_of(key: dg.AssetKey) -> str:

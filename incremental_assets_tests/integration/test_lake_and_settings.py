@@ -153,7 +153,7 @@ def test_a_run_that_wrote_nothing_leaves_the_key_check_unrun_and_says_so(
         for e in _run_events(loads.instance, second.run_id)
         if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
     ]
-    assert evaluations == ["cursor_not_backwards"]
+    assert evaluations == ["cursor_not_backwards", "next_run_reads_from"]
 
 
 def _run_events(instance: dg.DagsterInstance, run_id: str) -> list[dg.DagsterEvent]:

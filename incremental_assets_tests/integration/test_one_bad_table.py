@@ -103,7 +103,8 @@ def test_dg_lists_both_tables_and_dg_check_defs_fails_on_the_bad_one(tmp_path: P
 
     assert listed.returncode == 0, _plain(listed.stderr)[-3000:]
     assets = json.loads(listed.stdout)["assets"]
-    assert sorted(a["asset_key"] for a in assets) == ["events", "orders"]
+    # The two tables, and the source the valid one reads.
+    assert sorted(a["asset_key"] for a in assets) == ["events", "landing/events", "orders"]
     output = _plain(checked.stdout + checked.stderr)
     assert checked.returncode == 1, output[-3000:]
     assert f"Invalid configuration in {folder / 'defs.yaml'} (1 problem)" in output

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.cli import main as cli
+from incremental_assets.config import Project
 from incremental_assets.definitions import build_definitions
 from incremental_assets.errors import SourceError
 from incremental_assets.factory import build_table_asset
@@ -30,10 +31,27 @@ DEFAULTS = {"name": "orders", "mode": "append", "transaction_cap": False}
 
 
 def _requested(result: dg.SensorResult | dg.SkipReason) -> str | None:
-    if isinstance(result, dg.SkipReason):
+    if isinstance(result, dg.SkipReason) or not result.run_requests:
         return None
-    (request,) = result.run_requests or []
+    (request,) = result.run_requests
     return request.run_key
+
+
+def _tick(
+    instance: dg.DagsterInstance, project: Project, last_run_key: str | None
+) -> tuple[str | None, dict[str, Any] | None]:
+    """A tick of the table's sensor as Dagster runs it, its observation of the source recorded:
+    the run key it asks for, and what it observed."""
+    table = project.table(project.tables[0].name)
+    source = IncrementalAssetsTranslator(project.lake).source_asset_key(table)
+    result = evaluate(instance, table, dg.AssetKey(table.name), last_run_key, None, source)
+    events = [] if isinstance(result, dg.SkipReason) else list(result.asset_events)
+    for event in events:
+        assert isinstance(event, dg.AssetObservation) and event.asset_key == source
+        instance.report_runless_asset_event(event)
+    observed = [{k: v.value for k, v in event.metadata.items()} for event in events]
+    assert len(observed) <= 1
+    return _requested(result), observed[0] if observed else None
 
 
 def test_a_run_is_requested_only_when_rows_pass_the_stored_cursor(
@@ -64,6 +82,57 @@ def _flush_change_counters(db: SourceDb) -> None:
         db.execute("SELECT pg_stat_force_next_flush()")
     else:
         time.sleep(1.1)  # InnoDB's UPDATE_TIME counts in whole seconds
+
+
+def test_a_tick_records_how_far_the_source_is_ahead_of_the_lake_when_that_changes(
+    make_project: ProjectBuilder,
+    db: SourceDb,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+) -> None:
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, at bigint NOT NULL)")
+    db.execute("INSERT INTO orders VALUES (1, 10), (2, 20)")
+    project = make_project(db, DEFAULTS, cursor="at")
+
+    first_key, first = _tick(instance, project, None)
+    _, unchanged = _tick(instance, project, first_key)
+    db.execute("INSERT INTO orders VALUES (3, 30)")
+    _, more = _tick(instance, project, first_key)
+    assert materialize(project, "orders", instance, spark_resource).success
+    _, caught_up = _tick(instance, project, first_key)
+
+    assert first == {"table": "orders", "lake_cursor": "", "newest_cursor": "20", "rows_waiting": 2}
+    assert unchanged is None  # nothing moved: nothing recorded
+    assert more is not None and (more["newest_cursor"], more["rows_waiting"]) == ("30", 3)
+    # Caught up: the next run would read only the row at the cursor again.
+    assert caught_up is not None
+    assert (caught_up["lake_cursor"], caught_up["newest_cursor"]) == ("30", "30")
+    assert caught_up["rows_waiting"] == 1
+
+
+def test_a_files_tick_records_the_files_waiting_for_a_run(
+    tmp_path: Path, instance: dg.DagsterInstance
+) -> None:
+    landing = tmp_path / "landing" / "events"
+    landing.mkdir(parents=True)
+    config = {
+        "lake": {"path": str(tmp_path / "lake")},
+        "sources": {"drop": {"type": "files", "path": str(tmp_path / "landing")}},
+        "tables": [{"name": "events", "source": "drop", "table": "events", "cursor": "at"}],
+    }
+    project = write_project(tmp_path, config)
+
+    assert _tick(instance, project, None) == (None, None)  # an empty folder: nothing to say
+    pq.write_table(pa.table({"at": [1]}), landing / "a.parquet")
+    key, one = _tick(instance, project, None)
+    pq.write_table(pa.table({"at": [2]}), landing / "b.parquet")
+    _, two = _tick(instance, project, key)
+
+    assert one is not None and one["files_waiting"] == 1 and one["newest_file_modified"]
+    assert two is not None and two["files_waiting"] == 2
+    assert IncrementalAssetsTranslator(project.lake).source_asset_key(
+        project.table("events")
+    ) == dg.AssetKey(["drop", "events"])
 
 
 def test_a_table_without_a_cursor_is_watched_through_its_change_counters(

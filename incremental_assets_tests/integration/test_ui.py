@@ -1,13 +1,17 @@
 """The Dagster UI, in a real headless browser (Debian's chromium driven by Playwright).
 
-Two materializations into a DAGSTER_HOME, then `dagster dev` on it: the asset's page must show
-the cursor, the row counts, the description and the column schema, plot numeric metadata, and
-list the checks that ran with the materialization.
-The screenshots are kept in test-artifacts/.
+Two materializations of the demo's orders into a DAGSTER_HOME holding the shipped dagster.yaml, a
+table whose first run failed, then `dagster dev` on it. The UI must show: the source table as an
+asset upstream of the lake table; the asset's cursor, row counts, description (with the command
+that moves the cursor) and column schema; plots of quantities only; the checks that ran with the
+materialization; a cursor set from the CLI as the one the next run reads, before that run, and
+the run reading it; and the failed first run's checks as skipped, never failed. The screenshots
+are kept in test-artifacts/ (docs/images/ holds copies).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,20 +19,26 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from incremental_assets.config import Project
 from incremental_assets.demo import change, seed
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.sensors import evaluate
+from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.postgres import free_port
 from incremental_assets_tests.support.project import materialize, write_project
 
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -38,43 +48,76 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+ORDERS = {
+    "name": "orders",
+    "source": "export",
+    "table": "orders",
+    "mode": "merge",
+    "cursor": "updated_at",
+    "primary_key": ["id"],
+    "delete_column": "deleted_at",
+    "buckets": 4,
+}
+# Its landing folder never arrives: its first run fails before it commits anything.
+RETURNS = {**ORDERS, "name": "returns", "table": "returns", "delete_column": None}
+SET_CURSOR = "2025-01-02T00:00:00.000000+00:00"
+CHECKS = """
+query ($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode {
+      dependencyKeys { path }
+      assetChecksOrError {
+        ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
+      }
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    home: Path
+    project: Project
 
 
 @pytest.fixture
-def loaded_home(tmp_path: Path, spark_resource: IncrementalSparkResource) -> tuple[Path, Path]:
-    """A DAGSTER_HOME holding two materializations of the demo's orders."""
+def loaded(tmp_path: Path, spark_resource: IncrementalSparkResource) -> Loaded:
+    """A DAGSTER_HOME holding two materializations of the demo's orders, a failed first run of
+    `returns`, and one observation of the orders' source by its sensor."""
     landing = tmp_path / "landing"
     seed(landing)
-    table = {
-        "name": "orders",
-        "source": "export",
-        "table": "orders",
-        "mode": "merge",
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-        "delete_column": "deleted_at",
-        "buckets": 4,
-    }
     config = {
         "lake": {"path": str(tmp_path / "lake")},
         "sources": {"export": {"type": "files", "path": str(landing)}},
-        "tables": [table],
+        "tables": [ORDERS, {k: v for k, v in RETURNS.items() if v is not None}],
     }
     project = write_project(tmp_path, config)
     home = tmp_path / "home"
     home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert materialize(project, "orders", instance, spark_resource).success
         change(landing)
         assert materialize(project, "orders", instance, spark_resource).success
-    return home, Path(project.path)
+        assert not materialize(project, "returns", instance, spark_resource).success
+        orders = project.table("orders")
+        source = IncrementalAssetsTranslator(project.lake).source_asset_key(orders)
+        tick = evaluate(instance, orders, dg.AssetKey("orders"), None, None, source)
+        assert isinstance(tick, dg.SensorResult) and tick.asset_events
+        for event in tick.asset_events:
+            instance.report_runless_asset_event(event)  # as the sensor's tick records it
+    return Loaded(home, project)
 
 
 @pytest.fixture
-def dagster_dev(loaded_home: tuple[Path, Path], tmp_path: Path) -> Iterator[str]:
-    home, config = loaded_home
+def dagster_dev(loaded: Loaded, tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "INCREMENTAL_ASSETS_CONFIG": str(config)}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(loaded.home),
+        "INCREMENTAL_ASSETS_CONFIG": loaded.project.path,
+    }
     command = [
         str(Path(sys.executable).with_name("dagster")),
         "dev",
@@ -119,49 +162,133 @@ def _open(page: Page, url: str) -> None:
         pass
 
 
-def test_the_asset_page_shows_the_cursor_counts_schema_and_plots(dagster_dev: str) -> None:
+def _asset(page: Page, url: str, path: list[str]) -> dict[str, Any]:
+    """The asset as the UI's own GraphQL API gives it: its upstream keys, its checks' status."""
+    answer = page.request.post(
+        f"{url}/graphql",
+        data=json.dumps({"query": CHECKS, "variables": {"path": path}}),
+        headers={"Content-Type": "application/json"},
+    )
+    node: dict[str, Any] = answer.json()["data"]["assetNodeOrError"]
+    return node
+
+
+def _statuses(node: dict[str, Any]) -> dict[str, str | None]:
+    return {
+        check["name"]: (check["executionForLatestMaterialization"] or {}).get("status")
+        for check in node["assetChecksOrError"]["checks"]
+    }
+
+
+def _check_page(page: Page, url: str, table: str, check: str) -> str:
+    """The text of the table's Checks tab with `check` selected."""
+    _open(page, f"{url}/assets/{table}?view=checks")
+    page.get_by_text(check, exact=True).first.click()
+    page.get_by_text("Latest execution", exact=True).wait_for(timeout=30_000)
+    return page.inner_text("body")
+
+
+def _set_cursor(loaded: Loaded, value: str, reason: str) -> None:
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("incremental-assets")),
+            *("--config", loaded.project.path, "cursor", "set", "orders", value),
+            *("--reason", reason),
+        ],
+        env={**os.environ, "DAGSTER_HOME": str(loaded.home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
+    dagster_dev: str, loaded: Loaded, spark_resource: IncrementalSparkResource
+) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    url = dagster_dev
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1400})
-        _open(page, f"{dagster_dev}/assets/orders")
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+
+        # The source table is an asset upstream of the lake table, drawn with an edge to it.
+        _open(page, f"{url}/asset-groups/export")
+        page.get_by_text("files", exact=True).first.wait_for(timeout=60_000)
+        page.wait_for_timeout(2_000)
+        lineage = page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "lineage.png"))
+        orders = _asset(page, url, ["orders"])
+
+        # The asset's page: the cursor, counts, schema, and how to move the cursor.
+        _open(page, f"{url}/assets/orders")
         page.get_by_text("Loaded incrementally on cursor updated_at", exact=False).wait_for(
             timeout=60_000
         )
         overview = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "asset-overview.png"), full_page=True)
 
+        # Plots: quantities only (identifiers are text, the internals one JSON entry).
         page.get_by_text("Plots", exact=True).click()
         page.get_by_text("rows_extracted", exact=True).wait_for(timeout=30_000)
-        plots = page.locator("canvas").count()
+        plotted = page.inner_text("body").split("Plots", 1)[1].split("Lineage", 1)[0].split()
         page.screenshot(path=str(ARTIFACTS / "asset-plots.png"), full_page=True)
 
-        _open(page, f"{dagster_dev}/assets/orders?view=events")
+        _open(page, f"{url}/assets/orders?view=events")
         page.get_by_text("rows_extracted", exact=True).first.wait_for(timeout=30_000)
         events = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "asset-events.png"), full_page=True)
 
-        _open(page, f"{dagster_dev}/assets/orders?view=checks")
-        page.get_by_text("primary_key_unique", exact=False).first.wait_for(timeout=30_000)
-        checks = page.inner_text("body")
+        checks = _check_page(page, url, "orders", "primary_key_unique")
         page.screenshot(path=str(ARTIFACTS / "asset-checks.png"), full_page=True)
+
+        # A cursor set from the CLI is on the page before any run, and the next run reads it.
+        _set_cursor(loaded, "2025-01-02T00:00:00Z", "replay from Jan 2")
+        hand_set = _check_page(page, url, "orders", "next_run_reads_from")
+        page.screenshot(path=str(ARTIFACTS / "cursor-set-by-hand.png"), full_page=True)
+        with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
+            run = materialize(loaded.project, "orders", instance, spark_resource)
+        assert run.success
+        after_run = _check_page(page, url, "orders", "next_run_reads_from")
+        _open(page, f"{url}/assets/orders?view=events")
+        page.get_by_text("previous_cursor", exact=True).first.wait_for(timeout=30_000)
+        replayed = page.inner_text("body")
+
+        # The failed first run's checks: skipped (once the checks sensor has ticked), not failed.
+        deadline = time.monotonic() + 180
+        while set(_statuses(_asset(page, url, ["returns"])).values()) - {"SKIPPED", "SUCCEEDED"}:
+            assert time.monotonic() < deadline, _statuses(_asset(page, url, ["returns"]))
+            time.sleep(5)
+        returns = _check_page(page, url, "returns", "primary_key_unique")
+        page.screenshot(path=str(ARTIFACTS / "failed-run-checks.png"), full_page=True)
+        returns_statuses = _statuses(_asset(page, url, ["returns"]))
         browser.close()
 
+    assert orders["dependencyKeys"] == [{"path": ["export", "orders"]}]
+    assert lineage.count("orders") >= 2 and "files" in lineage  # the source's node and kind
     assert "2025-01-03T01:00:10.000000+00:00" in overview  # the cursor
     assert "Row count" in overview and "1,040" in overview
     for column in ("customer_id", "deleted_at", "_batch"):
         assert column in overview
-    assert plots >= 4  # one plot per numeric metadata key
-    for key in (
-        "cursor",
-        "previous_cursor",
-        "rows_extracted",
-        "rows_written",
-        "rows_inserted",
-        "extract_seconds",
-    ):
+    assert "incremental-assets cursor set orders <value>" in overview
+    assert "Moving the cursor by hand" in overview
+    assert {"rows_extracted", "rows_written", "extract_seconds", "dagster/row_count"} <= set(
+        plotted
+    )
+    assert not {"batch", "iceberg_snapshot_id", "internals", "cursor"} & set(plotted), plotted
+    for key in ("cursor", "previous_cursor", "rows_extracted", "rows_written", "rows_inserted"):
         assert key in events
     assert "161" in events and "147" in events  # the second run's rows read and written
-    for check in ("cursor_not_backwards", "primary_key_unique"):
+    for check in ("cursor_not_backwards", "primary_key_unique", "next_run_reads_from"):
         assert check in checks
-    assert checks.count("Succeeded") >= 2 and "Passed" in checks, checks[:2000]
+    assert "Passed" in checks and "Failed" not in checks
+    assert SET_CURSOR in hand_set and "replay from Jan 2" in hand_set
+    assert run.metadata["previous_cursor"] == SET_CURSOR
+    assert SET_CURSOR in replayed  # the run's previous_cursor, as the page showed it
+    assert f"recorded by run {run.run_id}" in after_run
+    assert returns_statuses == {
+        "cursor_not_backwards": "SKIPPED",
+        "primary_key_unique": "SKIPPED",
+        "next_run_reads_from": "SUCCEEDED",
+    }
+    assert "Skipped" in returns and "Execution failed" not in returns.split("Checks (3)")[1]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from incremental_assets.definitions import ALL_TABLES_JOB, build_definitions
 from incremental_assets.errors import InstanceError
 from incremental_assets.factory import ALLOW_TEMPORARY_INSTANCE, ensure_persistent_instance
 from incremental_assets.sensors import AUTOMATION_SENSOR
+from incremental_assets.translator import IncrementalAssetsTranslator
 
 # Modules the definitions must not import: only a run that reaches Spark or counts rows needs them.
 # Imported only where a run needs them: pandas, PyIceberg, PyMySQL (and its cryptography).
@@ -64,14 +66,79 @@ def test_one_asset_per_table_grouped_by_source_with_kinds(defs: dg.Definitions) 
     specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
     orders = specs[dg.AssetKey(["raw", "orders"])]
     assert orders.group_name == "shop"
-    assert orders.kinds == {"spark", "postgres", "iceberg"}  # lake.format unset: a new table
+    assert orders.kinds == {"spark", "iceberg"}  # lake.format unset: a new table
     assert "public.orders" in (orders.description or "")
     assert "merge on key (id)" in (orders.description or "")
     events = specs[dg.AssetKey(["raw", "events"])]
-    assert events.group_name == "landing" and events.kinds == {"spark", "csv", "iceberg"}
+    assert events.group_name == "landing" and events.kinds == {"spark", "iceberg"}
     assert "Fully refreshed on every run" in (
         specs[dg.AssetKey(["raw", "countries"])].description or ""
     )
+
+
+def test_each_source_table_is_an_external_asset_upstream_of_its_table(
+    defs: dg.Definitions,
+) -> None:
+    specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+    sources = {
+        "orders": dg.AssetKey(["raw", "shop", "public", "orders"]),
+        "events": dg.AssetKey(["raw", "landing", "events"]),
+        "countries": dg.AssetKey(["raw", "shop", "public", "countries"]),
+    }
+    for table, source in sources.items():
+        assert [dep.asset_key for dep in specs[dg.AssetKey(["raw", table])].deps] == [source]
+        assert not defs.resolve_assets_def(source).is_executable  # Dagster never runs it
+    assert specs[sources["orders"]].kinds == {"postgres"}
+    assert specs[sources["orders"]].group_name == "shop"
+    assert specs[sources["events"]].kinds == {"files"}
+    assert specs[sources["events"]].group_name == "landing"
+    assert specs[sources["orders"]].metadata["dagster/table_name"].value == "public.orders"
+
+
+def test_source_keys_are_valid_names_stable_and_shared_by_the_tables_reading_one(
+    tmp_path: Path,
+) -> None:
+    odd = {"name": "odd", "source": "shop", "table": 'public."order-items"', "mode": "append"}
+    other = {"name": "also_odd", "source": "shop", "table": 'public."order_items"'}
+    twice = {**CONFIG["tables"][2], "name": "countries_again"}
+    query = {"name": "totals", "source": "shop", "query": "SELECT 1 AS x", "mode": "full_refresh"}
+    glob = {"name": "drops", "source": "landing", "table": "drops/*/*.csv", "mode": "append"}
+    tables = [*CONFIG["tables"], odd, {**other, "mode": "append"}, twice, query, glob]
+    path = tmp_path / "incremental_assets.yaml"
+    path.write_text(yaml.safe_dump({**CONFIG, "tables": tables}))
+    project = load_project(path)
+    translator = IncrementalAssetsTranslator(project.lake)
+
+    keys = {t.name: translator.source_asset_key(t) for t in project.tables}
+
+    assert keys["odd"].path[:3] == ["raw", "shop", "public"]
+    assert keys["odd"].path[3].startswith("order_items_")  # the dash replaced, a digest added
+    assert keys["also_odd"] == dg.AssetKey(["raw", "shop", "public", "order_items"])
+    assert keys["countries_again"] == keys["countries"]  # one source table, one asset
+    assert keys["totals"] == dg.AssetKey(["raw", "shop", "totals_query"])
+    assert keys["drops"].path[:3] == ["raw", "landing", "drops"]
+    for key in keys.values():
+        assert all(re.fullmatch(r"[A-Za-z0-9_]+", part) for part in key.path), key
+    # Stable: the same configuration names the same keys again, in another process too.
+    again = subprocess.run(
+        [sys.executable, "-c", SOURCE_KEYS.format(path=str(path))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert again.stdout.strip() == repr(sorted(k.to_user_string() for k in keys.values()))
+    defs = build_definitions(project)
+    shared = [a for a in defs.assets or [] if getattr(a, "key", None) == keys["countries"]]
+    assert len(shared) == 1
+
+
+SOURCE_KEYS = """
+from incremental_assets.config import load_project
+from incremental_assets.translator import IncrementalAssetsTranslator
+project = load_project({path!r})
+translator = IncrementalAssetsTranslator(project.lake)
+print(sorted(translator.source_asset_key(t).to_user_string() for t in project.tables))
+"""
 
 
 def test_a_job_for_all_tables_and_a_schedule_per_scheduled_table(defs: dg.Definitions) -> None:
@@ -122,13 +189,20 @@ def test_automation_freshness_and_checks_reach_the_asset(tmp_path: Path) -> None
         yaml.safe_dump({**CONFIG, "tables": [{k: v for k, v in table.items() if v is not None}]})
     )
     defs = build_definitions(load_project(path))
-    spec = next(iter(defs.resolve_all_asset_specs()))
+    spec = defs.resolve_assets_def(dg.AssetKey(["raw", "orders"])).specs_by_key[
+        dg.AssetKey(["raw", "orders"])
+    ]
     assert spec.automation_condition is not None and "eager" in str(
         spec.automation_condition.get_label() or spec.automation_condition
     )
     assert spec.freshness_policy is not None
     checks = {key.name for key in defs.resolve_assets_def(spec.key).check_keys}
-    assert checks == {"cursor_not_backwards", "primary_key_unique", "freshness"}
+    assert checks == {
+        "cursor_not_backwards",
+        "primary_key_unique",
+        "freshness",
+        "next_run_reads_from",
+    }
 
 
 def _requested(result: dg.EvaluateAutomationConditionsResult, keys: list[str]) -> set[str]:

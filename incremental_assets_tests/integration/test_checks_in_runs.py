@@ -1,0 +1,167 @@
+"""The checks in Dagster runs: a run that fails before it commits evaluates none of them, and the
+checks sensor leaves them skipped; `primary_key_unique` keeps the assets downstream of the table
+from running; `next_run_reads_from` shows a hand-set cursor before the run that reads from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from incremental_assets import checks
+from incremental_assets.cli import main as cli
+from incremental_assets.config import Project
+from incremental_assets.definitions import build_definitions
+from incremental_assets.factory import build_table_asset
+from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets_tests.support.project import materialize, write_project
+
+ORDERS = {
+    "name": "orders",
+    "source": "landing",
+    "table": "orders",
+    "mode": "merge",
+    "cursor": {"column": "at", "type": "integer"},
+    "primary_key": ["id"],
+}
+NEXT_RUN = dg.AssetCheckKey(dg.AssetKey("orders"), checks.NEXT_RUN)
+
+
+def _project(tmp_path: Path, rows: int = 10, **table: Any) -> Project:
+    """A landing folder holding `rows` orders (`at` = `id`), and the table reading it."""
+    folder = tmp_path / "landing" / "orders"
+    folder.mkdir(parents=True)
+    ids = list(range(1, rows + 1))
+    pq.write_table(pa.table({"id": ids, "at": ids}), folder / "part-0.parquet")
+    config = {
+        "lake": {"path": str(tmp_path / "lake"), "format": "parquet"},
+        "sources": {"landing": {"type": "files", "path": str(tmp_path / "landing")}},
+        "tables": [{**ORDERS, **table}],
+    }
+    return write_project(tmp_path, config)
+
+
+def _evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
+    found = {}
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+        evaluation = entry.dagster_event.asset_check_evaluation_data  # type: ignore[union-attr]
+        found[evaluation.check_name] = evaluation
+    return found
+
+
+def test_a_run_that_fails_before_it_commits_evaluates_no_check_and_they_end_skipped(
+    tmp_path: Path, instance: dg.DagsterInstance, spark_resource: IncrementalSparkResource
+) -> None:
+    project = _project(tmp_path, table="missing")  # a folder that isn't there: the run fails
+    defs = build_definitions(project, spark=spark_resource)
+    sensor = defs.resolve_sensor_def(IncrementalAssetsTranslator(project.lake).checks_sensor_name)
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+    failed = materialize(project, "orders", instance, spark_resource)
+
+    assert not failed.success and not _evaluations(instance, failed.run_id)
+    # Dagster shows the three checks the run planned "Execution failed" until the sensor ticks.
+    tick = dg.evaluate_automation_conditions(defs, instance, sensor.asset_selection)
+    assert tick.total_requested == 3
+    again = dg.evaluate_automation_conditions(
+        defs, instance, sensor.asset_selection, cursor=tick.cursor
+    )
+    assert again.total_requested == 0  # once
+    # What the sensor starts: the checks alone, tagged, which record only the cursor in force.
+    after = dg.define_asset_job(
+        "after",
+        selection=dg.AssetSelection.checks(*(r.key for r in tick.results if r.true_subset.size)),
+        tags=dict(sensor.run_tags),
+    )
+    run = (
+        dg.Definitions.merge(defs, dg.Definitions(jobs=[after]))
+        .resolve_job_def("after")
+        .execute_in_process(instance=instance)
+    )
+    assert run.success  # the checks it planned and left unevaluated: Dagster shows them skipped
+    evaluations = _evaluations(instance, run.run_id)
+    assert list(evaluations) == [checks.NEXT_RUN]
+    assert evaluations[checks.NEXT_RUN].description == (
+        "The next run reads everything (no run has recorded a cursor yet)."
+    )
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_key_held_twice_keeps_the_assets_downstream_of_the_table_from_running(
+    blocking: bool,
+    tmp_path: Path,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(checks, "KEY_UNIQUE_BLOCKING", blocking)
+    doubled = dg.AssetCheckResult(
+        check_name=checks.KEY_UNIQUE, passed=False, severity=checks.ERROR, metadata={"n": 2}
+    )
+    monkeypatch.setattr(checks, "primary_key_unique", lambda *_: doubled)
+    project = _project(tmp_path)
+    table = build_table_asset(
+        project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
+    )
+    ran = []
+
+    @dg.asset(deps=[dg.AssetKey("orders")])
+    def order_report() -> None:
+        ran.append("order_report")
+
+    result = dg.materialize(
+        [table, order_report],
+        instance=instance,
+        resources={"spark": spark_resource},
+        raise_on_error=False,
+    )
+
+    materialized = [e.asset_key for e in result.get_asset_materialization_events()]
+    if blocking:
+        assert not result.success and ran == []
+        assert materialized == [dg.AssetKey("orders")]  # the table itself is committed
+    else:
+        assert result.success and ran == ["order_report"]
+    [key_check] = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "primary_key_unique"
+    ]
+    assert not key_check.passed and key_check.blocking is blocking
+
+
+def test_a_hand_set_cursor_is_the_one_the_page_shows_and_the_next_run_reads(
+    tmp_path: Path,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    project = _project(tmp_path)
+    assert materialize(project, "orders", instance, spark_resource).success
+    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+
+    assert (
+        cli(["--config", project.path, "cursor", "set", "orders", "4", "--reason", "replay"]) == 0
+    )
+    shown = instance.get_latest_asset_check_evaluation_record(NEXT_RUN)
+    run = materialize(project, "orders", instance, spark_resource)
+    after = instance.get_latest_asset_check_evaluation_record(NEXT_RUN)
+
+    assert shown is not None and shown.evaluation is not None
+    assert shown.run_id == ""  # recorded beside the observation, before any run
+    assert shown.evaluation.metadata["cursor"].value == "4"
+    assert "cursor set at " in str(shown.evaluation.metadata["recorded_by"].value)
+    assert "replay (set by " in str(shown.evaluation.description)
+    assert run.metadata["previous_cursor"] == "4"  # the run read what the page showed
+    assert after is not None and after.evaluation is not None and after.run_id == run.run_id
+    assert after.evaluation.metadata["cursor"].value == "10"
+    assert cli(["--config", project.path, "cursor", "reset", "orders", "--reason", "redo"]) == 0
+    reset = instance.get_latest_asset_check_evaluation_record(NEXT_RUN)
+    assert reset is not None and reset.evaluation is not None
+    assert str(reset.evaluation.description).startswith(
+        "The next run reads everything and replaces the table (cursor reset at "
+    )
