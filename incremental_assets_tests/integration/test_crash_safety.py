@@ -13,51 +13,29 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
-import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from incremental_assets.config import load_project
 from incremental_assets.lake.table import LakeFormat
-from incremental_assets.pause_points import ENV as PAUSE_AT
-from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import (
-    cli_env,
-    materializations,
-    start_cli,
-    write_cli_config,
-)
+from incremental_assets_tests.support.cli import cli_env, materializations, start_cli
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import PostgresServer, Schema, wait_for
-from incremental_assets_tests.support.project import (
-    lake_files,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-)
+
+VERSIONS = ["id", "v", "updated_at"]
 
 
-def _setup(
-    tmp_path: Path, pg: Schema, mode: str, lake_format: LakeFormat, **options: object
-) -> Path:
+def _setup(loads: Loads, pg: Schema, mode: str, **options: Any) -> None:
+    """50 rows in `orders`, loaded in `mode` (several files per commit), on the test's lake
+    format if it takes one, else plain Parquet."""
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)"
     )
     pg.execute(
         "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 50) i"
     )
-    table = {
-        "name": "orders",
-        "source": "shop",
-        "table": f"{pg.name}.orders",
-        "mode": mode,
-        "cursor": "updated_at",
-        "primary_key": ["id"],
-        **options,
-    }
-    source = pg.source(rows_per_partition=10)  # several files per commit
-    return write_cli_config(tmp_path, {"shop": source}, [table], format=lake_format)
+    loads.configure(pg, ORDERS_MERGE, source={"rows_per_partition": 10}, mode=mode, **options)
 
 
 def _change(pg: Schema) -> None:
@@ -93,19 +71,6 @@ def _kill_while_extracting(
         locker.rollback()
 
 
-def _kill_at(tmp_path: Path, point: str, env: dict[str, str]) -> None:
-    marker = tmp_path / f"paused-{point}"
-    process = start_cli(tmp_path, {**env, PAUSE_AT: f"{point}:{marker}"}, "--select", "orders")
-    try:
-        wait_for(marker.exists, timeout=180)
-    finally:
-        if process.poll() is not None:
-            raise AssertionError(
-                process.stderr.read()[-3000:] if process.stderr else "run ended early"
-            )
-        _kill(process)
-
-
 def _every_file_is_whole(lake: Path) -> None:
     """The table's files, committed or not: in its folder (plain Parquet) or `data/` (Iceberg)."""
     for path in [*lake.glob("part-*.parquet"), *lake.glob("data/part-*.parquet")]:
@@ -124,35 +89,33 @@ def _every_file_is_whole(lake: Path) -> None:
     ],
 )
 def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     postgres: PostgresServer,
-    spark_resource: IncrementalSparkResource,
     lake_format: LakeFormat,
     point: str,
     mode: str,
 ) -> None:
-    config = _setup(tmp_path, pg, mode, lake_format)
-    home = tmp_path / "home"
-    env = cli_env(config, home)
-    project = load_project(config)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        assert materialize(project, "orders", instance, spark_resource).success
+    _setup(loads, pg, mode)
+    assert loads.run().success
+    loaded = _source(pg)
     _change(pg)
 
     if point == "extracting":
-        _kill_while_extracting(tmp_path, pg, postgres, env)
+        _kill_while_extracting(tmp_path, pg, postgres, cli_env(loads.cli_config(), loads.home))
     else:
-        _kill_at(tmp_path, point, env)
+        process, _ = loads.paused_run(point)
+        _kill(process)
 
-    _every_file_is_whole(tmp_path / "lake" / "orders")
-    assert len(materializations(home, "orders")) == 1  # the killed run recorded nothing
+    _every_file_is_whole(loads.lake_dir / "orders")
+    assert len(materializations(loads.home, "orders")) == 1  # the killed run recorded nothing
     time.sleep(0.5)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        rerun = materialize(project, "orders", instance, spark_resource)
+    rerun = loads.run()
     assert rerun.success, rerun.failure
 
-    _expected_lake(pg, tmp_path / "lake", mode, replaced=False)
+    held = _source(pg) if mode == "merge" else _appended(loaded, _source(pg))
+    assert loads.rows(VERSIONS) == held
 
 
 def _fail_at(monkeypatch: pytest.MonkeyPatch, module: str, point: str) -> None:
@@ -165,14 +128,16 @@ def _fail_at(monkeypatch: pytest.MonkeyPatch, module: str, point: str) -> None:
     monkeypatch.setattr(f"incremental_assets.{module}.pause_point", fail)
 
 
-def _expected_lake(pg: Schema, lake_dir: Path, mode: str, replaced: bool) -> None:
-    versions = rows_by(read_lake(lake_dir, "orders"), ["id", "v", "updated_at"])
-    source = sorted(pg.query("SELECT id, v, updated_at FROM orders"))
-    if mode == "merge" or replaced:
-        assert versions == source
-    else:
-        assert len(versions) == len(set(versions)) == 70  # 50 first versions, 10 second, 10 new
-        assert set(source) <= set(versions)
+def _source(pg: Schema) -> list[tuple[Any, ...]]:
+    """The versions the source holds now, sorted: what a merge table, or one replaced whole,
+    must hold."""
+    return sorted(pg.query(f"SELECT {', '.join(VERSIONS)} FROM orders"))
+
+
+def _appended(before: list[tuple[Any, ...]], after: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """What an append table loaded before and after a change must hold, sorted: every version
+    once (here 50 first versions, 10 second, 10 new)."""
+    return sorted(set(before) | set(after))
 
 
 @pytest.mark.parametrize(
@@ -186,42 +151,43 @@ def _expected_lake(pg: Schema, lake_dir: Path, mode: str, replaced: bool) -> Non
     ],
 )
 def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     mode: str,
     full_refresh: bool,
 ) -> None:
     """Plain Parquet only: the journal finishes a commit; an Iceberg commit is one catalog swap."""
-    project = load_project(_setup(tmp_path, pg, mode, "parquet", bucket_rows=10))
-    lake_dir = tmp_path / "lake" / "orders"
-    first = materialize(project, "orders", instance, spark_resource)
+    _setup(loads, pg, mode, bucket_rows=10)
+    lake_dir = loads.lake_dir / "orders"
+    first = loads.run()
     assert first.success, first.failure
-    old_files = set(lake_files(tmp_path / "lake", "orders"))
+    loaded = _source(pg)
+    old_files = set(loads.files())
     _change(pg)
     _fail_at(monkeypatch, "lake.journal", "mid-commit")  # right after the first rename
 
-    failed = materialize(project, "orders", instance, spark_resource, full_refresh)
+    failed = loads.run(full_refresh=full_refresh)
 
     assert not failed.success
     assert "Table 'orders': the commit into the lake" in (failed.failure or "")
     assert "failed part way: [Errno 28] No space left on device" in (failed.failure or "")
     assert "The next run finishes this commit" in (failed.failure or "")
-    assert latest_metadata(instance, "orders")["cursor"] == first.metadata["cursor"]
+    assert loads.metadata()["cursor"] == first.metadata["cursor"]
     # Nothing was removed yet: the old table survives next to the first new file.
-    assert old_files < set(lake_files(tmp_path / "lake", "orders"))
+    assert old_files < set(loads.files())
     (journal,) = (lake_dir / "_journal").glob("*.json")
     assert len(json.loads(journal.read_text())["adds"]) > 1  # the commit stopped part way
     monkeypatch.undo()
 
-    rerun = materialize(project, "orders", instance, spark_resource)
+    rerun = loads.run()
 
     assert rerun.success, rerun.failure
     assert not list((lake_dir / "_journal").iterdir())
     assert not list((lake_dir / "_staging").iterdir())
-    _expected_lake(pg, lake_dir.parent, mode, replaced=full_refresh or mode == "full_refresh")
+    replaced = full_refresh or mode == "full_refresh"
+    held = _source(pg) if mode == "merge" or replaced else _appended(loaded, _source(pg))
+    assert loads.rows(VERSIONS) == held
 
 
 @pytest.mark.parametrize(
@@ -229,30 +195,28 @@ def test_a_commit_that_fails_part_way_is_finished_by_the_next_run(
     [("append", False), ("append", True), ("merge", False), ("merge", True)],
 )
 def test_a_full_refresh_that_committed_but_was_not_recorded_is_repeated(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     lake_format: LakeFormat,
     mode: str,
     full_refresh_again: bool,
 ) -> None:
-    project = load_project(_setup(tmp_path, pg, mode, lake_format))
-    first = materialize(project, "orders", instance, spark_resource)
+    _setup(loads, pg, mode)
+    first = loads.run()
     assert first.success, first.failure
     _change(pg)
     _fail_at(monkeypatch, "factory", "committed")
-    died = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    died = loads.run(full_refresh=True)
     assert not died.success
-    assert latest_metadata(instance, "orders")["batch"] == 1  # the snapshot, batch 2, is unrecorded
+    assert loads.metadata()["batch"] == 1  # the snapshot, batch 2, is unrecorded
     monkeypatch.undo()
 
-    rerun = materialize(project, "orders", instance, spark_resource, full_refresh_again)
+    rerun = loads.run(full_refresh=full_refresh_again)
 
     assert rerun.success, rerun.failure
     assert (rerun.metadata["batch"], rerun.metadata["full_refresh"]) == (2, True)
     assert rerun.metadata["rows_extracted"] == 60
     if not full_refresh_again:
         assert "repeats the full refresh" in rerun.metadata["warnings"]
-    _expected_lake(pg, tmp_path / "lake", mode, replaced=True)
+    assert loads.rows(VERSIONS) == _source(pg)  # replaced whole, whatever the mode

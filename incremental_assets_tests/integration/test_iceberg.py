@@ -13,47 +13,30 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import polars as pl
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from incremental_assets import cli
 from incremental_assets.cli import lake as lake_cli
-from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.orders import (
     ICEBERG,
-    ORDERS_TABLE,
     change_orders,
     create_orders,
     orders_held,
 )
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    iceberg_table,
-    latest_metadata,
-    materialize,
-    read_lake,
-    rows_by,
-)
-
-MERGE = {**ORDERS_TABLE, "mode": "merge"}
+from incremental_assets_tests.support.project import rows_by
 
 
-def test_readers_see_only_whole_snapshots_while_runs_commit(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_readers_see_only_whole_snapshots_while_runs_commit(loads: Loads, pg: Schema) -> None:
     """PyIceberg and Polars scan in a loop while merges rewrite buckets: a half-seen commit would
     show a bucket's old and new rows together (more rows than any snapshot held)."""
     create_orders(pg, 300)
-    project = make_project(pg, MERGE, lake=ICEBERG, buckets=4, bucket_rows=50)
-    assert materialize(project, "orders", instance, spark_resource).success
-    table = iceberg_table(tmp_path / "lake", "orders")
+    loads.configure(pg, ORDERS_MERGE, lake=ICEBERG, buckets=4, bucket_rows=50)
+    assert loads.run().success
+    table = loads.iceberg_table()
     committed = {len(orders_held(pg))}
     seen: list[tuple[str, int]] = []
     done = threading.Event()
@@ -72,7 +55,7 @@ def test_readers_see_only_whole_snapshots_while_runs_commit(
     try:
         for run in range(1, 5):
             change_orders(pg, run)
-            result = materialize(project, "orders", instance, spark_resource)
+            result = loads.run()
             assert result.success, result.failure
             committed.add(result.metadata["dagster/row_count"])
     finally:
@@ -82,31 +65,29 @@ def test_readers_see_only_whole_snapshots_while_runs_commit(
 
     assert {how for how, _ in seen} == {"pyiceberg", "polars"}
     assert {count for _, count in seen} <= committed, (sorted(committed), seen)
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
+    assert loads.rows(["id", "note"]) == orders_held(pg)
 
 
 def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     create_orders(pg, 50)
-    project = make_project(pg, MERGE, lake=ICEBERG)
+    project = loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)
     expected: dict[int, list[tuple[Any, ...]]] = {}
     for run in range(3):
         if run:
             change_orders(pg, run)
-        result = materialize(project, "orders", instance, spark_resource)
+        result = loads.run()
         assert result.success, result.failure
         assert result.metadata["dagster/table_name"] == "incremental_assets.orders"
         assert result.metadata["dagster/uri"] == str(tmp_path / "lake" / "orders")
         expected[result.metadata["iceberg_snapshot_id"]] = orders_held(pg)
 
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     assert len(expected) == 3
     for snapshot, rows in expected.items():
         as_of = table.scan(snapshot_id=snapshot).to_arrow()
@@ -114,7 +95,7 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
         summary = table.snapshot_by_id(snapshot).summary
         assert summary["incremental-assets.txn"] and summary["incremental-assets.cursor"]
     # The CLI lists the snapshot of the last run, and of every run, newest first.
-    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
     capsys.readouterr()
     assert cli.main(["--config", project.path, "status", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
@@ -126,70 +107,64 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
 
 
 def test_the_catalog_can_be_the_suites_postgresql(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     pg_catalog: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 20)
     uri = pg_catalog
     catalog = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
-    project = make_project(pg, MERGE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_MERGE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
+    assert loads.run().success
     change_orders(pg, 1)
-    second = materialize(project, "orders", instance, spark_resource)
+    second = loads.run()
     assert second.success, second.failure
     assert second.metadata["dagster/table_name"] == f"{pg.name}.orders"
 
     table = SqlCatalog("incremental_assets", uri=uri).load_table(f"{pg.name}.orders")
     assert rows_by(table.scan().to_arrow(), ["id", "note"]) == orders_held(pg)
-    assert not (tmp_path / "lake" / "_catalog.db").exists()
+    assert not (loads.lake_dir / "_catalog.db").exists()
 
 
 @pytest.mark.parametrize("killed_before_recording", [False, True])
 def test_a_plain_parquet_table_converts_in_place_keeping_its_cursor_and_rows(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     killed_before_recording: bool,
 ) -> None:
     """Killed after the snapshot landed and before the instance recorded it, the command run
     again records that conversion instead of refusing a table that exists already."""
     create_orders(pg, 100)
-    project = make_project(pg, MERGE)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_MERGE)
+    assert loads.run().success
     change_orders(pg, 1)
-    assert materialize(project, "orders", instance, spark_resource).success
-    before = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "_batch"])
-    cursor = latest_metadata(instance, "orders")["cursor"]
-    iceberg = make_project(pg, MERGE, lake=ICEBERG)
-    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    assert loads.run().success
+    before = loads.rows(["id", "note", "_batch"])
+    cursor = loads.metadata()["cursor"]
+    iceberg = loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
     command = ["--config", iceberg.path, "lake", "convert", "orders", "--reason", "test"]
     if killed_before_recording:
         with monkeypatch.context() as killed:
             killed.setattr(lake_cli, "record_cursor_override", _killed)
             with pytest.raises(KeyboardInterrupt):
                 cli.main(command)
-        assert latest_metadata(instance, "orders")["cursor"] == cursor
+        assert loads.metadata()["cursor"] == cursor
 
     code = cli.main(command)
 
     assert code == 0
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     assert rows_by(table.scan().to_arrow(), ["id", "note", "_batch"]) == before
-    assert not (tmp_path / "lake" / "orders" / "_head").exists()
+    assert not (loads.lake_dir / "orders" / "_head").exists()
     change_orders(pg, 2, new=1)
-    after = materialize(iceberg, "orders", instance, spark_resource)
+    after = loads.run()
     assert after.success, after.failure
     assert after.metadata["previous_cursor"] == cursor
     assert after.metadata["full_refresh"] is False
     assert after.metadata["rows_inserted"] == 1
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
+    assert loads.rows(["id", "note"]) == orders_held(pg)
 
 
 def _killed(*args: object, **kwargs: object) -> None:
@@ -197,28 +172,25 @@ def _killed(*args: object, **kwargs: object) -> None:
 
 
 def test_maintenance_compacts_a_merge_table_whose_deletes_pile_up_without_changing_a_row(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Merge-on-read writes delete files; once they remove a tenth of the rows read, the run's
     maintenance rewrites those data files (a `replace` snapshot: same rows), and the next runs
     still add to the table incrementally."""
     create_orders(pg, 200)
-    project = make_project(pg, MERGE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)
+    assert loads.run().success
     done = []
     for run in range(1, 5):
         change_orders(pg, run, new=2, every=4)  # a quarter of the rows each run: uniform
-        result = materialize(project, "orders", instance, spark_resource)
+        result = loads.run()
         assert result.success, result.failure
         assert result.metadata["full_refresh"] is False
         done.append(result.metadata.get("maintenance") or "")
 
     assert any(what.startswith("compact:") for what in done), done
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     assert rows_by(table.scan().to_arrow(), ["id", "note"]) == orders_held(pg)
     current = table.current_snapshot()
     assert int(current.summary["total-position-deletes"]) < 0.1 * int(

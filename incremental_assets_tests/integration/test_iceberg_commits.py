@@ -28,34 +28,23 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.config import LakeSpec
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.lake.iceberg import commits as commits_module
 from incremental_assets.lake.iceberg import table as table_module
-from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import paused_run, write_cli_config
+from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
 from incremental_assets_tests.support.orders import (
     ICEBERG,
-    ORDERS_TABLE,
     change_orders,
     create_orders,
     orders_held,
 )
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import (
-    ProjectBuilder,
-    iceberg_table,
-    materialize,
-    read_lake,
-    rows_by,
-)
-
-TABLE = {**ORDERS_TABLE, "mode": "append"}
+from incremental_assets_tests.support.project import rows_by
 
 
-def _lake(tmp_path: Path, **lake: Any) -> IcebergLake:
-    spec = LakeSpec(path=str(tmp_path / "lake"), format="iceberg", **lake)
-    return IcebergLake(spec, "orders", "incremental_assets.orders")
+def _lake(loads: Loads) -> IcebergLake:
+    """The project's `orders` as the product opens it: its catalog, its branches."""
+    return IcebergLake(loads.project.lake, "orders", "incremental_assets.orders")
 
 
 def _main(table: Any) -> list[Any]:
@@ -72,54 +61,33 @@ def _kill(process: Any) -> None:
     process.wait(timeout=30)
 
 
-def _cli_config(
-    tmp_path: Path, pg: Schema, connect: str, table: dict[str, Any], **lake: Any
-) -> Path:
-    entry = {**table, "source": "shop", "table": f"{pg.name}.orders"}
-    return write_cli_config(
-        tmp_path / "cli",
-        {"shop": pg.source()},
-        [entry],
-        connect,
-        path=str(tmp_path / "lake"),
-        **ICEBERG,
-        **lake,
-    )
-
-
-def _files_of_branch(tmp_path: Path, branch: str) -> list[str]:
+def _files_of_branch(loads: Loads, branch: str) -> list[str]:
     """The data and delete files the branch's snapshot reads."""
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     files = table.inspect.files(snapshot_id=table.metadata.refs[branch].snapshot_id)
     return [path.removeprefix("file:") for path in files["file_path"].to_pylist()]
 
 
 @pytest.mark.xdist_group("connect")
 def test_a_run_never_deletes_what_another_runs_branch_holds(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-    spark: SparkSession,
-    make_project: ProjectBuilder,
 ) -> None:
     """Defect 1: with `lake.lock` set on a storage where it doesn't exclude, a run's recovery
     deleted another live run's uncommitted files. Now a run's uncommitted snapshot is on its own
     branch, which no other run touches while it is young, and no run deletes data files."""
     create_orders(pg, 50)
-    project = make_project(pg, TABLE, lake={**ICEBERG, "lock": False})
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "lock": False})
+    assert loads.run().success
     change_orders(pg, 1)
-    config = _cli_config(tmp_path, pg, connect, TABLE, lock=False)
-    writer_a, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
-    lake = _lake(tmp_path)
-    state = lake.state()
+    writer_a, marker = loads.paused_run("staged", remote=connect)
+    state = _lake(loads).state()
     assert state is not None
     (branch,) = [name for name in state.refs if name.startswith("ia-")]
-    held = _files_of_branch(tmp_path, branch)
+    held = _files_of_branch(loads, branch)
 
-    b = materialize(project, "orders", instance, spark_resource)
+    b = loads.run()
 
     assert b.success, b.failure
     assert held and all(Path(path).exists() for path in held)
@@ -128,8 +96,8 @@ def test_a_run_never_deletes_what_another_runs_branch_holds(
     assert writer_a.returncode != 0
     assert "another writer committed" in stderr and "nothing of it was committed" in stderr
     change_orders(pg, 2)
-    assert materialize(project, "orders", instance, spark_resource).success
-    held_rows = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
+    assert loads.run().success
+    held_rows = loads.rows(["id", "note", "updated_at"])
     assert len(held_rows) == len(set(held_rows))  # no version twice
     assert sorted({r[0]: r[1] for r in held_rows}.items()) == orders_held(pg)
 
@@ -137,13 +105,10 @@ def test_a_run_never_deletes_what_another_runs_branch_holds(
 @pytest.mark.xdist_group("connect")
 @pytest.mark.parametrize("meanwhile", ["another run committed", "nothing"])
 def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spark: SparkSession,
-    make_project: ProjectBuilder,
     meanwhile: str,
 ) -> None:
     """Defect 2: the files of a commit whose outcome was unknown were deleted by the next run,
@@ -152,19 +117,18 @@ def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
     a table another run moved on, it is refused; on one nobody touched, the next run recognises
     the batch as committed and repeats it in place, not beside it."""
     create_orders(pg, 50)
-    project = make_project(pg, TABLE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    assert loads.run().success
     change_orders(pg, 1)
-    config = _cli_config(tmp_path, pg, connect, TABLE)
-    writer_a, _ = paused_run(tmp_path, config, Path(str(instance.root_directory)), "mid-commit")
+    writer_a, _ = loads.paused_run("mid-commit", remote=connect)
     _kill(writer_a)  # right before main would move: whether it did, the run never learnt
-    lake = _lake(tmp_path)
+    lake = _lake(loads)
     state = lake.state()
     assert state is not None
     (branch,) = [name for name in state.refs if name.startswith("ia-")]
-    held = _files_of_branch(tmp_path, branch)
+    held = _files_of_branch(loads, branch)
     if meanwhile == "another run committed":
-        assert materialize(project, "orders", instance, spark_resource).success
+        assert loads.run().success
     assert all(Path(path).exists() for path in held)
 
     session = lake.session(spark)
@@ -174,32 +138,29 @@ def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
             session.sql(late).collect()
     else:
         session.sql(late).collect()  # the commit lands late
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
-    held_rows = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "updated_at"])
+    held_rows = loads.rows(["id", "note", "updated_at"])
     assert len(held_rows) == len(set(held_rows))
     assert sorted({r[0]: r[1] for r in held_rows}.items()) == orders_held(pg)
 
 
 def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     pg_catalog: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     """Defect 3: a catalog entry whose metadata this host couldn't read counted as a lost table
     and was dropped and replaced, even in a catalog other lakes share."""
     create_orders(pg, 20)
     catalog = {"type": "sql", "uri": pg_catalog}
-    project = make_project(pg, TABLE, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
-    assert materialize(project, "orders", instance, spark_resource).success
-    shutil.rmtree(tmp_path / "lake" / "orders" / "metadata")  # unreadable from here
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "catalog": catalog, "namespace": pg.name})
+    assert loads.run().success
+    shutil.rmtree(loads.lake_dir / "orders" / "metadata")  # unreadable from here
 
-    incremental = materialize(project, "orders", instance, spark_resource)
-    full = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    incremental = loads.run()
+    full = loads.run(full_refresh=True)
 
     assert not incremental.success and "can't be read" in (incremental.failure or "")
     assert not full.success
@@ -214,35 +175,29 @@ def test_an_unreadable_entry_in_a_shared_catalog_is_refused_never_dropped(
 
 
 def test_an_unreadable_entry_in_the_lakes_own_catalog_is_rebuilt_by_a_full_refresh(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 20)
-    project = make_project(pg, TABLE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
-    shutil.rmtree(tmp_path / "lake" / "orders" / "metadata")
+    loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    assert loads.run().success
+    shutil.rmtree(loads.lake_dir / "orders" / "metadata")
 
-    incremental = materialize(project, "orders", instance, spark_resource)
-    full = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    incremental = loads.run()
+    full = loads.run(full_refresh=True)
 
     assert not incremental.success and "full" in (incremental.failure or "")
     assert full.success, full.failure
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
+    assert loads.rows(["id", "note"]) == orders_held(pg)
 
 
 @pytest.mark.xdist_group("connect")
 @pytest.mark.parametrize("retries", [None, "10"])
 def test_two_runs_of_one_batch_never_both_land_whatever_the_tables_retry_setting(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spark: SparkSession,
-    make_project: ProjectBuilder,
     retries: str | None,
 ) -> None:
     """Defect 4: "commits are never retried" rested on the table property
@@ -250,55 +205,50 @@ def test_two_runs_of_one_batch_never_both_land_whatever_the_tables_retry_setting
     run's commit is a fast-forward that Iceberg refuses unless main is where the run began:
     retried, it is refused again."""
     create_orders(pg, 50)
-    project = make_project(pg, TABLE, lake={**ICEBERG, "lock": False})
-    assert materialize(project, "orders", instance, spark_resource).success
-    lake = _lake(tmp_path, lock=False)
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "lock": False})
+    assert loads.run().success
+    lake = _lake(loads)
     if retries is not None:
         lake.session(spark).sql(
             f"ALTER TABLE {lake.reference()} SET TBLPROPERTIES "
             f"('commit.retry.num-retries' = '{retries}', 'commit.retry.min-wait-ms' = '10')"
         )
     change_orders(pg, 1)
-    config = _cli_config(tmp_path, pg, connect, TABLE, lock=False)
-    writer_a, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
+    writer_a, marker = loads.paused_run("staged", remote=connect)
 
-    b = materialize(project, "orders", instance, spark_resource)
+    b = loads.run()
     marker.unlink()
     _, stderr = writer_a.communicate(timeout=300)
 
     assert b.success, b.failure
     assert writer_a.returncode != 0 and "Two runs of the table overlapped" in stderr
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     assert [s.summary["incremental-assets.batch"] for s in _main(table)] == ["1", "2"]
     held = rows_by(table.scan().to_arrow(), ["id", "note", "updated_at"])
     assert len(held) == len(set(held))
 
 
 def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_age(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Defect 5: snapshots were kept by count alone, and runs that wrote nothing took one too:
     at one run a minute, a recorded `iceberg_snapshot_id` lost its files within two hours."""
     create_orders(pg, 50)
-    merge = {**TABLE, "mode": "merge"}
-    project = make_project(pg, merge, lake={**ICEBERG, "keep_snapshots": 2})
+    loads.configure(pg, ORDERS_MERGE, lake={**ICEBERG, "keep_snapshots": 2})
     recorded: dict[int, list[tuple[Any, ...]]] = {}
     for run in range(5):
         if run:
             change_orders(pg, run)
-        result = materialize(project, "orders", instance, spark_resource)
+        result = loads.run()
         assert result.success, result.failure
         recorded[result.metadata["iceberg_snapshot_id"]] = orders_held(pg)
-    nothing = materialize(project, "orders", instance, spark_resource)
+    nothing = loads.run()
     assert nothing.success and nothing.metadata["iceberg_snapshot_id"] in recorded
 
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     ours = [
         s for s in table.snapshots() if "incremental-assets.txn" in s.summary.additional_properties
     ]
@@ -306,11 +256,11 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
     for snapshot, rows in recorded.items():
         assert rows_by(table.scan(snapshot_id=snapshot).to_arrow(), ["id", "note"]) == rows
 
-    aged = make_project(
-        pg, merge, lake={**ICEBERG, "keep_snapshots": 2, "keep_snapshots_for": "0s"}
+    aged = loads.configure(
+        pg, ORDERS_MERGE, lake={**ICEBERG, "keep_snapshots": 2, "keep_snapshots_for": "0s"}
     )
     change_orders(pg, 5)
-    expired = materialize(aged, "orders", instance, spark_resource)
+    expired = loads.run()
 
     assert expired.success, expired.failure
     assert "expire: expired" in expired.metadata["maintenance"]
@@ -322,7 +272,7 @@ def test_a_recorded_snapshot_stays_readable_until_past_both_the_count_and_the_ag
     # `status --history` marks the runs whose snapshot expired instead of offering them.
     from incremental_assets import cli
 
-    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
     capsys.readouterr()
     assert cli.main(["--config", aged.path, "status", "--history", "orders", "--json"]) == 0
     history = json.loads(capsys.readouterr().out)
@@ -346,11 +296,8 @@ def test_the_shipped_instance_runs_one_run_per_table_at_a_time(tmp_path: Path) -
 
 @pytest.mark.parametrize("point", ["mid-commit", "committed"])
 def test_a_conversion_killed_before_or_after_its_commit_finishes_when_run_again(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
     point: str,
 ) -> None:
@@ -361,11 +308,11 @@ def test_a_conversion_killed_before_or_after_its_commit_finishes_when_run_again(
     from incremental_assets import conversion as conversion_module
 
     create_orders(pg, 30)
-    plain = make_project(pg, TABLE)
-    assert materialize(plain, "orders", instance, spark_resource).success
-    before = rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note", "_batch"])
-    iceberg = make_project(pg, TABLE, lake=ICEBERG)
-    monkeypatch.setenv("DAGSTER_HOME", str(instance.root_directory))
+    loads.configure(pg, ORDERS_APPEND)
+    assert loads.run().success
+    before = loads.rows(["id", "note", "_batch"])
+    iceberg = loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
     command = ["--config", iceberg.path, "lake", "convert", "orders", "--reason", "test"]
 
     def killed(name: str) -> None:
@@ -377,42 +324,34 @@ def test_a_conversion_killed_before_or_after_its_commit_finishes_when_run_again(
         dying.setattr(commits_module, "pause_point", killed)
         with pytest.raises(KeyboardInterrupt):
             cli.main(command)
-    assert (tmp_path / "lake" / "orders" / "metadata").is_dir() is (point == "committed")
+    assert (loads.lake_dir / "orders" / "metadata").is_dir() is (point == "committed")
 
     assert cli.main(command) == 0
 
-    assert (
-        rows_by(
-            iceberg_table(tmp_path / "lake", "orders").scan().to_arrow(), ["id", "note", "_batch"]
-        )
-        == before
-    )
-    assert not list((tmp_path / "lake" / "orders").glob("part-*.parquet"))
+    converted = loads.iceberg_table().scan().to_arrow()
+    assert rows_by(converted, ["id", "note", "_batch"]) == before
+    assert not list((loads.lake_dir / "orders").glob("part-*.parquet"))
     change_orders(pg, 1)
-    after = materialize(iceberg, "orders", instance, spark_resource)
+    after = loads.run()
     assert after.success, after.failure
     assert after.metadata["full_refresh"] is False
 
 
 @pytest.mark.xdist_group("connect")
 def test_a_commit_refused_before_the_catalog_took_it_says_its_cause(
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spark: SparkSession,
-    make_project: ProjectBuilder,
 ) -> None:
     """Defect 8: a failure before the catalog was asked was reported as "whether the catalog
     took it could not be told". Here the run's branch is dropped under it before main moves."""
     create_orders(pg, 20)
-    project = make_project(pg, TABLE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    assert loads.run().success
     change_orders(pg, 1)
-    config = _cli_config(tmp_path, pg, connect, TABLE)
-    writer, marker = paused_run(tmp_path, config, Path(str(instance.root_directory)), "staged")
-    lake = _lake(tmp_path)
+    writer, marker = loads.paused_run("staged", remote=connect)
+    lake = _lake(loads)
     state = lake.state()
     assert state is not None
     (branch,) = [name for name in state.refs if name.startswith("ia-")]
@@ -428,19 +367,16 @@ def test_a_commit_refused_before_the_catalog_took_it_says_its_cause(
 
 
 def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Defect 9: a catalog hiccup while counting rows after a landed commit reported "Nothing was
     written". Now the count comes from the commit's own snapshot, and maintenance that can't
     read the catalog says so without failing the run."""
     create_orders(pg, 20)
-    project = make_project(pg, {**TABLE, "mode": "merge"}, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)
+    assert loads.run().success
     change_orders(pg, 1)
     publish = commits_module.IcebergCommit.publish
     read_state = table_module.read_state  # type: ignore[attr-defined]
@@ -461,62 +397,54 @@ def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded
     monkeypatch.setattr(commits_module.IcebergCommit, "publish", published)
     monkeypatch.setattr(table_module, "read_state", unreachable)
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert run.success, run.failure
     assert run.metadata["dagster/row_count"] == len(orders_held(pg))
     monkeypatch.undo()
-    table = iceberg_table(tmp_path / "lake", "orders")
+    table = loads.iceberg_table()
     assert run.metadata["iceberg_snapshot_id"] == table.current_snapshot().snapshot_id
 
 
 @pytest.mark.parametrize("other", ["append", "delete"])
 def test_another_writers_commit_is_refused_by_a_run_and_replaced_by_a_full_refresh(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     other: str,
 ) -> None:
     create_orders(pg, 20)
-    project = make_project(pg, TABLE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
-    table = iceberg_table(tmp_path / "lake", "orders")
+    loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    assert loads.run().success
+    table = loads.iceberg_table()
     if other == "append":
         table.append(table.scan(limit=1).to_arrow())
     else:
         table.delete("id = 1")
     change_orders(pg, 1)
 
-    refused = materialize(project, "orders", instance, spark_resource)
-    rebuilt = materialize(project, "orders", instance, spark_resource, full_refresh=True)
+    refused = loads.run()
+    rebuilt = loads.run(full_refresh=True)
 
     assert not refused.success
     assert "not the table the stored cursor describes" in (refused.failure or "")
     assert "--full" in (refused.failure or "")
     assert rebuilt.success, rebuilt.failure
-    assert rows_by(read_lake(tmp_path / "lake", "orders"), ["id", "note"]) == orders_held(pg)
+    assert loads.rows(["id", "note"]) == orders_held(pg)
 
 
-def test_the_catalogs_password_is_in_no_message(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_the_catalogs_password_is_in_no_message(loads: Loads, pg: Schema) -> None:
     create_orders(pg, 5)
     secret = "Wh1sper-0f-the-catalog"
     uri = f"postgresql+psycopg2://etl:{secret}@127.0.0.1:1/catalog"  # nothing listens on port 1
-    project = make_project(pg, TABLE, lake={**ICEBERG, "catalog": {"type": "sql", "uri": uri}})
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "catalog": {"type": "sql", "uri": uri}})
 
-    run = materialize(project, "orders", instance, spark_resource)
+    run = loads.run()
 
     assert not run.success
     assert "catalog" in (run.failure or "") and "127.0.0.1:1" in (run.failure or "")
     logged = [
-        str(record.dagster_event or record.user_message) for record in instance.all_logs(run.run_id)
+        str(record.dagster_event or record.user_message)
+        for record in loads.instance.all_logs(run.run_id)
     ]
     assert secret not in (run.failure or "")
     assert not [line for line in logged if secret in line]
@@ -524,33 +452,32 @@ def test_the_catalogs_password_is_in_no_message(
 
 @pytest.mark.parametrize("nothing_new", [True, False])
 def test_a_lake_copied_to_another_folder_is_refused_as_moved_and_rebuilt_there_by_a_full_refresh(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     nothing_new: bool,
 ) -> None:
     """The copy's catalog names the old folder's metadata (Iceberg's locations are absolute):
     run there, it would add to the old folder's table. Refused on both paths, with or without
     Spark; the full refresh builds the table in the new folder and leaves the old one alone."""
     create_orders(pg, 20)
-    project = make_project(pg, TABLE, lake=ICEBERG)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
+    assert loads.run().success
     old = sorted(p.name for p in (tmp_path / "lake" / "orders" / "metadata").iterdir())
     shutil.copytree(tmp_path / "lake", tmp_path / "lake2")
-    moved = make_project(pg, TABLE, lake={**ICEBERG, "path": str(tmp_path / "lake2")})
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "path": str(tmp_path / "lake2")})
     if not nothing_new:
         change_orders(pg, 1)
 
-    refused = materialize(moved, "orders", instance, spark_resource)
-    rebuilt = materialize(moved, "orders", instance, spark_resource, full_refresh=True)
+    refused = loads.run()
+    rebuilt = loads.run(full_refresh=True)
 
     assert not refused.success
     assert str(tmp_path / "lake" / "orders") in (refused.failure or "")
     assert "moved" in (refused.failure or "")
     assert rebuilt.success, rebuilt.failure
-    assert rows_by(read_lake(tmp_path / "lake2", "orders"), ["id", "note"]) == orders_held(pg)
+    assert loads.lake_dir == tmp_path / "lake2"
+    assert loads.rows(["id", "note"]) == orders_held(pg)
     assert sorted(p.name for p in (tmp_path / "lake" / "orders" / "metadata").iterdir()) == old
-    location = iceberg_table(tmp_path / "lake2", "orders").metadata.location
+    location = loads.iceberg_table().metadata.location
     assert str(tmp_path / "lake2" / "orders") in location

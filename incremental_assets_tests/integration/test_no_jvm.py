@@ -15,12 +15,10 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
@@ -28,8 +26,9 @@ from incremental_assets_tests.support.cli import (
     write_cli_config,
 )
 from incremental_assets_tests.support.databases import SourceDb
+from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import ProjectBuilder, materialize, read_lake, rows_by
+from incremental_assets_tests.support.project import read_lake, rows_by
 
 TABLE = (
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text, "
@@ -122,14 +121,13 @@ def _fresh_process(tmp_path: Path, db: SourceDb, table: dict[str, Any]) -> Runne
 
 
 def _in_process(request: pytest.FixtureRequest, db: SourceDb, table: dict[str, Any]) -> Runner:
-    project = request.getfixturevalue("make_project")(db, "orders", **table)
-    instance = request.getfixturevalue("instance")
-    resource = request.getfixturevalue("spark_resource")
+    loads: Loads = request.getfixturevalue("loads")
+    loads.configure(db, "orders", **table)
     spark = request.getfixturevalue("spark")
 
     def run() -> tuple[bool, dict[str, Any]]:
         before = _jobs(spark)
-        done = materialize(project, "orders", instance, resource)
+        done = loads.run()
         assert done.success, done.failure
         return _jobs(spark) > before, done.metadata
 
@@ -140,77 +138,61 @@ def _jobs(spark: SparkSession) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
-DEFAULTS = {
-    "name": "orders",
-    "mode": "merge",
-    "cursor": "updated_at",
-    "primary_key": ["id"],
-    "transaction_cap": False,
-}
+DEFAULTS = {**ORDERS_MERGE, "transaction_cap": False}
 
 
 def test_a_row_changed_inside_the_lookback_is_work(
-    make_project: ProjectBuilder,
-    tmp_path: Path,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spark: SparkSession,
 ) -> None:
     pg.execute(TABLE, ROWS)
-    project = make_project(pg, DEFAULTS, lookback="1h")
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, DEFAULTS, lookback="1h")
+    assert loads.run().success
     before = _jobs(spark)
-    idle = materialize(project, "orders", instance, spark_resource)
+    idle = loads.run()
     after_idle = _jobs(spark)
     # A late row, dated inside the lookback below the cursor.
     pg.execute("INSERT INTO orders VALUES (9, 'late', TIMESTAMPTZ '2025-01-01 00:02:30+00')")
-    late = materialize(project, "orders", instance, spark_resource)
+    late = loads.run()
 
     assert idle.metadata["spark"] == "not started (nothing new)" and after_idle == before
     assert late.metadata["spark"].startswith("a local session") and _jobs(spark) > after_idle
     assert late.metadata["rows_inserted"] == 1
-    assert 9 in [r[0] for r in rows_by(read_lake(tmp_path / "lake", "orders"), ["id"])]
+    assert (9,) in loads.rows(["id"])
 
 
 def test_a_reconcile_that_is_due_runs_spark_even_with_nothing_new(
-    make_project: ProjectBuilder,
+    loads: Loads,
     pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     spark: SparkSession,
 ) -> None:
     pg.execute(TABLE, ROWS)
-    project = make_project(pg, DEFAULTS, deletes="reconcile", reconcile_every=2)
-    assert materialize(project, "orders", instance, spark_resource).success  # batch 1
+    loads.configure(pg, DEFAULTS, deletes="reconcile", reconcile_every=2)
+    assert loads.run().success  # batch 1
     pg.execute("DELETE FROM orders WHERE id = 3")
     before = _jobs(spark)
 
-    due = materialize(project, "orders", instance, spark_resource)  # batch 2: its turn
+    due = loads.run()  # batch 2: its turn
     after_due = _jobs(spark)
-    idle = materialize(project, "orders", instance, spark_resource)  # batch 3 is not due
+    idle = loads.run()  # batch 3 is not due
 
     assert due.metadata["deletes_reconciled"] is True and after_due > before
     assert due.metadata["rows_deleted"] == 1
     assert idle.metadata["spark"] == "not started (nothing new)" and _jobs(spark) == after_due
 
 
-def test_a_column_narrowed_with_nothing_new_is_still_refused(
-    make_project: ProjectBuilder,
-    pg: Schema,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
-) -> None:
+def test_a_column_narrowed_with_nothing_new_is_still_refused(loads: Loads, pg: Schema) -> None:
     """Found by the model-based test: the rows' text didn't change, so the run was skipped."""
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, qty integer, updated_at timestamptz NOT NULL)",
         "INSERT INTO orders VALUES (1, 5, TIMESTAMPTZ '2025-01-01 00:00:00+00')",
     )
-    project = make_project(pg, DEFAULTS)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, DEFAULTS)
+    assert loads.run().success
     pg.execute("ALTER TABLE orders ALTER COLUMN qty TYPE smallint")
 
-    narrowed = materialize(project, "orders", instance, spark_resource)
+    narrowed = loads.run()
 
     assert not narrowed.success
     assert "column 'qty' is int in the lake but smallint in the source" in (narrowed.failure or "")

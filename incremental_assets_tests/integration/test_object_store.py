@@ -16,22 +16,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 
-from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.support.cli import paused_run, write_cli_config
-from incremental_assets_tests.support.orders import (
-    ORDERS_TABLE,
-    change_orders,
-    create_orders,
-    orders_held,
-)
+from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
+from incremental_assets_tests.support.orders import change_orders, create_orders, orders_held
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import ProjectBuilder, materialize, rows_by
+from incremental_assets_tests.support.project import rows_by
 from incremental_assets_tests.support.s3 import S3Server
 
-TABLE = ORDERS_TABLE
+# A merge table from which rows deleted at the source are removed too, at every run.
+RECONCILED = {**ORDERS_MERGE, "deletes": "reconcile", "reconcile_every": 1}
 
 
 def _change(pg: Schema, run: int) -> None:
@@ -67,12 +61,10 @@ def _rows(lake: dict[str, Any]) -> list[tuple[Any, ...]]:
     [("merge", "sqlite"), ("append", "sqlite"), ("full_refresh", "sqlite"), ("merge", "postgres")],
 )
 def test_every_mode_loads_a_lake_on_an_object_store_exactly(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     s3: S3Server,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
     request: pytest.FixtureRequest,
     mode: str,
     catalog: str,
@@ -80,16 +72,16 @@ def test_every_mode_loads_a_lake_on_an_object_store_exactly(
     create_orders(pg, 40)
     uri = request.getfixturevalue("pg_catalog") if catalog == "postgres" else None
     lake = _lake(s3, tmp_path, uri)
-    table: dict[str, Any] = {**TABLE, "mode": mode}
+    table: dict[str, Any] = {**ORDERS_APPEND, "mode": mode}
     if mode == "full_refresh":
         table.pop("cursor")
-    if mode == "merge":  # rows deleted at the source are removed too
-        table |= {"deletes": "reconcile", "reconcile_every": 1}
-    project = make_project(pg, table, lake=lake)
+    if mode == "merge":
+        table = RECONCILED
+    loads.configure(pg, table, lake=lake)
     for run in range(3):
         if run:
             _change(pg, run)
-        result = materialize(project, "orders", instance, spark_resource)
+        result = loads.run()
         assert result.success, result.failure
         assert result.metadata["dagster/uri"] == f"{lake['path']}/orders"
 
@@ -110,54 +102,44 @@ def test_every_mode_loads_a_lake_on_an_object_store_exactly(
 
 @pytest.mark.xdist_group("connect")
 def test_a_run_killed_before_its_commit_leaves_nothing_readers_see(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     s3: S3Server,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 40)
     lake = _lake(s3, tmp_path)
-    table = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
-    project = make_project(pg, table, lake=lake)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, RECONCILED, lake=lake)
+    assert loads.run().success
     before = _rows(lake)
     _change(pg, 1)
-    process, _ = _paused(
-        tmp_path, pg, connect, table, lake, Path(str(instance.root_directory)), "mid-commit"
-    )
+    process, _ = loads.paused_run("mid-commit", remote=connect)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
 
     assert _rows(lake) == before
-    after = materialize(project, "orders", instance, spark_resource)
+    after = loads.run()
     assert after.success, after.failure
     assert _rows(lake) == orders_held(pg)
 
 
 @pytest.mark.xdist_group("connect")
 def test_of_two_overlapping_runs_the_second_to_commit_is_refused(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     s3: S3Server,
     connect: str,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 40)
     lake = _lake(s3, tmp_path)
-    table = {**TABLE, "mode": "append"}
-    project = make_project(pg, table, lake=lake)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, ORDERS_APPEND, lake=lake)
+    assert loads.run().success
     _change(pg, 1)
-    process, marker = _paused(
-        tmp_path, pg, connect, table, lake, Path(str(instance.root_directory)), "staged"
-    )
+    process, marker = loads.paused_run("staged", remote=connect)
 
-    b = materialize(project, "orders", instance, spark_resource)
+    b = loads.run()
     marker.unlink()
     _, stderr = process.communicate(timeout=300)
 
@@ -168,18 +150,15 @@ def test_of_two_overlapping_runs_the_second_to_commit_is_refused(
 
 
 def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
-    make_project: ProjectBuilder,
+    loads: Loads,
     tmp_path: Path,
     pg: Schema,
     s3: S3Server,
-    instance: dg.DagsterInstance,
-    spark_resource: IncrementalSparkResource,
 ) -> None:
     create_orders(pg, 60)
     lake = {**_lake(s3, tmp_path), "keep_snapshots": 1, "keep_snapshots_for": "0s"}
-    merge = {**TABLE, "mode": "merge", "deletes": "reconcile", "reconcile_every": 1}
-    project = make_project(pg, merge, lake=lake)
-    assert materialize(project, "orders", instance, spark_resource).success
+    loads.configure(pg, RECONCILED, lake=lake)
+    assert loads.run().success
     table = _table(lake)
     committed = {len(orders_held(pg))}
     seen: list[int] = []
@@ -194,7 +173,7 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     try:
         for run in range(1, 4):
             _change(pg, run)
-            result = materialize(project, "orders", instance, spark_resource)
+            result = loads.run()
             assert result.success, result.failure
             committed.add(result.metadata["dagster/row_count"])
             assert "expire: expired" in result.metadata["maintenance"]
@@ -208,17 +187,3 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     kept = [s.snapshot_id for s in table.refresh().snapshots()]
     assert result.metadata["iceberg_snapshot_id"] in kept and len(kept) <= 4
     assert _rows(lake) == orders_held(pg)
-
-
-def _paused(
-    tmp_path: Path,
-    pg: Schema,
-    connect: str,
-    table: dict[str, Any],
-    lake: dict[str, Any],
-    home: Path,
-    point: str,
-) -> tuple[Any, Path]:
-    entry = {**table, "source": "shop", "table": f"{pg.name}.orders"}
-    config = write_cli_config(tmp_path / "cli", {"shop": pg.source()}, [entry], connect, **lake)
-    return paused_run(tmp_path, config, home, point)

@@ -50,9 +50,6 @@ ITEMS_MERGE: Final[Mapping[str, Any]] = {
     "cursor": "at",
     "primary_key": ["id"],
 }
-# Lake settings: `loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)` in a test that holds for
-# Iceberg only (one that holds for both formats takes the `lake_format` fixture instead).
-ICEBERG: Final[Mapping[str, Any]] = {"format": "iceberg"}
 
 
 class Loads:
