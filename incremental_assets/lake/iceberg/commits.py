@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
+from incremental_assets.lake.iceberg.partitions import consistent_with
 from incremental_assets.lake.iceberg.records import (
     PREFIX,
     REWRITE,
@@ -42,7 +43,6 @@ from incremental_assets.lake.iceberg.records import (
     made_by,
     our_branches,
 )
-from incremental_assets.lake.iceberg.partitions import consistent_with
 from incremental_assets.lake.iceberg.schema import promotable
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.pause_points import pause_point
