@@ -16,6 +16,7 @@ import dagster as dg
 from incremental_assets.config import InvalidTable, Project, load_config
 from incremental_assets.errors import ConfigError, IncrementalAssetsError
 from incremental_assets.factory import TableRunConfig, build_table_asset, failing_cleanly
+from incremental_assets.maintenance_job import build_maintenance
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
 from incremental_assets.sensors import build_checks_sensor, build_sensors
@@ -59,10 +60,11 @@ def build_definitions(
     checked = [key for asset in assets for key in asset.check_keys]
     if checked:
         sensors.append(build_checks_sensor(translator.checks_sensor_name, checked))
+    maintenance_jobs, maintenance_schedules = build_maintenance(project, translator)
     return dg.Definitions(
         assets=[*assets, *source_specs(project, translator)],
-        jobs=[all_tables],
-        schedules=build_schedules(project, translator),
+        jobs=[all_tables, *maintenance_jobs],
+        schedules=[*build_schedules(project, translator), *maintenance_schedules],
         sensors=sensors,
         resources={"spark": spark or IncrementalSparkResource.from_spec(project.spark)},
         # One process per run: Spark's JVM starts once and serves every table.

@@ -198,9 +198,14 @@ def run_incremental_load(
         plan.report,
         schema_change=change.describe() or None,
         deletes_reconciled=True if write.reconcile else None,
-        maintenance=_maintained(run, spark, log) if outcome.head is not None else None,
+        maintenance=_maintained(run, spark, log) if _maintains(run, outcome) else None,
     )
     return _result(run, replace(plan, report=report), outcome, write.batch, extracted_at)
+
+
+def _maintains(run: _Run, outcome: WriteOutcome) -> bool:
+    """Whether the run keeps its table after committing (`lake.maintenance: after_commit`)."""
+    return outcome.head is not None and run.request.lake_spec.maintenance == "after_commit"
 
 
 def _maintained(run: _Run, spark: SparkSession, log: Log) -> str | None:

@@ -27,6 +27,7 @@ from incremental_assets.settings import settings_digest
 ALL_TABLES_JOB = "incremental_assets_all"
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
 CHECKS_SENSOR = "incremental_assets_checks_sensor"
+MAINTENANCE_JOB = "incremental_assets_maintenance"
 # The check that shows the cursor the next run reads from (checks.py evaluates it).
 NEXT_RUN_CHECK = "next_run_reads_from"
 TABLE_METADATA_KEY = "incremental_assets/table"
@@ -172,6 +173,10 @@ class IncrementalAssetsTranslator:
         """The table's source-change sensor (`sensor:`)."""
         return sensor_name_of(self.asset_key(table))
 
+    def maintenance_op_name(self, table: TableSpec) -> str:
+        """The table's op in the maintenance job (`lake.maintenance: scheduled`)."""
+        return f"{self.op_name(table)}_maintenance"
+
     def pool(self, table: TableSpec) -> str:
         """The Dagster concurrency pool of the table's runs (limit it to 1 on object stores)."""
         return f"incremental_assets/{table.name}"
@@ -180,6 +185,16 @@ class IncrementalAssetsTranslator:
     def job_name(self) -> str:
         """The job that materializes every table of the project."""
         return ALL_TABLES_JOB + self.suffix
+
+    @property
+    def maintenance_job_name(self) -> str:
+        """The job that keeps every Iceberg table (`lake.maintenance: scheduled`)."""
+        return MAINTENANCE_JOB + self.suffix
+
+    @property
+    def maintenance_schedule_name(self) -> str:
+        """The maintenance job's schedule (`lake.maintenance_schedule`)."""
+        return f"{self.maintenance_job_name}_schedule"
 
     @property
     def automation_sensor_name(self) -> str:

@@ -5,13 +5,16 @@ env.py       `${VAR}` substitution
 shorthand.py LakeXpress's one-line table entries
 problems.py  pydantic's errors in the configuration's own words
 models.py    the frozen models the rest of the package works with
+lake.py      the lake's settings (`lake:`)
 sources.py   the source models: a JDBC database or a folder of files, and their driver classes
 fields.py    the frozen base model and the value types that parse themselves
 rules.py     the rules a table's settings follow together, at load and at run time
 durations.py `30s`, `5m`, `2h`
+outline.py   the file's JSON schema, for `dg` and editors
 """
 
 from incremental_assets.config.durations import parse_duration
+from incremental_assets.config.lake import LakeSpec, MergeTuning, MergeWrites
 from incremental_assets.config.loading import (
     CONFIG_ENV,
     InvalidTable,
@@ -24,9 +27,6 @@ from incremental_assets.config.loading import (
 )
 from incremental_assets.config.models import (
     CursorSpec,
-    LakeSpec,
-    MergeTuning,
-    MergeWrites,
     Mode,
     Project,
     SensorSpec,

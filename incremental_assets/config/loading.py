@@ -24,7 +24,8 @@ import yaml
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from incremental_assets.config.env import substitute_env
-from incremental_assets.config.models import LakeSpec, Project, SparkSpec, TableSpec
+from incremental_assets.config.lake import LakeSpec
+from incremental_assets.config.models import Project, SparkSpec, TableSpec
 from incremental_assets.config.problems import UNKNOWN_SETTING, problems_from
 from incremental_assets.config.rules import table_problems
 from incremental_assets.config.shorthand import expand_shorthand, table_place

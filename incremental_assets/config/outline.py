@@ -16,8 +16,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
+from incremental_assets.config.lake import LakeSpec
 from incremental_assets.config.loading import TopLevel
-from incremental_assets.config.models import LakeSpec, SparkSpec, TableSpec
+from incremental_assets.config.models import SparkSpec, TableSpec
 from incremental_assets.config.shorthand import SHORTHAND
 from incremental_assets.config.sources import FilesSourceSpec, JdbcSourceSpec
 

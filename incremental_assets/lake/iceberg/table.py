@@ -30,7 +30,7 @@ from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts
 from incremental_assets.lake.files import ParquetFolder
 from incremental_assets.lake.iceberg.catalog import IcebergCatalog, bind, catalog_of
-from incremental_assets.lake.iceberg.maintenance import Policy, Target, due, maintain
+from incremental_assets.lake.iceberg.maintenance import Policy, Target, Task, due, maintain
 from incremental_assets.lake.iceberg.metadata import (
     Misplaced,
     misplacement,
@@ -115,20 +115,28 @@ class IcebergLake:
         current = state.current if state is not None else None
         return live_rows(current) if current is not None else 0
 
+    def maintenance_due(self) -> list[Task]:
+        """The maintenance tasks due now (`maintenance.due`), read without Spark."""
+        state = self.state()
+        return due(state, self._policy(), now()) if state is not None else []
+
     def maintain(self, spark: SparkSession) -> str | None:
         """The table's maintenance, where any is due (`maintenance.py`): what it did."""
         state = self.state()
         if state is None:
             return None
-        policy = Policy(
-            keep_snapshots=self.spec.keep_snapshots,
-            keep_snapshots_for=self.spec.keep_snapshots_for,
-        )
+        policy = self._policy()
         tasks = due(state, policy, now())
         if not tasks:
             return None
         target = Target(self.catalog.name, self.procedure_table(), self.reference())
         return maintain(self.session(spark), target, state, tasks, policy, now()).describe()
+
+    def _policy(self) -> Policy:
+        return Policy(
+            keep_snapshots=self.spec.keep_snapshots,
+            keep_snapshots_for=self.spec.keep_snapshots_for,
+        )
 
     def redact(self, text: str) -> str:
         return self.catalog.redact(text)
