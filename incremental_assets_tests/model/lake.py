@@ -1,7 +1,8 @@
 """The lake table as its readers see it (pyarrow for a plain Parquet folder, PyIceberg for an
 Iceberg table), what PostgreSQL types become there, and the facts about it the model checks:
 its layout (the plain format's file names, an Iceberg head snapshot's summary), its snapshots and
-branches, and what a run may not leave behind."""
+branches, an Iceberg table's format version and delete files, and what a run may not leave
+behind."""
 
 from __future__ import annotations
 
@@ -70,6 +71,20 @@ class LakeState:
     unreferenced: tuple[str, ...] = ()
     on_disk: frozenset[str] = frozenset()
     iceberg: bool = False  # the folder holds an Iceberg table (its metadata/)
+    # Iceberg: the format version (3: deletion vectors); the delete files of main's snapshot
+    # (among `files`), and which of them are deletion vectors (Puffin); each kept snapshot's
+    # sequence number (the order of the table's commits), and main's ancestry from its snapshot
+    # back (as far as its snapshots are kept: a table replaced whole starts a new one); files
+    # in data/ that a kept snapshot references and that aren't on disk; the files main's head
+    # snapshot added itself (a run's own commit: its data files and delete files), with what
+    # each holds (`DATA`, `POSITIONS`, `VECTOR`, `EQUALITY`).
+    format_version: int | None = None
+    delete_files: frozenset[str] = frozenset()
+    vectors: frozenset[str] = frozenset()
+    sequence: dict[int, int] = field(default_factory=dict)
+    ancestry: tuple[int, ...] = ()
+    missing: tuple[str, ...] = ()
+    head_added: tuple[tuple[str, str], ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -132,11 +147,12 @@ def _iceberg_state(lake_dir: Path) -> LakeState:
     table's schema, the one schema its readers see (a file it can't project fails the read)."""
     table_dir = lake_dir / TABLE
     leftovers = tuple(sub for sub in PLAIN_COMMIT_FOLDERS if (table_dir / sub).exists())
-    on_disk = frozenset(
+    present = frozenset(
         str(p.relative_to(table_dir))
-        for p in (table_dir / ICEBERG_DATA).rglob("*.parquet")
-        if not p.name.startswith(".")
+        for p in (table_dir / ICEBERG_DATA).rglob("*")
+        if p.is_file() and not p.name.startswith(".")
     )
+    on_disk = frozenset(p for p in present if p.endswith((".parquet", ".puffin")))
     try:
         iceberg = iceberg_table(lake_dir, TABLE)
         table = _plain_strings(read_lake(lake_dir, TABLE))
@@ -150,9 +166,17 @@ def _iceberg_state(lake_dir: Path) -> LakeState:
     metadata = iceberg.metadata
     current = iceberg.current_snapshot()
     since_head = _since_head(metadata)
-    files = tuple(sorted(_files(iceberg, table_dir, [current] if current else [])))
+    main = _files(iceberg, table_dir, [current] if current else [])
+    head = since_head[-1] if since_head else None
+    head_added = _added(iceberg, table_dir, head) if head is not None else ()
+    files = tuple(sorted(main))
     referenced = _files(iceberg, table_dir, metadata.snapshots)  # kept for time travel
     types, rows, batches = _data(table)
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    ancestry, at = [], metadata.current_snapshot_id
+    while at is not None and at in by_id:
+        ancestry.append(at)
+        at = by_id[at].parent_snapshot_id
     return LakeState(
         rows=rows,
         types=types,
@@ -166,9 +190,16 @@ def _iceberg_state(lake_dir: Path) -> LakeState:
         since_head=frozenset(s.snapshot_id for s in since_head),
         snapshots=frozenset(s.snapshot_id for s in metadata.snapshots),
         branches=frozenset(name for name in metadata.refs if name.startswith(BRANCH_PREFIX)),
-        unreferenced=tuple(sorted(on_disk - referenced)),
+        unreferenced=tuple(sorted(on_disk - set(referenced))),
         on_disk=on_disk,
         iceberg=True,
+        format_version=int(metadata.format_version),
+        delete_files=frozenset(path for path, kind in main.items() if kind != DATA),
+        vectors=frozenset(path for path, kind in main.items() if kind == VECTOR),
+        sequence={s.snapshot_id: int(s.sequence_number or 0) for s in metadata.snapshots},
+        ancestry=tuple(ancestry),
+        missing=tuple(sorted(p for p in referenced if p not in present and not _elsewhere(p))),
+        head_added=head_added,
     )
 
 
@@ -207,30 +238,71 @@ def _plain_strings(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
-# The files each manifest lists, by its path: manifests are never rewritten in place.
-_MANIFESTS: dict[str, frozenset[str]] = {}
+# What a file a manifest lists holds: rows, a position-delete file's positions, a deletion
+# vector (a Puffin blob: format v3), an equality-delete file's values.
+DATA, POSITIONS, VECTOR, EQUALITY = "data", "position deletes", "deletion vector", "equality"
+# The files each manifest lists, by its path, with what each holds and the snapshot that added
+# it there (None: an existing file carried on): manifests are never rewritten in place.
+_MANIFESTS: dict[str, tuple[tuple[str, str, int | None], ...]] = {}
 
 
-def _files(table: Any, table_dir: Path, snapshots: list[Any]) -> set[str]:
+def _listed(table: Any, table_dir: Path, manifest: Any) -> tuple[tuple[str, str, int | None], ...]:
+    listed = _MANIFESTS.get(manifest.manifest_path)
+    if listed is None:
+        if len(_MANIFESTS) > 20_000:
+            _MANIFESTS.clear()
+        entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        listed = tuple(
+            (
+                _under(e.data_file.file_path, table_dir),
+                _kind(e.data_file),
+                e.snapshot_id if getattr(e.status, "name", "") == "ADDED" else None,
+            )
+            for e in entries
+        )
+        _MANIFESTS[manifest.manifest_path] = listed
+    return listed
+
+
+def _files(table: Any, table_dir: Path, snapshots: list[Any]) -> dict[str, str]:
     """The data and delete files the snapshots of a PyIceberg table reference, as paths under
-    the table's folder (or whole, if elsewhere)."""
-    found: set[str] = set()
+    the table's folder (or whole, if elsewhere), with what each holds."""
+    found: dict[str, str] = {}
     for snapshot in snapshots:
         for manifest in snapshot.manifests(table.io):
-            listed = _MANIFESTS.get(manifest.manifest_path)
-            if listed is None:
-                if len(_MANIFESTS) > 20_000:
-                    _MANIFESTS.clear()
-                entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
-                listed = frozenset(_under(e.data_file.file_path, table_dir) for e in entries)
-                _MANIFESTS[manifest.manifest_path] = listed
-            found |= listed
+            found.update((path, kind) for path, kind, _ in _listed(table, table_dir, manifest))
     return found
+
+
+def _added(table: Any, table_dir: Path, snapshot: Any) -> tuple[tuple[str, str], ...]:
+    """The files `snapshot` added itself, with what each holds."""
+    return tuple(
+        sorted(
+            (path, kind)
+            for manifest in snapshot.manifests(table.io)
+            for path, kind, added in _listed(table, table_dir, manifest)
+            if added == snapshot.snapshot_id
+        )
+    )
+
+
+def _kind(data_file: Any) -> str:
+    content = getattr(data_file.content, "name", str(data_file.content))
+    if content == "DATA":
+        return DATA
+    if content == "EQUALITY_DELETES":
+        return EQUALITY
+    return VECTOR if getattr(data_file.file_format, "name", "") == "PUFFIN" else POSITIONS
 
 
 def _under(uri: str, table_dir: Path) -> str:
     path = Path(uri.removeprefix("file://").removeprefix("file:"))
     return str(path.relative_to(table_dir)) if path.is_relative_to(table_dir) else uri
+
+
+def _elsewhere(path: str) -> bool:
+    """Whether a referenced file lies outside the table's folder (`_under` kept it whole)."""
+    return path.startswith("/") or "://" in path or path.startswith("file:")
 
 
 def _data(
@@ -248,6 +320,13 @@ def _data(
 
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def rows_at(lake_dir: Path, snapshot: int) -> tuple[dict[str, Any], ...]:
+    """The rows of the Iceberg table `TABLE` as of `snapshot`, as a time-travelling reader
+    reads them (PyIceberg), without the bookkeeping columns."""
+    table = iceberg_table(lake_dir, TABLE).scan(snapshot_id=snapshot).to_arrow()
+    return _data(_plain_strings(table))[1]
 
 
 def copy_catalog(source: Path, target: Path) -> None:

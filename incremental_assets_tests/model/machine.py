@@ -7,11 +7,13 @@ tie with the cursor, soft and hard deletes, restores, identical rows, transactio
 across runs, schema changes), operate the cursor, and run the asset: in this process, as a
 subprocess killed at a pause point, or twice after letting everything settle. Others change what
 an operator changes between runs: the table's settings (mode, delete_column, the columns read, how
-the key is named, the cursor column) and the lake itself (its folder removed, moved, or restored
-from a copy taken after an earlier run; a new, empty Dagster instance). After every run that
-succeeds, `Reference.check_run` states what the lake and the metadata must be; runs that are
-refused by design must fail cleanly, change nothing, and, where the refusal says to, a full
-refresh then rebuilds the lake.
+the key is named, the cursor column, an Iceberg merge table's `merge_writes`) and the lake itself
+(its folder removed, moved, or restored from a copy taken after an earlier run; a new, empty
+Dagster instance); and an Iceberg table's maintenance, run between runs as a job of its own would,
+with a retention that expires snapshots and thresholds that compact these small tables. After
+every run that succeeds, `Reference.check_run` states what the lake and the metadata must be
+(after maintenance, `Reference.check_maintenance`); runs that are refused by design must fail
+cleanly, change nothing, and, where the refusal says to, a full refresh then rebuilds the lake.
 
 Hypothesis prints a failing example as the sequence of rules with their arguments; `note()`
 lines (starting with `#`) say what each step did to the source (keys and cursor values).
@@ -25,10 +27,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from incremental_assets.lake.iceberg.maintenance import Policy
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import (
     CATALOG,
@@ -52,6 +55,7 @@ from incremental_assets_tests.model.lake import (
     copy_catalog,
     copy_lake_table,
     read_lake_state,
+    rows_at,
 )
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
@@ -70,6 +74,8 @@ from incremental_assets_tests.model.table import (
     CURSOR_TYPES,
     DELETED,
     KEY_TYPES,
+    MERGE_WRITES,
+    MERGE_WRITES_ON,
     TABLE,
     TableConfig,
     cursor_text,
@@ -89,6 +95,22 @@ COPIES = 3  # copies of the lake kept for "restored": those of the last commits
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
 BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
 _INT_WIDTH = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
+# The merge_writes a format v3 table takes (position_deletes on one is refused).
+V3_WRITES = ("deletion_vectors", "copy_on_write")
+# How many snapshots maintenance between runs keeps (`lake.keep_snapshots`; none for a time).
+KEEP_SNAPSHOTS = st.integers(1, 3)
+
+
+def maintenance_policy(keep: int) -> Policy:
+    """A retention that expires snapshots at once past `keep` newer ones, and thresholds that
+    compact the model's small tables: any deleted row, any delete file, two data files."""
+    return Policy(
+        keep_snapshots=keep,
+        keep_snapshots_for=timedelta(0),
+        deleted_fraction=1e-9,
+        delete_files=1,
+        small_files=2,
+    )
 
 
 @dataclass
@@ -111,6 +133,11 @@ class Env:
     settings_changes: int = 0  # changes of the table's settings per example, at most
     lake_events: int = 0  # per example, at most
     lake_event_kinds: tuple[str, ...] = LAKE_EVENTS
+    # Iceberg: the `merge_writes` values a merge table draws (none: left unset), and changes to
+    # (as settings changes); maintenance runs between runs per example, at most.
+    merge_writes: tuple[str, ...] = ()
+    maintenance: int = 0
+    keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
     verbose: bool = False  # print a summary of each example that passed
     steps: int = 0  # steps run so far, over every example (the soak's budget)
     examples: int = 0
@@ -151,8 +178,13 @@ class LakeMachine(RuleBasedStateMachine):
         self.directory: Path | None = None
         self.writers: list[LateWriter] = []
         self.kills = self.refusals = self.schema_changes = self.cursor_commands = 0
-        self.settings_changes = self.lake_events = 0
-        self.copies: dict[str, Path] = {}  # copies of the lake by the commit they were taken at
+        self.settings_changes = self.lake_events = self.maintenances = 0
+        # Copies of the lake by the commit they were taken at, and the format version of each
+        # (Iceberg: a v3 copy restored under position_deletes would be refused for that too).
+        self.copies: dict[str, Path] = {}
+        self.copy_versions: dict[str, int | None] = {}
+        # The `lake:` settings of the retention maintenance set (`maintain`).
+        self.retention: dict[str, Any] = {}
         self.after_kill = False
         self.dirty = True  # something changed since the last run: another run can tell more
         # The lake was removed, moved or restored since the last run, which (in full_refresh
@@ -176,6 +208,7 @@ class LakeMachine(RuleBasedStateMachine):
             env.spark_resource,
             env.connect,
             env.lake_format,
+            config.lake_entry(),
         )
         self.reference = Reference(config, lake=str(self.runner.lake))
         self._observe()
@@ -313,11 +346,12 @@ class LakeMachine(RuleBasedStateMachine):
             branches_before=before.branches,
             defaulted=frozenset(self.source.defaulted),
         )
-        problems = self.reference.check_run(facts, self._lake())
+        after = self._lake()
+        problems = self.reference.check_run(facts, after)
         self.after_kill = self.dirty = self.lake_behind = False
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
-        self._keep_copy(md)
+        self._keep_copy(md, after)
 
     # -- source writes -----------------------------------------------------------------------
 
@@ -547,16 +581,24 @@ class LakeMachine(RuleBasedStateMachine):
         finally:
             self.source.rename(f"{name}_gone", name)
 
-    def _expect_refusal(self, what: str, named: Sequence[str]) -> None:
-        """The run fails with one paragraph naming the table and each of `named`, and changes
-        neither the lake nor the cursor, nor records anything."""
+    def _expect_refusal(
+        self, what: str, named: Sequence[str], full_refresh: bool = False, unread: bool = False
+    ) -> None:
+        """The run (`full_refresh`: a full refresh) fails with one paragraph naming the table and
+        each of `named`, and changes neither the lake nor the cursor, nor records anything;
+        `unread`: refused before it reads the source (`_unread`)."""
         lake, recorded, count = (
             self._lake(),
             self.runner.recorded_cursor(),
             self.runner.materializations(),
         )
-        outcome = self.runner.run()
         problems = []
+        if unread:
+            outcome, read = self._unread(lambda: self.runner.run(full_refresh))
+            if read:
+                problems.append("the run queried the source table before it was refused")
+        else:
+            outcome = self.runner.run(full_refresh)
         message = (outcome.failure or "").strip()
         missing = [text for text in [f"Table '{TABLE}'", *named] if text not in message]
         if outcome.success:
@@ -587,7 +629,39 @@ class LakeMachine(RuleBasedStateMachine):
             problems.append(f"the cursor moved: {recorded} -> {self.runner.recorded_cursor()}")
         if problems:
             self._fail(f"a run after {what} was not refused cleanly", problems)
-        self._say("refused", f"# refused: {message[:200]}")
+        kind = "full refresh refused" if full_refresh else "refused"
+        self._say(kind, f"# {kind}: {message[:200]}")
+
+    def _unread(self, run: Callable[[], Outcome]) -> tuple[Outcome, bool]:
+        """`run` while the source table is locked (no transaction may be open): whether a query
+        of the run's waited on the lock, which is then released so the run goes on."""
+        release = self.source.lock()
+        done, waited = threading.Event(), threading.Event()
+        released = threading.Lock()
+        freed = [False]
+
+        def free() -> None:
+            with released:
+                if not freed[0]:
+                    freed[0] = True
+                    release()
+
+        def watch() -> None:
+            while not done.wait(0.2):
+                if self.source.reader_waiting():
+                    waited.set()
+                    free()
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            outcome = run()
+        finally:
+            done.set()
+            watcher.join(timeout=30)
+            free()
+        return outcome, waited.is_set()
 
     def _refused_until_rebuilt(self, what: str, named: Sequence[str], new_row: bool) -> None:
         """A run is refused with nothing new, then (`new_row`) with a row that is; a full
@@ -614,7 +688,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.settings_changes += 1
         self.reference.change_settings(config, self._lake())
         self.config = self.source.config = config
-        self.runner.configure(config.table_entry(self.source.schema))
+        self.runner.configure(config.table_entry(self.source.schema), self._lake_options())
         self._say(kind, f"# settings: {what}")
         self._observe()
 
@@ -728,6 +802,132 @@ class LakeMachine(RuleBasedStateMachine):
             self.source.rename(renamed, CURSOR)
             self.runner.configure(entry)
 
+    def _lake_options(self) -> dict[str, Any]:
+        """The `lake:` settings the example states: the retention maintenance set, and a
+        `merge_writes` set on the lake."""
+        return {**self.retention, **self.config.lake_entry()}
+
+    @precondition(
+        lambda self: (
+            self._can_change_settings()
+            and self.config.mode == "merge"
+            and bool(self.env.merge_writes)
+            and not self.lake_behind  # a refusal for the lake itself may come first
+        )
+    )
+    @rule(
+        writes=st.sampled_from((None, *MERGE_WRITES)),
+        on=st.sampled_from(MERGE_WRITES_ON),
+        back=st.sampled_from(V3_WRITES),
+        new_row=st.booleans(),
+    )
+    def change_merge_writes(self, writes: str | None, on: str, back: str, new_row: bool) -> None:
+        """`merge_writes` changed (None: unset, position_deletes), on the table or on the lake.
+        The rows stay the same; deletion_vectors makes the table format v3 from its next write
+        (`Reference._check_format`). position_deletes on a format v3 table is refused, before
+        the source is read, naming the setting, by an incremental run (with nothing new, then
+        with a new row) and by a full refresh alike; then the setting is put back to one the
+        table takes (`back`)."""
+        writes = writes if writes is None or writes in self.env.merge_writes else None
+        config = replace(
+            self.config, merge_writes=writes, merge_writes_on=on if writes is not None else "table"
+        )
+        if config == self.config:
+            return
+        lake = self._lake()
+        refused = config.writes not in V3_WRITES and lake.exists and lake.format_version == 3
+        where = "unset" if writes is None else f"{writes} (on the {config.merge_writes_on})"
+        self._reconfigure(
+            config,
+            "merge_writes changed",
+            f"merge_writes {where}; the table is format v{lake.format_version}",
+        )
+        if not refused:
+            return
+        what = "merge_writes: position_deletes on a format v3 table"
+        named = ["merge_writes"]
+        unread = not self.writers  # a locked source would wait for their row locks
+        self._expect_refusal(what, named, unread=unread)
+        if new_row:
+            self.add_row()
+            self._expect_refusal(f"{what}, with a new row", named, unread=unread)
+        self._expect_refusal(what, named, full_refresh=True, unread=unread)
+        self._reconfigure(
+            replace(config, merge_writes=back, merge_writes_on=on),
+            "merge_writes changed",
+            f"merge_writes {back} (on the {on}), which a format v3 table takes",
+        )
+
+    # -- maintenance between runs ------------------------------------------------------------
+
+    @precondition(
+        lambda self: (
+            self.env.lake_format == "iceberg"
+            and self.maintenances < self.env.maintenance
+            and not self.after_kill
+            and not self.lake_behind  # a copied lake's catalog names the original's table
+            and self.runs > 0
+        )
+    )
+    @rule(keep=KEEP_SNAPSHOTS, run_after=st.booleans())
+    def maintain(self, keep: int, run_after: bool) -> None:
+        """The Iceberg table's maintenance, as a job of its own runs it between runs, with the
+        retention the config now states (`lake.keep_snapshots` `keep`, `keep_snapshots_for` 0:
+        the runs' own maintenance keeps to it too) and thresholds that make these small tables
+        due for compaction (`maintenance_policy`). Readers see the same rows, at main and at
+        every recorded snapshot still kept, and snapshots expire only as the retention allows
+        (`Reference.check_maintenance`); then (`run_after`) the next run goes on from the stored
+        cursor, adding to the table (writing nothing if the source is as the last run left it).
+        """
+        self.maintenances += 1
+        keep = keep if keep in self.env.keep_snapshots else min(self.env.keep_snapshots)
+        self.retention = {"keep_snapshots": keep, "keep_snapshots_for": "0s"}
+        self.runner.configure(self.runner.table, self._lake_options())
+        self.reference.retain(keep, timedelta(0))
+        before = self._lake()
+        if not before.exists:
+            self._say("maintained", "# maintenance: no table to maintain")
+            return
+        try:
+            done = self.runner.maintain(maintenance_policy(keep))
+        except Exception as exc:  # the product's maintenance, on the product's table
+            self._fail("the table's maintenance failed", [f"{type(exc).__name__}: {exc}"[:3000]])
+        after = self._lake()
+        tasks = [part.split(":")[0] for part in done.split("; ")] if done else ["nothing due"]
+        self._say(
+            f"maintained ({', '.join(tasks)})",
+            f"# maintenance, keep_snapshots {keep}, keep_snapshots_for 0s: {done or 'nothing due'}"
+            f" ({len(before.snapshots)} -> {len(after.snapshots)} snapshots, "
+            f"{len(before.files)} -> {len(after.files)} files)",
+        )
+        problems = self.reference.check_maintenance(before, after)
+        for snapshot in sorted(self.reference.recorded_snapshots & after.snapshots):
+            try:
+                problems += self.reference.check_time_travel(
+                    snapshot, rows_at(self.runner.lake, snapshot)
+                )
+            except Exception as exc:
+                problems.append(f"snapshot {snapshot} can't be read: {type(exc).__name__}: {exc}")
+        if problems:
+            self._fail("maintenance between runs broke the guarantees", problems)
+        unchanged = not self.dirty and self.config.safety_lag is None
+        self.dirty = True
+        if not run_after:
+            return
+        outcome = self._run()
+        md = outcome.metadata
+        wrote = {k: md.get(k) for k in ("rows_written", "files_written") if md.get(k)}
+        if (
+            unchanged
+            and self.config.mode != "full_refresh"
+            and not md.get("full_refresh")
+            and wrote
+        ):
+            self._fail(
+                "the run after maintenance",
+                [f"over a source as the last run read it, it wrote {wrote}"],
+            )
+
     # -- the lake and the Dagster instance ---------------------------------------------------
 
     def _can_disturb_lake(self, *kinds: str) -> bool:
@@ -740,8 +940,9 @@ class LakeMachine(RuleBasedStateMachine):
             and any(kind in self.env.lake_event_kinds for kind in kinds)
         )
 
-    def _keep_copy(self, metadata: dict[str, Any]) -> None:
-        """A copy of the lake as a run left it, to restore later: the last `COPIES` commits."""
+    def _keep_copy(self, metadata: dict[str, Any], lake: LakeState) -> None:
+        """A copy of the lake as a run left it (`lake`), to restore later: the last `COPIES`
+        commits."""
         commit = metadata.get("lake_commit")
         wanted = self._can_disturb_lake("restored", "restored-with-catalog")
         table_dir = self.runner.lake / TABLE
@@ -750,24 +951,29 @@ class LakeMachine(RuleBasedStateMachine):
         copy = self.runner.directory / f"copy-{uuid.uuid4().hex[:8]}"
         copy_lake_table(self.runner.lake, copy)
         self.copies[commit] = copy
+        self.copy_versions[commit] = lake.format_version
         while len(self.copies) > COPIES:
-            shutil.rmtree(self.copies.pop(next(iter(self.copies))))
+            dropped = next(iter(self.copies))
+            shutil.rmtree(self.copies.pop(dropped))
+            self.copy_versions.pop(dropped, None)
 
     def _drop_copies(self) -> None:
         """Copies of another lake or of another instance's commits restore nothing of this one."""
         for copy in self.copies.values():
             shutil.rmtree(copy)
         self.copies.clear()
+        self.copy_versions.clear()
 
-    def _lake_disturbed(self, kind: str, what: str, new_row: bool) -> None:
+    def _lake_disturbed(self, kind: str, what: str, new_row: bool, kept: bool = True) -> None:
         """After the lake was removed, moved or restored, an incremental run is refused (with
         nothing new, then with a new row) naming the stored cursor, the lake and the fix; a full
-        refresh then rebuilds the lake. A run that replaces the table anyway just runs."""
+        refresh then rebuilds the lake. A run that replaces the table anyway just runs. `kept`:
+        whether the table there is the one runs go on with (`Reference.lake_disturbed`)."""
         self.lake_events += 1
         self._say(kind, f"# {what}")
         self.dirty = True
         lake = self._lake()
-        self.reference.lake_disturbed(lake)
+        self.reference.lake_disturbed(lake, kept)
         if self.reference.full_refresh_expected(False, lake.holds_rows) != {False}:
             self.lake_behind = True
             return
@@ -815,7 +1021,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.reference.lake = str(target)
         what = f"the lake copied to {target}, and lake.path changed to it"
         if self.env.lake_format == "iceberg":
-            self._lake_disturbed("lake copied", what, new_row)
+            self._lake_disturbed("lake copied", what, new_row, kept=False)
             if not read_lake_state(original).unchanged(was):
                 self._fail("rebuilding a copied lake", [f"the original lake at {original} changed"])
             return
@@ -838,7 +1044,14 @@ class LakeMachine(RuleBasedStateMachine):
         catalogs = [c for kind, c in allowed.items() if kind in self.env.lake_event_kinds]
         with_catalog = with_catalog if len(catalogs) == 2 else catalogs[0]
         now = self.runner.latest_metadata().get("lake_commit")
-        older = [(commit, copy) for commit, copy in self.copies.items() if commit != now]
+        # A format v3 copy under position_deletes would be refused for that first (and its full
+        # refresh too): `change_merge_writes` has that refusal.
+        refused = self.config.mode == "merge" and self.config.writes not in V3_WRITES
+        older = [
+            (commit, copy)
+            for commit, copy in self.copies.items()
+            if commit != now and not (refused and self.copy_versions.get(commit) == 3)
+        ]
         if not older:
             return
         commit, copy = older[pick % len(older)]
@@ -1038,13 +1251,15 @@ def _short(value: Any) -> str:
 
 
 def machine_class(env: Env) -> type[LakeMachine]:
-    """The machine for `env`: its examples draw tables of `env.modes` only."""
+    """The machine for `env`: its examples draw tables of `env.modes` only (an Iceberg merge
+    table's `merge_writes` from `env.merge_writes`)."""
 
     class Machine(LakeMachine):
         pass
 
     Machine.env = env
-    configs = table_configs(env.modes, env.database, env.cursor_types, env.key_types)
+    writes = env.merge_writes if env.lake_format == "iceberg" else ()
+    configs = table_configs(env.modes, env.database, env.cursor_types, env.key_types, writes)
     Machine.setup = initialize(config=configs)(LakeMachine.setup)  # type: ignore[method-assign]
     Machine.__name__ = Machine.__qualname__ = "LakeMachine"
     return Machine

@@ -27,8 +27,20 @@ product how anything is computed; it states the README's guarantees over the sou
   left: a table rebuilt over a copy keeps the copy's files);
 * Iceberg: the snapshot a run records is main's after it (or main's head, when only compactions
   followed it); a run that writes nothing (and changes no column) commits no snapshot, one that
-  writes files moves main's head; every snapshot a run recorded stays readable (they expire only
-  a day old, `lake.keep_snapshots_for`);
+  writes files moves main's head; every snapshot a run recorded stays readable, as it was, until
+  the retention allows it to expire (`lake.keep_snapshots`, `lake.keep_snapshots_for`: at least
+  that many of main's snapshots newer than it, and older than that; at the default day, none
+  does here), and main's head never expires; no file a kept snapshot references is deleted;
+* Iceberg merge tables, `merge_writes` (`TableConfig.writes`): the rows are the same whatever it
+  says. The table is format v3 once a merge under deletion_vectors committed (a run with Spark
+  that commits nothing may have raised it already), and never goes back (a table made anew, as
+  after a lake event, starts again); a merge's snapshot adds deletion vectors only under
+  deletion_vectors, position-delete files only under position_deletes, and no delete file under
+  copy_on_write; a table replaced whole holds no delete file. position_deletes on a v3 table is
+  refused before the source is read (`LakeMachine.change_merge_writes`);
+* Iceberg maintenance run between runs (`check_maintenance`): readers see the same rows and
+  columns, at main and at every kept recorded snapshot; main's head, the format version and the
+  branches stay; snapshots expire only as the retention allows; no file goes missing or orphaned;
 * after a full refresh the lake's columns are the source's (Iceberg's older snapshots keep theirs).
 
 Cursor values and keys are compared as the source database compares them (`collated`: on
@@ -43,12 +55,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
-from incremental_assets_tests.model.lake import LakeState
+from incremental_assets_tests.model.lake import DATA, POSITIONS, VECTOR, LakeState
 from incremental_assets_tests.model.source import Key, Row, Snapshot
 from incremental_assets_tests.model.table import (
     CURSOR,
@@ -112,10 +124,24 @@ class Reference:
     # append: the rows each run read since the table was last replaced
     reads: list[list[Row]] = field(default_factory=list)
     runs: int = 0
-    # Iceberg: the snapshots runs recorded since the lake was last disturbed (each stays), and
+    # Iceberg: the snapshots runs recorded since the lake was last disturbed (each stays until
+    # the retention allows it to expire), with the rows the lake held as each was recorded, and
     # the files a lake event left in the table's data/ (a copy's, a moved table's).
     recorded_snapshots: set[int] = field(default_factory=set)
+    recorded_rows: dict[int, Counter[Frozen]] = field(default_factory=dict)
     inherited_files: frozenset[str] = frozenset()
+    # Iceberg: how long snapshots are kept (`lake.keep_snapshots`, `lake.keep_snapshots_for`),
+    # and every snapshot seen since the lake was last disturbed, by its sequence number (the
+    # order of the table's commits), with those that were ever main's (its ancestry): a snapshot
+    # may expire once `keep_snapshots` of those are newer than it (and it is older than
+    # `keep_snapshots_for`).
+    keep_snapshots: int = 100
+    keep_snapshots_for: timedelta = timedelta(days=1)
+    sequence: dict[int, int] = field(default_factory=dict)
+    mains: set[int] = field(default_factory=set)
+    # Iceberg: the table's format version after the last run (0: no table a run keeps; None:
+    # can't tell, after a killed run or a lake copied with its catalog).
+    format_version: int | None = 0
 
     # -- the source --------------------------------------------------------------------------
 
@@ -171,7 +197,9 @@ class Reference:
         self.stored = None
 
     def killed(self, full_refresh: bool, committed: bool, holds_rows: bool | None) -> None:
-        """A run killed at a pause point recorded nothing; a committed full refresh is repeated."""
+        """A run killed at a pause point recorded nothing; a committed full refresh is repeated.
+        Killed after setting the table's properties, it may have raised the format version."""
+        self.format_version = None
         if not committed:
             return
         full = self.full_refresh_expected(full_refresh, holds_rows)
@@ -180,6 +208,10 @@ class Reference:
         elif True in full:
             self.repeat_full = None
         self.prev_lake = None  # its commit is in the lake: compare with history instead
+
+    def retain(self, keep: int, keep_for: timedelta) -> None:
+        """Snapshots are kept by this retention from now on (the config says so)."""
+        self.keep_snapshots, self.keep_snapshots_for = keep, keep_for
 
     def full_refresh_expected(self, requested: bool, holds_rows: bool | None) -> set[bool]:
         """What the next run's `full_refresh` may be: it replaces the table when asked, in
@@ -226,11 +258,59 @@ class Reference:
         self.repeat_full = False
         self.recorded_settings = None
 
-    def lake_disturbed(self, lake: LakeState) -> None:
+    def lake_disturbed(self, lake: LakeState, kept: bool = True) -> None:
         """The lake was removed, moved, copied or restored: `lake` is what its place holds now.
-        Snapshots recorded before may be gone, and the files there are the event's."""
+        Snapshots recorded before may be gone, and the files there are the event's. `kept`:
+        whether a run goes on with the table there (a lake copied with its catalog is rebuilt
+        anew, whatever the copied table's format)."""
         self.recorded_snapshots = set()
+        self.recorded_rows = {}
+        self.sequence, self.mains = {}, set()
         self.inherited_files = lake.on_disk
+        self.format_version = (lake.format_version or 0) if kept and lake.exists else 0
+        if not kept:
+            self.format_version = None
+
+    def saw(self, lake: LakeState) -> None:
+        """The Iceberg lake as read: its snapshots' order, and those that are main's."""
+        self.sequence.update(lake.sequence)
+        self.mains.update(lake.ancestry)
+
+    def may_expire(self, snapshot: int) -> bool:
+        """Whether the retention lets `snapshot` expire: past `keep_snapshots` newer snapshots
+        of main's (`keep_snapshots_for` 0; none expires sooner than a day here otherwise)."""
+        if self.keep_snapshots_for > timedelta(0) or snapshot not in self.sequence:
+            return False
+        at = self.sequence[snapshot]
+        newer = sum(1 for s in self.mains if self.sequence.get(s, -1) > at)
+        return newer >= self.keep_snapshots
+
+    def retention(self) -> str:
+        return (
+            f"keep_snapshots {self.keep_snapshots}, keep_snapshots_for "
+            f"{self.keep_snapshots_for.total_seconds():g}s"
+        )
+
+    def _expired_early(self, lake: LakeState) -> list[str]:
+        """Recorded snapshots gone from the lake that the retention keeps; forget the others."""
+        gone = self.recorded_snapshots - lake.snapshots
+        early = sorted(s for s in gone if not self.may_expire(s))
+        out = []
+        if early:
+            newer = {
+                s: sorted(
+                    t for t in self.mains if self.sequence.get(t, -1) > self.sequence.get(s, 0)
+                )
+                for s in early
+            }
+            out.append(
+                f"snapshots that runs recorded expired before the retention allows "
+                f"({self.retention()}): {early}; main's snapshots newer than each: {newer}"
+            )
+        self.recorded_snapshots -= gone
+        for snapshot in gone:
+            self.recorded_rows.pop(snapshot, None)
+        return out
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -275,6 +355,7 @@ class Reference:
             out.append(f"a successful run left {list(lake.pending)} behind")
         if lake.iceberg:
             out += self._check_iceberg(facts, lake, full)
+            out += self._check_format(facts, lake, full)
         self.stored = recorded
         self.repeat_full = False
         self.recorded_settings = self.settings()
@@ -318,11 +399,13 @@ class Reference:
                 f"the run recorded snapshot {recorded}, but main is at {lake.snapshot} (its "
                 f"head {lake.head})"
             )
-        gone = sorted(self.recorded_snapshots - lake.snapshots)
-        if gone:
-            out.append(f"snapshots that runs recorded are no longer kept (not a day old): {gone}")
+        self.saw(lake)
+        out += self._expired_early(lake)
         if recorded is not None:
             self.recorded_snapshots.add(int(recorded))
+            self.recorded_rows[int(recorded)] = Counter(freeze(row) for row in lake.rows)
+        if lake.missing:
+            out.append(f"files that kept snapshots reference are gone: {list(lake.missing)}")
         if facts.lake_rows_before is not None:  # main before the run is known
             before = facts.head_before
             silent = not any(md.get(k) for k in ("rows_written", "files_written", "schema_change"))
@@ -345,6 +428,104 @@ class Reference:
         if orphans:
             out.append(f"files in the table's folder that no kept snapshot references: {orphans}")
         return out
+
+    def _check_format(self, facts: RunFacts, lake: LakeState, full: bool) -> list[str]:
+        """`merge_writes`: the table's format version, and the delete files the run's snapshot
+        added (`LakeState.head_added`: the run's own, when it committed one)."""
+        if not lake.exists:
+            return []
+        md, out = facts.metadata, []
+        committed = full or bool(md.get("files_written"))
+        writes = self.config.writes if self.config.mode == "merge" else None
+        raises = writes == "deletion_vectors"
+        before = self.format_version
+        if raises and committed:
+            allowed = {3}
+        elif before is None:
+            allowed = {2, 3}
+        else:
+            allowed = {max(2, before), 3} if raises else {max(2, before)}
+        if lake.format_version not in allowed:
+            was = "unknown" if before is None else (f"v{before}" if before else "no table")
+            out.append(
+                f"the table is format v{lake.format_version} after a {'committing ' if committed else ''}"
+                f"run (merge_writes {writes}, the table was {was}), expected "
+                f"{' or '.join(f'v{v}' for v in sorted(allowed))}"
+            )
+        self.format_version = lake.format_version
+        if not committed or md.get("iceberg_snapshot_id") != lake.head:
+            return out
+        added = Counter(kind for _, kind in lake.head_added if kind != DATA)
+        if full and added:
+            out.append(f"a run that replaced the table added delete files: {dict(added)}")
+        wanted = {"position_deletes": POSITIONS, "deletion_vectors": VECTOR}.get(writes or "")
+        wrong = {kind: n for kind, n in added.items() if kind != wanted}
+        if writes is not None and not full and wrong:
+            out.append(
+                f"a merge under merge_writes {writes} added {wrong} (it writes "
+                f"{'no delete files' if wanted is None else wanted + ' only'})"
+            )
+        return out
+
+    def check_maintenance(self, before: LakeState, after: LakeState) -> list[str]:
+        """The table after maintenance between runs, against the table before it: the same rows
+        and columns, head, layout, format version and branches; recorded snapshots expired only
+        as the retention allows; no file gone that a kept snapshot references, and none left in
+        data/ that no kept snapshot references (expiry deletes what only expired snapshots held).
+        """
+        self.saw(before)
+        self.saw(after)
+        out = []
+        if Counter(map(freeze, after.rows)) != Counter(map(freeze, before.rows)):
+            lost = Counter(map(freeze, before.rows)) - Counter(map(freeze, after.rows))
+            found = Counter(map(freeze, after.rows)) - Counter(map(freeze, before.rows))
+            out.append(f"the rows changed: lost {dict(lost)}, gained {dict(found)}")
+        if after.types != before.types or after.batches != before.batches:
+            out.append(
+                f"columns or batches changed: {before.types} -> {after.types}, "
+                f"{dict(before.batches)} -> {dict(after.batches)}"
+            )
+        if (after.head, after.layouts) != (before.head, before.layouts):
+            out.append(
+                f"main's head went from snapshot {before.head} ({sorted(before.layouts)}) to "
+                f"{after.head} ({sorted(after.layouts)}): the last commit of ours must stay"
+            )
+        if after.format_version != before.format_version:
+            out.append(f"format v{before.format_version} became v{after.format_version}")
+        if after.branches != before.branches:
+            out.append(
+                f"the branches changed: {sorted(before.branches)} -> {sorted(after.branches)}"
+            )
+        out += self._expired_early(after)
+        if after.missing:
+            out.append(f"files that kept snapshots reference are gone: {list(after.missing)}")
+        left = sorted(set(after.unreferenced) - set(before.unreferenced) - self.inherited_files)
+        if left:
+            out.append(f"files in data/ that no kept snapshot references: {left}")
+        if after.unreadable:
+            out.append(f"the table can't be read: {after.unreadable}")
+        return out
+
+    def check_time_travel(self, snapshot: int, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """A kept recorded snapshot reads as the lake did when its run recorded it (on the
+        columns both have: a reader's schema may have gained or lost some since)."""
+        held = self.recorded_rows.get(snapshot)
+        if held is None:
+            return []
+        then = [dict(row) for row in held.elements()]
+        columns = (
+            sorted(set().union(*map(set, then)) & set().union(*map(set, rows)))
+            if then and rows
+            else []
+        )
+        expected = Counter(project(row, columns) for row in then)
+        got = Counter(project(row, columns) for row in rows)
+        if expected == got:
+            return []
+        return [
+            f"snapshot {snapshot} reads {sum(got.values())} rows, {dict(got - expected)} of them "
+            f"not as recorded; missing {dict(expected - got)} (columns {columns})"
+        ]
 
     def _check_settings(self, facts: RunFacts) -> list[str]:
         """The run names what changed since the last recorded run, and proves nothing without

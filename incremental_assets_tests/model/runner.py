@@ -1,7 +1,8 @@
 """Running the real asset: in this process, as a `dagster asset materialize` killed part way, and
-the `incremental-assets cursor` commands. One Dagster home and one lake at a time per example,
-shared by all three; the machine may rewrite the table's settings, point the config at another
-lake, or start over with a new, empty Dagster home."""
+the `incremental-assets cursor` commands; and an Iceberg table's maintenance as a job of its own
+would run it between runs. One Dagster home and one lake at a time per example, shared by all;
+the machine may rewrite the table's settings (and the lake's), point the config at another lake,
+or start over with a new, empty Dagster home."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,10 @@ import yaml
 
 from incremental_assets import cli
 from incremental_assets.config import Project, load_project
+from incremental_assets.lake import open_lake
+from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.maintenance import Policy, Target, due, maintain
+from incremental_assets.lake.iceberg.table import now
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.table import TABLE
@@ -58,6 +64,7 @@ class Runner:
         spark_resource: IncrementalSparkResource,
         connect: str | None,
         lake_format: str = "parquet",
+        lake_options: dict[str, Any] | None = None,
     ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True)
@@ -72,11 +79,21 @@ class Runner:
         if connect:
             spark = {"remote": connect, "conf": {"spark.sql.shuffle.partitions": "2"}}
         self.config: dict[str, Any] = {"spark": spark, "sources": {"db": source}}
+        # The example's own `lake:` settings (`merge_writes`, how long snapshots are kept).
+        self.lake_options: dict[str, Any] = dict(lake_options or {})
         self.configure(table)
 
-    def configure(self, table: dict[str, Any]) -> None:
-        """Write the config with this table entry (the settings the next run runs under)."""
-        lake = {"path": str(self.lake), "format": self.lake_format, **self.lake_settings}
+    def configure(self, table: dict[str, Any], lake_options: dict[str, Any] | None = None) -> None:
+        """Write the config with this table entry (the settings the next run runs under), and
+        these `lake:` settings (None: those it had)."""
+        if lake_options is not None:
+            self.lake_options = lake_options
+        lake = {
+            "path": str(self.lake),
+            "format": self.lake_format,
+            **self.lake_settings,
+            **self.lake_options,
+        }
         config = {**self.config, "lake": lake, "tables": [table]}
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.project: Project = load_project(self.config_path)
@@ -181,6 +198,22 @@ class Runner:
             self.stop(process)
             return Outcome(False, {}, None, killed=True)
         return self.finish(process, before)
+
+    def maintain(self, policy: Policy) -> str | None:
+        """The Iceberg table's maintenance, as a job of its own runs it between runs (what
+        `IcebergLake.maintain` does after a commit, with `policy`): the tasks due, under the
+        table's lock, on this process's Spark session. What it did (None: nothing was due)."""
+        lake = open_lake(self.project.lake, TABLE)
+        assert isinstance(lake, IcebergLake), lake
+        with lake.lock(TABLE, "model-maintenance", timedelta(minutes=5)):
+            state = lake.state()
+            at = now()
+            tasks = due(state, policy, at) if state is not None else []
+            if state is None or not tasks:
+                return None
+            target = Target(lake.catalog.name, lake.procedure_table(), lake.reference())
+            spark = lake.session(self.spark_resource.spark_session)
+            return maintain(spark, target, state, tasks, policy, at).describe()
 
     def cursor_command(self, *args: str) -> tuple[int, str]:
         """`incremental-assets cursor ...` in this process, with DAGSTER_HOME set while it runs."""

@@ -9,7 +9,9 @@ It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no
 Connect server for the runs it kills, then runs batches of examples until STEPS steps have run.
 Every example may also change its table's settings between runs and disturb its lake (removed,
 moved, copied with its catalog, restored from a copy, a new Dagster instance), as often as
---settings-changes and --lake-events allow. Batch i uses the seed SEED+i and prints it first (on
+--settings-changes and --lake-events allow; on an Iceberg lake, a merge table draws its
+`merge_writes` (--merge-writes; the settings changes switch it), and its maintenance runs
+between runs as often as --maintenance allows. Batch i uses the seed SEED+i and prints it first (on
 a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them, so
 both ways are tried); a failure prints the
 shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
@@ -32,7 +34,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import Runner
-from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES
+from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES, MERGE_WRITES
 from incremental_assets_tests.support.mariadb import mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
 from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
@@ -78,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             settings_changes=args.settings_changes,
             lake_events=args.lake_events,
             lake_event_kinds=_choices(LAKE_EVENTS, args.lake_event_kinds, "lake events"),
+            merge_writes=_choices(MERGE_WRITES, args.merge_writes, "merge_writes")
+            if args.merge_writes
+            else (),
+            maintenance=args.maintenance,
+            keep_snapshots=tuple(int(n) for n in args.keep_snapshots.split(",")),
             verbose=True,
         )
         batch = 0
@@ -129,6 +136,23 @@ def _parser() -> argparse.ArgumentParser:
         "--lake-event-kinds",
         default=",".join(LAKE_EVENTS),
         help="comma-separated kinds of lake events to draw",
+    )
+    parser.add_argument(
+        "--merge-writes",
+        default=",".join(MERGE_WRITES),
+        help="Iceberg merge tables: comma-separated merge_writes values to draw besides unset "
+        "('' for none)",
+    )
+    parser.add_argument(
+        "--maintenance",
+        type=int,
+        default=2,
+        help="Iceberg: maintenance runs between runs per example, at most",
+    )
+    parser.add_argument(
+        "--keep-snapshots",
+        default="1,2,3",
+        help="Iceberg: comma-separated lake.keep_snapshots values maintenance sets (1 to 3)",
     )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
     parser.add_argument(
@@ -183,6 +207,9 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "settings_changes",
             "lake_events",
             "lake_event_kinds",
+            "merge_writes",
+            "maintenance",
+            "keep_snapshots",
             "no_kills",
             "timezone",
         )
@@ -203,6 +230,9 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--settings-changes {args.settings_changes}",
         f"--lake-events {args.lake_events}",
         f"--lake-event-kinds {args.lake_event_kinds}",
+        f"--merge-writes '{args.merge_writes}'",
+        f"--maintenance {args.maintenance}",
+        f"--keep-snapshots {args.keep_snapshots}",
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
     ]

@@ -10,7 +10,7 @@ Types are named by their PostgreSQL spelling; each source spells them in its own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -44,6 +44,11 @@ LOOKBACKS = {
     "timestamptz": ("1s", "1h"),
 }
 SAFETY_LAGS = ("1s", "2s")
+# How an Iceberg merge table's merges write the rows they change (`merge_writes`); the first is
+# the default. deletion_vectors makes the table format v3, which no setting takes back.
+MERGE_WRITES = ("position_deletes", "deletion_vectors", "copy_on_write")
+# Where `merge_writes` is set: on the table, or on the lake (which every table inherits).
+MERGE_WRITES_ON = ("table", "lake")
 # `timestamp` keys include wall-clock values in the hour Europe/Paris skips in spring: a JVM in a
 # zone with daylight saving time must not shift them (the soak runs its JVM in that zone).
 KEY_TYPES = ("integer", "numeric(12,0)", "text", "timestamp")
@@ -70,6 +75,9 @@ class TableConfig:
     key_named: str = "as drawn"  # primary_key in the config: as drawn, reversed, or unnamed
     exclude: tuple[str, ...] = ()  # exclude_columns
     listed: tuple[str, ...] | None = None  # columns: the columns read (None: every one)
+    # Iceberg merge tables: `merge_writes` (None: unset, the default) and where it is set.
+    merge_writes: str | None = None
+    merge_writes_on: str = "table"  # one of MERGE_WRITES_ON
 
     @property
     def keyed(self) -> bool:
@@ -78,6 +86,11 @@ class TableConfig:
     @property
     def time_cursor(self) -> bool:
         return self.cursor_type in TIME_CURSORS
+
+    @property
+    def writes(self) -> str:
+        """How merges write changed rows, as the config resolves `merge_writes`."""
+        return self.merge_writes or MERGE_WRITES[0]
 
     @property
     def late_commits(self) -> bool:
@@ -111,11 +124,20 @@ class TableConfig:
             entry["exclude_columns"] = list(self.exclude)
         if self.listed is not None:
             entry["columns"] = list(self.listed)
+        if self.merge_writes is not None and self.merge_writes_on == "table":
+            entry["merge_writes"] = self.merge_writes
         return entry
+
+    def lake_entry(self) -> dict[str, Any]:
+        """The `lake:` settings this config states (besides the lake's path and format)."""
+        if self.merge_writes is not None and self.merge_writes_on == "lake":
+            return {"merge_writes": self.merge_writes}
+        return {}
 
     def lake_settings(self) -> dict[str, Any]:
         """The lake-shaping settings this config states, by the names the product records them
-        under (its `settings_changed` metadata); the lake's path and format are the runner's."""
+        under (its `settings_changed` metadata); the lake's path and format are the runner's.
+        `merge_writes` is not one: every setting holds the same rows."""
         entry = self.table_entry("")
         names = ("mode", "primary_key", "delete_column", "deletes", "columns", "exclude_columns")
         return {name: entry.get(name) for name in names}
@@ -136,7 +158,10 @@ def table_configs(
     database: str = "postgres",
     cursor_types: tuple[str, ...] = tuple(CURSOR_TYPES),
     key_types: tuple[str, ...] = KEY_TYPES,
+    merge_writes: tuple[str, ...] = (),
 ) -> TableConfig:
+    """A table's configuration; `merge_writes`: the values to draw it from for a merge table
+    (none: left unset), drawn last so that the other draws stay as they were."""
     mode = draw(st.sampled_from(modes))
     keyed = mode != "append" or draw(st.booleans())
     key: tuple[str, ...] = ()
@@ -150,7 +175,7 @@ def table_configs(
     if cursor_type in TIME_CURSORS and draw(st.integers(0, 3)) == 0:
         safety_lag = draw(st.sampled_from(SAFETY_LAGS))
     merge = mode == "merge"
-    return TableConfig(
+    config = TableConfig(
         database=database,
         mode=mode,
         key=key,
@@ -162,6 +187,11 @@ def table_configs(
         soft_deletes=merge and draw(st.booleans()),
         small_buckets=merge and draw(st.booleans()),
     )
+    if merge and merge_writes:
+        writes = draw(st.sampled_from((None, *merge_writes)))
+        on = draw(st.sampled_from(MERGE_WRITES_ON)) if writes is not None else "table"
+        config = replace(config, merge_writes=writes, merge_writes_on=on)
+    return config
 
 
 # The first value of each explicit cursor, and one step up from the frontier.

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import Runner
-from incremental_assets_tests.model.table import CURSOR_TYPES, KEY_TYPES, TableConfig, collated
+from incremental_assets_tests.model.table import (
+    CURSOR_TYPES,
+    KEY_TYPES,
+    MERGE_WRITES,
+    TableConfig,
+    collated,
+)
 from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
 
 
@@ -38,7 +45,14 @@ class Family:
     settings_changes: int = 0  # per example
     lake_events: int = 0  # per example
     lake_event_kinds: tuple[str, ...] = LAKE_EVENTS
+    merge_writes: tuple[str, ...] = ()  # Iceberg merge tables: the values drawn besides unset
+    maintenance: int = 0  # Iceberg: maintenance between runs per example
+    keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
 
+
+# Iceberg families: merge tables draw merge_writes (settings changes switch it), and maintenance
+# runs between runs, keeping 1 to 3 snapshots.
+ICEBERG_UPKEEP: dict[str, Any] = {"merge_writes": MERGE_WRITES, "maintenance": 2}
 
 # Under a minute each on two busy cores (make test's whole budget is 15 minutes); only the
 # PostgreSQL merge families start the Spark Connect server killed runs need, and one of them
@@ -73,9 +87,18 @@ FAMILIES = {
         lake_format="iceberg",
         settings_changes=2,
         lake_events=2,
+        **ICEBERG_UPKEEP,
     ),
     "mariadb_iceberg": Family(
-        "mariadb", MODES, 20251120, 3, 12, lake_format="iceberg", settings_changes=2, lake_events=2
+        "mariadb",
+        MODES,
+        20251120,
+        3,
+        12,
+        lake_format="iceberg",
+        settings_changes=2,
+        lake_events=2,
+        **ICEBERG_UPKEEP,
     ),
 }
 
@@ -113,6 +136,9 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
         settings_changes=f.settings_changes,
         lake_events=f.lake_events,
         lake_event_kinds=f.lake_event_kinds,
+        merge_writes=f.merge_writes,
+        maintenance=f.maintenance,
+        keep_snapshots=f.keep_snapshots,
         verbose=True,
     )
     run_machine(env, seed_value=f.seed, examples=f.examples, steps=f.steps, shrink=False)

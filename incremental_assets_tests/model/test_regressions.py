@@ -195,3 +195,26 @@ def test_an_iceberg_merge_run_on_spark_connect_counts_its_rows(
         state.run()
         state.add_row()
         state.killed_run(point=UNREACHED, full_refresh=full_refresh)
+
+
+@pytest.mark.parametrize("mode", ["merge", "append"])
+def test_a_full_refresh_expires_no_recorded_snapshot_that_keep_snapshots_keeps(
+    mode: str, postgres: PostgresServer, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Found extending the model to maintenance between runs: with `lake.keep_snapshots: 2` and
+    `keep_snapshots_for: 0s`, a table with two recorded snapshots (S1, S2) is replaced by a full
+    refresh (S3). docs/lake-format.md promises a snapshot expires only past both limits, "more
+    than lake.keep_snapshots newer ones" and older than keep_snapshots_for (the config's own
+    description: "once this many newer ones exist"); S2 has one newer snapshot, yet the run's own
+    maintenance expires it with S1. `CREATE OR REPLACE` gives S3 no parent, and Iceberg's
+    `expire_snapshots(older_than, retain_last)` keeps `retain_last` ancestors of main only: the
+    replaced history expires on age alone. At the defaults, any full refresh expires every
+    recorded snapshot over a day old, however few newer ones there are."""
+    env = Env(postgres, spark_resource, tmp_path, lake_format="iceberg", maintenance=1)
+    with replayed(env, replace(MERGE, mode=mode)) as state:
+        state.add_row()
+        state.run()
+        state.maintain(keep=2, run_after=False)
+        state.add_row()
+        state.run()
+        state.full_refresh_run()

@@ -17,8 +17,7 @@ from incremental_assets.lake.iceberg.maintenance import (
     Policy,
     compaction_due,
     due,
-    expiry_due,
-    kept_ancestors,
+    expiring,
 )
 from incremental_assets.lake.iceberg.records import (
     BATCH,
@@ -260,11 +259,17 @@ def test_snapshots_expire_only_past_both_the_count_and_the_age(
     now = datetime(2026, 1, 2, tzinfo=UTC)
     state = _aged(count, now)
 
-    older_than = expiry_due(state, keep, keep_for, now)
+    expired = expiring(state, keep, keep_for, now)
 
-    assert (older_than is not None) is due
-    if older_than is not None:
-        assert older_than == now - keep_for
+    assert bool(expired) is due
+    older_than = int((now - keep_for).timestamp() * 1000)
+    oldest_first = sorted(state.snapshots.values(), key=lambda s: s.timestamp_ms)
+    assert (
+        expired
+        == [s.snapshot_id for s in oldest_first[: count - keep] if s.timestamp_ms < older_than][
+            ::-1
+        ]
+    )
 
 
 # -- maintenance: when each task is due ------------------------------------------------------------
@@ -305,16 +310,35 @@ def test_orphans_are_swept_once_a_day_and_only_on_a_table_old_enough_to_have_any
 def test_an_expiry_keeps_every_snapshot_down_to_the_head_whatever_keep_snapshots_says() -> None:
     """Compactions after the last commit of ours are `replace` snapshots without its summary:
     expired past it, the head (and its records) would be gone, and every run refused."""
+    now = datetime(2026, 1, 10, tzinfo=UTC)
+    at = [int((now - timedelta(days=5 - i)).timestamp() * 1000) for i in range(4)]
     state = _state(
         [
-            _snapshot(1, None, "append", _ours("t1", 1)),
-            _snapshot(2, 1, "overwrite", _ours("t2", 2)),
-            _snapshot(3, 2, "replace"),
-            _snapshot(4, 3, "replace"),
+            _snapshot(1, None, "append", _ours("t1", 1), at=at[0]),
+            _snapshot(2, 1, "overwrite", _ours("t2", 2), at=at[1]),
+            _snapshot(3, 2, "replace", at=at[2]),
+            _snapshot(4, 3, "replace", at=at[3]),
         ],
         current=4,
     )
 
-    assert kept_ancestors(state, keep=1, compacting=False) == 3
-    assert kept_ancestors(state, keep=1, compacting=True) == 6
-    assert kept_ancestors(state, keep=10, compacting=False) == 10
+    assert expiring(state, keep=1, keep_for=timedelta(0), now=now) == [1]
+
+
+def test_an_expiry_counts_the_history_a_full_refresh_replaced() -> None:
+    """A full refresh's `CREATE OR REPLACE` gives its snapshot no parent: the snapshots before
+    it are no longer main's ancestors, and still count as newer ones for `keep_snapshots`."""
+    now = datetime(2026, 1, 10, tzinfo=UTC)
+    at = [int((now - timedelta(days=5 - i)).timestamp() * 1000) for i in range(3)]
+    state = _state(
+        [
+            _snapshot(1, None, "append", _ours("t1", 1), at=at[0]),
+            _snapshot(2, 1, "append", _ours("t2", 2), at=at[1]),
+            _snapshot(3, None, "overwrite", _ours("t3", 3), at=at[2]),
+        ],
+        current=3,
+    )
+
+    assert expiring(state, keep=2, keep_for=timedelta(0), now=now) == [1]
+    assert expiring(state, keep=3, keep_for=timedelta(0), now=now) == []
+    assert expiring(state, keep=1, keep_for=timedelta(days=4, hours=12), now=now) == [1]

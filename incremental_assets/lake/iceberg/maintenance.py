@@ -37,8 +37,7 @@ Task = Literal["compact", "expire", "orphans"]
 ORPHAN_AGE = timedelta(days=3)
 ORPHANS_EVERY = timedelta(days=1)
 ORPHANS_SWEPT = PREFIX + "orphans-swept-at"  # table property: when orphans were last removed
-# Compaction's snapshots at most: data files, delete files, manifests rewritten.
-_COMPACTION_SNAPSHOTS = 3
+_EPOCH = datetime(1970, 1, 2, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def due(state: TableState, policy: Policy, now: datetime) -> list[Task]:
     tasks: list[Task] = []
     if compaction_due(state, policy):
         tasks.append("compact")
-    if expiry_due(state, policy.keep_snapshots, policy.keep_snapshots_for, now) is not None:
+    if expiring(state, policy.keep_snapshots, policy.keep_snapshots_for, now):
         tasks.append("expire")
     swept = state.properties.get(ORPHANS_SWEPT)
     if swept is None or now - datetime.fromisoformat(swept) >= ORPHANS_EVERY:
@@ -107,27 +106,25 @@ def compaction_due(state: TableState, policy: Policy) -> bool:
     )
 
 
-def expiry_due(state: TableState, keep: int, keep_for: timedelta, now: datetime) -> datetime | None:
-    """The age before which snapshots may expire, when some are past both limits (else None)."""
-    if len(state.snapshots) <= keep:
-        return None
-    older_than = now - keep_for
-    oldest = min(s.timestamp_ms for s in state.snapshots.values())
-    if _at(oldest) >= older_than:
-        return None
-    return older_than
-
-
-def kept_ancestors(state: TableState, keep: int, compacting: bool) -> int:
-    """How many of main's newest snapshots an expiry keeps: `keep`, and at least down to the
-    head (the last commit of ours, whose summary the next run reads: compactions after it are
-    `replace` snapshots without one), counting the snapshots compaction adds before it."""
+def expiring(state: TableState, keep: int, keep_for: timedelta, now: datetime) -> list[int]:
+    """The snapshots past both limits: at least `keep` newer ones and older than `keep_for`.
+    Every snapshot the table lists counts, main's ancestors or not (a full refresh's `CREATE OR
+    REPLACE` starts main's history anew; Iceberg's own `retain_last` counts main's ancestors
+    only, so the replaced history would expire on age alone). Kept whatever their age: the head
+    and anything newer (the last commit of ours, whose summary the next run reads, and the
+    compactions after it) and every branch's or tag's own snapshot."""
     head = head_snapshot(state)
-    depth = next(
-        (i for i, s in enumerate(state.ancestry()) if head and s.snapshot_id == head.snapshot_id),
-        0,
-    )
-    return max(keep, depth + 1 + (_COMPACTION_SNAPSHOTS if compacting else 0))
+    floor = head.timestamp_ms if head is not None else None
+    held = {*state.refs.values(), state.current_snapshot_id}
+    older_than = now - keep_for
+    newest_first = sorted(state.snapshots.values(), key=lambda s: s.timestamp_ms, reverse=True)
+    return [
+        s.snapshot_id
+        for s in newest_first[keep:]
+        if _at(s.timestamp_ms) < older_than
+        and (floor is None or s.timestamp_ms < floor)
+        and s.snapshot_id not in held
+    ]
 
 
 def maintain(
@@ -140,10 +137,11 @@ def maintain(
 ) -> Maintenance:
     """Run `tasks` on the table, in order."""
     started = time.monotonic()
-    retain = kept_ancestors(state, policy.keep_snapshots, "compact" in tasks)
+    # Chosen before compaction adds its snapshots, which are newer than any of these.
+    expired = expiring(state, policy.keep_snapshots, policy.keep_snapshots_for, now)
     steps: dict[Task, Callable[[], str]] = {
         "compact": lambda: _compact(spark, target, policy),
-        "expire": lambda: _expire(spark, target, policy, now, retain),
+        "expire": lambda: _expire(spark, target, expired),
         "orphans": lambda: _remove_orphans(spark, target, now),
     }
     done: dict[str, str] = {task: steps[task]() for task in tasks}
@@ -176,17 +174,19 @@ def _compact(spark: SparkSession, target: Target, policy: Policy) -> str:
     )
 
 
-def _expire(spark: SparkSession, target: Target, policy: Policy, now: datetime, retain: int) -> str:
-    stamp = _stamp(now - policy.keep_snapshots_for)
+def _expire(spark: SparkSession, target: Target, expired: list[int]) -> str:
+    # Only the snapshots named: with `older_than` at the epoch, Iceberg's own rule (main's
+    # `retain_last` ancestors, anything newer than the age) keeps every other one.
+    ids = ", ".join(f"{snapshot_id}L" for snapshot_id in expired)
     counts = _call(
         spark,
         target,
         "expire_snapshots",
-        f", older_than => TIMESTAMP '{stamp}', retain_last => {retain}",
+        f", older_than => TIMESTAMP '{_stamp(_EPOCH)}', retain_last => 1, "
+        f"snapshot_ids => array({ids})",
     )
     deleted = sum(int(str(v or 0)) for k, v in counts.items() if k.startswith("deleted_"))
-    expired = counts.get("deleted_manifest_lists_count", 0)
-    return f"expired {expired} snapshots, deleted {deleted} files"
+    return f"expired {len(expired)} snapshots, deleted {deleted} files"
 
 
 def _remove_orphans(spark: SparkSession, target: Target, now: datetime) -> str:
