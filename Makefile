@@ -4,8 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 HOME_DIR := $(CURDIR)/.dagster_home
-# `dagster asset materialize` (Dagster 1.13) does not read [tool.dagster]; this names the module.
-DAGSTER := DAGSTER_HOME=$(HOME_DIR) DAGSTER_MODULE_NAME=incremental_assets $(BIN)/dagster
 
 .PHONY: install demo ui test lint clean system java maven bench soak
 
@@ -25,23 +23,44 @@ $(HOME_DIR)/dagster.yaml: dagster.yaml
 	mkdir -p $(HOME_DIR)
 	cp dagster.yaml $(HOME_DIR)/dagster.yaml
 
-# Seed the example shop's landing folder, load every table, change the source, load again.
-demo: install java
+# What `make demo` and `make ui` need and nothing more: the package (no test tools), and the jars
+# of the demo's configuration (`incremental-assets jars fetch` reads ./incremental_assets.yaml).
+BASE_STAMP := $(VENV)/.base-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+DEMO_TABLES := orders order_events customers
+
+$(BASE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	rm -f $(VENV)/.base-installed-*
+	touch $(BASE_STAMP)
+
+# Seed the example shop's landing folder, load every table, change the source, load again, through
+# the package's own command (`dagster asset materialize` would lead with Dagster's warnings about
+# itself: superseded by `dg launch`, a selection parsed by a beta API).
+demo: $(BASE_STAMP) maven java
+	$(BIN)/incremental-assets jars fetch
 	rm -rf .demo $(HOME_DIR)
 	$(MAKE) --no-print-directory $(HOME_DIR)/dagster.yaml
 	$(BIN)/python -m incremental_assets.demo seed .demo/landing
 	@echo "== run 1: first load of every table (log in .demo/run-1.log)"
-	@$(DAGSTER) asset materialize --select '*' > .demo/run-1.log 2>&1 || (tail -40 .demo/run-1.log; exit 1)
+	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets run $(DEMO_TABLES) > .demo/run-1.log 2>&1 || (tail -40 .demo/run-1.log; exit 1)
 	$(BIN)/python -m incremental_assets.demo change .demo/landing
 	@echo "== run 2: only the delta (log in .demo/run-2.log)"
-	@$(DAGSTER) asset materialize --select '*' > .demo/run-2.log 2>&1 || (tail -40 .demo/run-2.log; exit 1)
+	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets run $(DEMO_TABLES) > .demo/run-2.log 2>&1 || (tail -40 .demo/run-2.log; exit 1)
 	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo report
 
 # The Dagster UI on the same instance the demo used, beside a warm shared Spark engine that its
-# runs use (spark: {engine: shared}); the engine stops when the UI does.
-ui: install java $(HOME_DIR)/dagster.yaml
+# runs use (spark: {engine: shared}); the engine stops when the UI does. `dagster dev` runs inside
+# DAGSTER_HOME, so the dagster.yaml in its folder is the instance's own: run from the project, it
+# warns that the project's dagster.yaml (the template copied into DAGSTER_HOME) is not used. The
+# filter drops Dagster's warning that `dagster dev` itself is superseded by `dg dev`.
+ui: $(BASE_STAMP) maven java $(HOME_DIR)/dagster.yaml
+	$(BIN)/incremental-assets jars fetch
 	DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets engine start
-	DAGSTER_HOME=$(HOME_DIR) $(BIN)/dagster dev; DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets engine stop
+	cd $(HOME_DIR) && DAGSTER_HOME=$(HOME_DIR) INCREMENTAL_ASSETS_CONFIG=$(CURDIR)/incremental_assets.yaml \
+	  PYTHONWARNINGS=ignore::Warning:click.core $(CURDIR)/$(BIN)/dagster dev -w $(CURDIR)/workspace.yaml; \
+	  DAGSTER_HOME=$(HOME_DIR) $(CURDIR)/$(BIN)/incremental-assets engine stop
 
 test: install system
 	$(BIN)/ruff check incremental_assets incremental_assets_tests

@@ -23,7 +23,7 @@ A check that raises (the source is unreachable while counting, say) records a fa
 carrying the message: the lake is already committed, so the materialization must still be
 recorded.
 
-`primary_key_unique` is blocking (`KEY_UNIQUE_BLOCKING`): when it fails, Dagster fails the
+`primary_key_unique` is blocking unless `checks.key_unique_blocking` says false: when it fails, Dagster fails the
 asset's step after recording the materialization and its checks, so assets downstream of the
 table in the same run don't run on keys held twice.
 
@@ -65,9 +65,6 @@ NEXT_RUN = NEXT_RUN_CHECK
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 # The severity of a failed check; cursor_not_backwards only warns after a full refresh.
 SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: WARN, NEXT_RUN: WARN}
-# Whether a failed primary_key_unique keeps the assets downstream of the table from running in the
-# same run. Until the table's `checks:` settings carry it, every merge table's check blocks.
-KEY_UNIQUE_BLOCKING = True
 # A check whose last execution failed (its run failed before evaluating it) is run again alone,
 # once, by the project's checks sensor; see the module's docstring.
 AFTER_FAILED_RUN = (
@@ -97,7 +94,7 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
             name,
             asset=key,
             description=description,
-            blocking=name == KEY_UNIQUE and KEY_UNIQUE_BLOCKING,
+            blocking=name == KEY_UNIQUE and table.checks.key_unique_blocking,
             automation_condition=AFTER_FAILED_RUN,
         )
         for name, description in described.items()

@@ -27,6 +27,17 @@ URI = "dagster/uri"
 TABLE_NAME = "dagster/table_name"
 COLUMN_SCHEMA = "dagster/column_schema"
 
+# A source asset's observation (`sensors.py`): the table whose sensor saw it, the source's newest
+# cursor (or newest file), the cursor the table's next run reads from, what a run would read now,
+# and how far the lake is behind (a time cursor).
+OBSERVED_FOR = "table"
+NEWEST_CURSOR = "newest_cursor"
+NEWEST_FILE = "newest_file_modified"
+LAKE_CURSOR = "lake_cursor"
+ROWS_WAITING = "rows_waiting"
+FILES_WAITING = "files_waiting"
+BEHIND_SECONDS = "behind_seconds"
+
 # Written as a value even when there is none, so "no cursor" reads back as such.
 _ALWAYS = ("cursor", "previous_cursor")
 # Identifiers, written as text: Dagster plots every number, and these are not quantities.

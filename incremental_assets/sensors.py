@@ -27,6 +27,15 @@ import dagster as dg
 from incremental_assets.checks import CHECKS_AFTER_FAILED_RUN
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
 from incremental_assets.cursor import parse_cursor
+from incremental_assets.metadata import (
+    BEHIND_SECONDS,
+    FILES_WAITING,
+    LAKE_CURSOR,
+    NEWEST_CURSOR,
+    NEWEST_FILE,
+    OBSERVED_FOR,
+    ROWS_WAITING,
+)
 from incremental_assets.probes import Probe, probe_source
 from incremental_assets.results import StoredState
 from incremental_assets.state import (
@@ -45,16 +54,6 @@ from incremental_assets.translator import (
 __all__ = ["AUTOMATION_SENSOR", "build_checks_sensor", "build_sensors", "evaluate", "run_key_for"]
 # The tag Dagster puts on every run a sensor requests.
 SENSOR_NAME_TAG = "dagster/sensor_name"
-# The source asset's observation: the table whose sensor saw it, the source's newest cursor (or
-# newest file), the cursor the table's next run reads from, what a run would read now, and how
-# far the lake is behind (a time cursor). To move into metadata.py.
-OBSERVED_FOR = "table"
-NEWEST_CURSOR = "newest_cursor"
-NEWEST_FILE = "newest_file_modified"
-LAKE_CURSOR = "lake_cursor"
-ROWS_WAITING = "rows_waiting"
-FILES_WAITING = "files_waiting"
-BEHIND_SECONDS = "behind_seconds"
 
 
 def build_sensors(

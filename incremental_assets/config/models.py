@@ -131,6 +131,12 @@ class ChecksSpec(FrozenModel):
         le=1,
         description="Merge tables: source and lake row counts may differ by this fraction.",
     )
+    key_unique_blocking: bool = Field(
+        True,
+        description="Merge tables: a failed primary_key_unique fails the run's step after "
+        "recording it, so assets downstream of the table in the run don't run. false: it only "
+        "shows.",
+    )
     key_audit: Cron | None = Field(
         None,
         description="Merge tables: on this cron (UTC), check every lake file for keys held "

@@ -100,12 +100,11 @@ def test_a_key_held_twice_keeps_the_assets_downstream_of_the_table_from_running(
     spark_resource: IncrementalSparkResource,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(checks, "KEY_UNIQUE_BLOCKING", blocking)
     doubled = dg.AssetCheckResult(
         check_name=checks.KEY_UNIQUE, passed=False, severity=checks.ERROR, metadata={"n": 2}
     )
     monkeypatch.setattr(checks, "primary_key_unique", lambda *_: doubled)
-    project = _project(tmp_path)
+    project = _project(tmp_path, checks={"key_unique_blocking": blocking})
     table = build_table_asset(
         project, project.table("orders"), IncrementalAssetsTranslator(project.lake)
     )
