@@ -391,7 +391,11 @@ def _result(
     if table.mode is Mode.MERGE:
         merge = merge or MergeCounts(0, 0, 0)
         report = replace(
-            report, rows_rewritten=outcome.rows_rewritten, merge_path=outcome.merge_path
+            report,
+            rows_rewritten=outcome.rows_rewritten,
+            merge_path=outcome.merge_path,
+            delete_files=outcome.delete_files,
+            deleted_fraction=outcome.deleted_fraction,
         )
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at

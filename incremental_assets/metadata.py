@@ -88,6 +88,8 @@ class TableMetadata(BaseModel):
     extract_filter: str | None = None
     files_written: int | None = None
     rows_rewritten: int | None = None
+    delete_files: int | None = None
+    deleted_fraction: float | None = None
     merge_strategy: MergeStrategy | None = None
     schema_change: str | None = None
     deletes_reconciled: bool | None = None

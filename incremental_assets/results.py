@@ -54,6 +54,10 @@ class WriteOutcome:
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
     duplicate_keys: int | None = None  # merge: counted as the rows were written (None: not)
     rows_held: int | None = None  # the table's rows after the commit, where the commit tells
+    # Iceberg merges: the table's delete files after the commit, and the share of its data files'
+    # rows they remove (maintenance compacts past `deleted_fraction`)
+    delete_files: int | None = None
+    deleted_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class Report:
     schema_change: str | None = None
     deletes_reconciled: bool | None = None
     rows_rewritten: int | None = None  # merge: rows written again in the buckets it touched
+    delete_files: int | None = None  # Iceberg merge: the table's delete files after the commit
+    deleted_fraction: float | None = None  # ... and the share of its rows they remove
     # What the next run would read again (ties at the cursor, the lookback below it), so that it
     # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
     window_fingerprint: str | None = None

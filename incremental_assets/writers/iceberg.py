@@ -19,6 +19,7 @@ the whole table. Its summary carries the run's commit id, batch, cursor and reco
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -28,7 +29,7 @@ from pyspark.sql import types as T
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
-from incremental_assets.lake.iceberg.records import SnapshotInfo, live_rows, summary_of
+from incremental_assets.lake.iceberg.records import SnapshotInfo, deletes_of, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
 from incremental_assets.writers.append import drop_loaded
@@ -179,7 +180,7 @@ class IcebergMergeWriter:
             return _nothing_written(staged, MergeCounts(0, 0, 0))
         duplicates = _duplicates_among(commit.spark.table(target), source, plan)
         head = commit.publish()
-        return WriteOutcome(
+        merged = WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=counts.inserted + counts.updated,
             files_written=_files_added(commit.snapshot),
@@ -195,6 +196,7 @@ class IcebergMergeWriter:
             duplicate_keys=duplicates,
             rows_held=_rows_held(commit),
         )
+        return _with_deletes(merged, commit.snapshot)
 
 
 def _replace_merged(
@@ -218,7 +220,7 @@ def _replace_merged(
     written = int(seen.get("rows") or 0)
     partitioning = _partitioning(plan, rows, written, seen.get("low"), seen.get("high"))
     head = commit.replace(rows, _settings(plan, True, partitioning))
-    return WriteOutcome(
+    replaced = WriteOutcome(
         rows_extracted=staged.rows_extracted,
         rows_written=written,
         files_written=_files_added(commit.snapshot),
@@ -230,6 +232,7 @@ def _replace_merged(
         duplicate_keys=int(seen.get("duplicate_keys") or 0),
         rows_held=_rows_held(commit),
     )
+    return _with_deletes(replaced, commit.snapshot)
 
 
 def _open(
@@ -379,6 +382,14 @@ def _earliest_batch(earlier: DataFrame) -> int:
 def _files_added(snapshot: SnapshotInfo | None) -> int:
     summary = snapshot.summary if snapshot is not None else {}
     return int(summary.get("added-data-files", 0)) + int(summary.get("added-delete-files", 0))
+
+
+def _with_deletes(outcome: WriteOutcome, snapshot: SnapshotInfo | None) -> WriteOutcome:
+    """`outcome` with the table's delete files and deleted fraction after the merge's commit."""
+    if snapshot is None:
+        return outcome
+    deletes = deletes_of(snapshot)
+    return replace(outcome, delete_files=deletes.files, deleted_fraction=round(deletes.fraction, 4))
 
 
 def _rows_held(commit: IcebergCommit) -> int | None:

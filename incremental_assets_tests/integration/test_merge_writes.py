@@ -80,10 +80,15 @@ def test_each_setting_writes_its_kind_of_change_and_holds_the_sources_rows(
     if deletes is None:
         assert found == []
         assert metadata["rows_rewritten"] > changed  # the files the changed rows are in
+        assert (metadata["delete_files"], metadata["deleted_fraction"]) == (0, 0.0)
     else:
         assert {f for f, _ in found} == {deletes}
         assert sum(n for _, n in found) == changed
         assert metadata["rows_rewritten"] == changed + 5  # the changed rows and the new ones
+        # The old versions stay in their files, removed by the deletes the table now holds.
+        held_in_files = ROWS + changed + 5
+        assert metadata["delete_files"] == len(found)
+        assert metadata["deleted_fraction"] == round(changed / held_in_files, 4)
     assert (metadata["rows_inserted"], metadata["rows_updated"]) == (5, changed)
     assert held(loads, spark) == orders_held(pg)
     # Every reader docs/lake-format.md names reads the table's changes, v3's vectors included.

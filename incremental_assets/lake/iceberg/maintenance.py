@@ -30,7 +30,7 @@ from typing import Literal
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.lake.iceberg.records import PREFIX, TableState, head_snapshot
+from incremental_assets.lake.iceberg.records import PREFIX, TableState, deletes_of, head_snapshot
 
 Task = Literal["compact", "expire", "orphans"]
 # A file younger than this may be a live writer's, not an orphan (Iceberg's own default).
@@ -95,13 +95,12 @@ def compaction_due(state: TableState, policy: Policy) -> bool:
     if current is None:
         return False
     summary = current.summary
-    records = int(summary.get("total-records", 0))
-    deleted = int(summary.get("total-position-deletes", 0))
+    deletes = deletes_of(current)
     files = int(summary.get("total-data-files", 0))
     size = int(summary.get("total-files-size", 0))
     return (
-        (records > 0 and deleted >= policy.deleted_fraction * records)
-        or int(summary.get("total-delete-files", 0)) >= policy.delete_files
+        (deletes.fraction > 0 and deletes.fraction >= policy.deleted_fraction)
+        or deletes.files >= policy.delete_files
         or (files >= policy.small_files and size < files * policy.small_file_bytes)
     )
 

@@ -222,6 +222,25 @@ def facts_of(state: TableState, uri: str, misplaced: str | None = None) -> LakeF
     )
 
 
+@dataclass(frozen=True)
+class Deletes:
+    """A snapshot's delete files, and the share of the rows its data files hold that they remove
+    (the rows a reader reads and drops)."""
+
+    files: int
+    fraction: float
+
+
+def deletes_of(snapshot: SnapshotInfo) -> Deletes:
+    summary = snapshot.summary
+    records = int(summary.get("total-records", 0))
+    deleted = int(summary.get("total-position-deletes", 0))
+    return Deletes(
+        files=int(summary.get("total-delete-files", 0)),
+        fraction=deleted / records if records else 0.0,
+    )
+
+
 def live_rows(snapshot: SnapshotInfo) -> int:
     """The rows a snapshot reads as: its data files' rows less the positions its deletes remove.
 
