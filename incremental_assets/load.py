@@ -24,6 +24,7 @@ from incremental_assets.decisions import (
     RunKind,
     SourceFacts,
     at_recorded_commit,
+    check_merge_writes,
     key_enforced,
     key_from_catalog,
     kind_of_run,
@@ -162,6 +163,9 @@ def run_incremental_load(
     for note in recovered:
         log(note)
     facts = lake.facts()
+    # What the lake alone refuses is refused before the source is asked anything (a table's
+    # schema and key included); `kind_of_run` asks again, for the run without Spark.
+    check_merge_writes(request.table, facts)
     listing = files_listing(request.table)
     table, source = _keyed_source(spark, request.table)
     check_columns(table, source.schema())

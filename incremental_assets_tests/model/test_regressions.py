@@ -218,3 +218,28 @@ def test_a_full_refresh_expires_no_recorded_snapshot_that_keep_snapshots_keeps(
         state.add_row()
         state.run()
         state.full_refresh_run()
+
+
+def test_position_deletes_on_a_format_v3_table_are_refused_before_the_source_is_asked(
+    mariadb: MariaDbServer, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Soak `--database mariadb --format iceberg --seed 20261130`: a merge table made format v3
+    by a full refresh under `merge_writes: deletion_vectors`, then set to `position_deletes`.
+    The run was refused naming `merge_writes`, but only after it had read the source table's
+    schema and key: the refusal was decided with the kind of run, after the source's facts."""
+    config = TableConfig("mariadb", "merge", ("id", "k2"), "text", "bigint", soft_deletes=True)
+    env = Env(
+        mariadb,
+        spark_resource,
+        tmp_path,
+        lake_format="iceberg",
+        merge_writes=("position_deletes", "deletion_vectors", "copy_on_write"),
+    )
+    with replayed(env, config) as state:
+        state.change_merge_writes(
+            writes="deletion_vectors", on="table", back="deletion_vectors", new_row=False
+        )
+        state.full_refresh_run()
+        state.change_merge_writes(
+            writes="position_deletes", on="table", back="copy_on_write", new_row=True
+        )
