@@ -13,9 +13,12 @@ Parquet table has nothing to keep.
 import dagster as dg
 
 from incremental_assets.config import Project, TableSpec
+from incremental_assets.errors import ConfigError, TableProblem
+from incremental_assets.factory import failing_cleanly
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.sources.failures import root_messages
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 MAINTAINED = "maintenance"  # the op's output metadata: what it did, or why nothing
@@ -27,6 +30,19 @@ def build_maintenance(
     """The maintenance job and its schedule, when the lake asks for them."""
     if project.lake.maintenance != "scheduled" or not project.tables:
         return [], []
+    taken = {translator.op_name(table): table.name for table in project.tables}
+    for table in project.tables:
+        name = translator.maintenance_op_name(table)
+        if name in taken:
+            raise ConfigError(
+                TableProblem(
+                    taken[name],
+                    f"its op name {name} is the maintenance op of table {table.name}",
+                    "name",
+                    "rename the table, or use lake.maintenance: after_commit",
+                ),
+                file=project.path,
+            )
     ops = [_maintenance_op(project, table, translator) for table in project.tables]
 
     @dg.job(
@@ -59,13 +75,33 @@ def _maintenance_op(
     )
     def maintain_table(context: dg.OpExecutionContext, spark: IncrementalSparkResource) -> None:
         lake = open_lake(project.lake, table.name, translator.lake_table_name(table))
-        done: str | None = "nothing to keep: a plain Parquet table"
+        done = "nothing to keep: a plain Parquet table"
         if isinstance(lake, IcebergLake):
-            owner = f"maintenance run {context.run_id}"
-            with lake.lock(table.name, owner, project.lake.lock_timeout):
-                done = lake.maintain(spark.spark_session) if lake.maintenance_due() else None
-        done = done or "nothing due"
+            with failing_cleanly():
+                owner = f"maintenance run {context.run_id}"
+                with lake.lock(table.name, owner, project.lake.lock_timeout):
+                    done = _kept(lake, spark)
         context.log.info(f"{table.name}: {done}")
         context.add_output_metadata({MAINTAINED: done})
 
     return maintain_table
+
+
+def _kept(lake: IcebergLake, spark: IncrementalSparkResource) -> str:
+    """What the table's maintenance did, or why it did nothing. A table whose metadata is another
+    lake's (a copied lake's catalog) is never touched: its runs refuse it, and maintaining it
+    would commit to, and delete files of, the lake it was copied from."""
+    misplaced = lake.facts(with_files=False).misplaced
+    if misplaced is not None:
+        return f"not kept: {misplaced}"
+    if not lake.maintenance_due():
+        return "nothing due"
+    try:
+        return lake.maintain(spark.spark_session) or "nothing due"
+    except Exception as exc:
+        cause = lake.redact(root_messages(exc)[-1])
+        raise dg.Failure(
+            description=f"{lake.table_name}: the lake's maintenance failed (the next scheduled "
+            f"run tries again; no table's rows or cursor changed): {cause}",
+            allow_retries=False,
+        ) from None

@@ -175,7 +175,7 @@ class IncrementalAssetsTranslator:
 
     def maintenance_op_name(self, table: TableSpec) -> str:
         """The table's op in the maintenance job (`lake.maintenance: scheduled`)."""
-        return f"{self.op_name(table)}_maintenance"
+        return f"{self.maintenance_job_name}__{self.op_name(table)}"
 
     def pool(self, table: TableSpec) -> str:
         """The Dagster concurrency pool of the table's runs (limit it to 1 on object stores)."""

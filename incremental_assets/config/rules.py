@@ -64,6 +64,8 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
         yield "automation", "choose either `schedule:` or `automation:`, not both"
     if t.reconcile_tolerance is not None and t.mode is not Mode.MERGE:
         yield "checks.reconcile_counts", "compares row counts of merge tables only"
+    if "key_unique_blocking" in t.checks.model_fields_set and t.mode is not Mode.MERGE:
+        yield "checks.key_unique_blocking", "primary_key_unique checks merge tables only"
     if t.checks.key_audit is not None and t.mode is not Mode.MERGE:
         yield "checks.key_audit", "audits the primary key of merge tables only"
     if t.columns is not None and t.exclude_columns:

@@ -7,11 +7,15 @@ says what it did; the table reads the same, and the next run still adds to it in
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 
 from incremental_assets.definitions import build_definitions
+from incremental_assets.errors import ConfigError
 from incremental_assets.maintenance_job import MAINTAINED
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
@@ -99,3 +103,44 @@ def test_off_keeps_nothing_and_defines_no_job(loads: Loads, pg: Schema) -> None:
     assert loads.iceberg_table().current_snapshot().summary.operation.value == "overwrite"
     assert translator.maintenance_job_name not in {j.name for j in defs.jobs or []}
     assert isinstance(defs.get_job_def(translator.job_name), dg.JobDefinition)
+
+
+def test_a_copied_lakes_job_never_keeps_the_table_its_catalog_names_elsewhere(
+    loads: Loads, pg: Schema, tmp_path: Path
+) -> None:
+    """A lake folder copied with its catalog names the first lake's files: its runs refuse the
+    table as moved, and its maintenance leaves it alone (compacting or sweeping it would commit
+    to, and delete files of, the lake it was copied from)."""
+    ran = merged_four_times(loads, pg, "scheduled")
+    copy = tmp_path / "copied-lake"
+    shutil.copytree(loads.lake_dir, copy)
+    config = loads.config(pg, ORDERS_MERGE, lake={**ICEBERG, "maintenance": "scheduled"})
+    project = loads.write({**config, "lake": {**config["lake"], "path": str(copy)}})
+    translator = IncrementalAssetsTranslator(project.lake)
+    unstarted = IncrementalSparkResource(spark_config={})
+    defs = build_definitions(project, spark=unstarted)
+
+    done = defs.get_job_def(translator.maintenance_job_name).execute_in_process(
+        instance=loads.instance
+    )
+
+    assert what_it_did(done).startswith("not kept: "), what_it_did(done)
+    assert unstarted._spark_session is None
+    assert [m.get("maintenance") for m in ran] == [None] * 4
+    original = loads.iceberg_table()  # still the first lake's, untouched
+    assert original.current_snapshot().summary.operation.value == "overwrite"
+
+
+def test_a_table_named_like_a_maintenance_op_is_refused_with_the_fix(
+    loads: Loads, pg: Schema
+) -> None:
+    create_orders(pg, 5)
+    config = loads.config(pg, ORDERS_MERGE, lake={**ICEBERG, "maintenance": "scheduled"})
+    clash = {**config["tables"][0], "name": "incremental_assets_maintenance__orders"}
+    project = loads.write({**config, "tables": [*config["tables"], clash]})
+
+    with pytest.raises(ConfigError) as refused:
+        build_definitions(project, spark=loads.spark_resource)
+
+    assert "field 'name'" in str(refused.value)
+    assert "lake.maintenance: after_commit" in str(refused.value)

@@ -483,6 +483,10 @@ def test_operations_settings_resolve(tmp_path: Path) -> None:
             "field 'checks.key_audit': audits the primary key of merge tables only",
         ),
         (
+            {"mode": "append", "checks": {"key_unique_blocking": False}},
+            "field 'checks.key_unique_blocking': primary_key_unique checks merge tables only",
+        ),
+        (
             {"checks": {"key_audit": "nightly"}},
             "field 'checks.key_audit': 'nightly' is not a cron expression",
         ),

@@ -342,3 +342,21 @@ def test_an_expiry_counts_the_history_a_full_refresh_replaced() -> None:
     assert expiring(state, keep=2, keep_for=timedelta(0), now=now) == [1]
     assert expiring(state, keep=3, keep_for=timedelta(0), now=now) == []
     assert expiring(state, keep=1, keep_for=timedelta(days=4, hours=12), now=now) == [1]
+
+
+def test_an_expiry_keeps_main_down_to_the_head_by_ancestry_not_by_clock() -> None:
+    """A compaction from a host whose clock is behind lands after the head with an earlier
+    timestamp: it is still main's, above the head, so it stays (and so does the head)."""
+    now = datetime(2026, 1, 10, tzinfo=UTC)
+    day = [int((now - timedelta(days=5 - i)).timestamp() * 1000) for i in range(4)]
+    state = _state(
+        [
+            _snapshot(1, None, "append", _ours("t1", 1), at=day[0]),
+            _snapshot(2, 1, "append", _ours("t2", 2), at=day[2]),
+            _snapshot(3, 2, "replace", at=day[1]),  # written with a slow clock
+            _snapshot(4, 3, "replace", at=day[3]),
+        ],
+        current=4,
+    )
+
+    assert expiring(state, keep=1, keep_for=timedelta(0), now=now) == [1]

@@ -35,9 +35,11 @@ from incremental_assets.lake.iceberg.records import PREFIX, TableState, deletes_
 Task = Literal["compact", "expire", "orphans"]
 # A file younger than this may be a live writer's, not an orphan (Iceberg's own default).
 ORPHAN_AGE = timedelta(days=3)
-ORPHANS_EVERY = timedelta(days=1)
+# Once a day on a daily schedule too: a sweep that starts a little earlier than yesterday's is due.
+ORPHANS_EVERY = timedelta(hours=23)
 ORPHANS_SWEPT = PREFIX + "orphans-swept-at"  # table property: when orphans were last removed
 _EPOCH = datetime(1970, 1, 2, tzinfo=UTC)
+EXPIRE_AT_ONCE = 1000  # snapshot ids per `expire_snapshots` call
 
 
 @dataclass(frozen=True)
@@ -109,20 +111,21 @@ def expiring(state: TableState, keep: int, keep_for: timedelta, now: datetime) -
     """The snapshots past both limits: at least `keep` newer ones and older than `keep_for`.
     Every snapshot the table lists counts, main's ancestors or not (a full refresh's `CREATE OR
     REPLACE` starts main's history anew; Iceberg's own `retain_last` counts main's ancestors
-    only, so the replaced history would expire on age alone). Kept whatever their age: the head
-    and anything newer (the last commit of ours, whose summary the next run reads, and the
-    compactions after it) and every branch's or tag's own snapshot."""
+    only, so the replaced history would expire on age alone). Kept whatever their age: main's
+    snapshots down to the head (the last commit of ours, whose summary the next run reads, and
+    the compactions after it), by ancestry, not by clock, and every branch's or tag's own."""
     head = head_snapshot(state)
-    floor = head.timestamp_ms if head is not None else None
-    held = {*state.refs.values(), state.current_snapshot_id}
+    kept = {*state.refs.values(), state.current_snapshot_id}
+    for snapshot in state.ancestry():
+        kept.add(snapshot.snapshot_id)
+        if head is None or snapshot.snapshot_id == head.snapshot_id:
+            break
     older_than = now - keep_for
     newest_first = sorted(state.snapshots.values(), key=lambda s: s.timestamp_ms, reverse=True)
     return [
         s.snapshot_id
         for s in newest_first[keep:]
-        if _at(s.timestamp_ms) < older_than
-        and (floor is None or s.timestamp_ms < floor)
-        and s.snapshot_id not in held
+        if _at(s.timestamp_ms) < older_than and s.snapshot_id not in kept
     ]
 
 
@@ -175,16 +178,21 @@ def _compact(spark: SparkSession, target: Target, policy: Policy) -> str:
 
 def _expire(spark: SparkSession, target: Target, expired: list[int]) -> str:
     # Only the snapshots named: with `older_than` at the epoch, Iceberg's own rule (main's
-    # `retain_last` ancestors, anything newer than the age) keeps every other one.
-    ids = ", ".join(f"{snapshot_id}L" for snapshot_id in expired)
-    counts = _call(
-        spark,
-        target,
-        "expire_snapshots",
-        f", older_than => TIMESTAMP '{_stamp(_EPOCH)}', retain_last => 1, "
-        f"snapshot_ids => array({ids})",
-    )
-    deleted = sum(int(str(v or 0)) for k, v in counts.items() if k.startswith("deleted_"))
+    # `retain_last` ancestors, anything newer than the age) keeps every other one. In calls of
+    # EXPIRE_AT_ONCE, so a long-unkept table doesn't make one statement of every id.
+    deleted = 0
+    for start in range(0, len(expired), EXPIRE_AT_ONCE):
+        ids = ", ".join(
+            f"{snapshot_id}L" for snapshot_id in expired[start : start + EXPIRE_AT_ONCE]
+        )
+        counts = _call(
+            spark,
+            target,
+            "expire_snapshots",
+            f", older_than => TIMESTAMP '{_stamp(_EPOCH)}', retain_last => 1, "
+            f"snapshot_ids => array({ids})",
+        )
+        deleted += sum(int(str(v or 0)) for k, v in counts.items() if k.startswith("deleted_"))
     return f"expired {len(expired)} snapshots, deleted {deleted} files"
 
 

@@ -117,12 +117,12 @@ class IcebergLake:
 
     def maintenance_due(self) -> list[Task]:
         """The maintenance tasks due now (`maintenance.due`), read without Spark."""
-        state = self.state()
+        state = self._kept_state()
         return due(state, self._policy(), now()) if state is not None else []
 
     def maintain(self, spark: SparkSession) -> str | None:
         """The table's maintenance, where any is due (`maintenance.py`): what it did."""
-        state = self.state()
+        state = self._kept_state()
         if state is None:
             return None
         policy = self._policy()
@@ -131,6 +131,12 @@ class IcebergLake:
             return None
         target = Target(self.catalog.name, self.procedure_table(), self.reference())
         return maintain(self.session(spark), target, state, tasks, policy, now()).describe()
+
+    def _kept_state(self) -> TableState | None:
+        """The table's metadata, when it is this lake's to keep: a copied lake's catalog names
+        the files of the lake it was copied from, which maintenance must never touch."""
+        state = self.state()
+        return state if state is not None and misplacement(state, self.uri) is None else None
 
     def _policy(self) -> Policy:
         return Policy(
