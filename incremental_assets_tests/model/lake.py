@@ -83,6 +83,7 @@ class LakeState:
     vectors: frozenset[str] = frozenset()
     sequence: dict[int, int] = field(default_factory=dict)
     ancestry: tuple[int, ...] = ()
+    main_history: tuple[int, ...] = ()  # every snapshot main has been at (the snapshot log)
     missing: tuple[str, ...] = ()
     head_added: tuple[tuple[str, str], ...] = ()
 
@@ -198,6 +199,7 @@ def _iceberg_state(lake_dir: Path) -> LakeState:
         vectors=frozenset(path for path, kind in main.items() if kind == VECTOR),
         sequence={s.snapshot_id: int(s.sequence_number or 0) for s in metadata.snapshots},
         ancestry=tuple(ancestry),
+        main_history=tuple(e.snapshot_id for e in metadata.snapshot_log),
         missing=tuple(sorted(p for p in referenced if p not in present and not _elsewhere(p))),
         head_added=head_added,
     )

@@ -1206,6 +1206,8 @@ class LakeMachine(RuleBasedStateMachine):
                 point == "mid-commit" and self.env.lake_format == "parquet"
             )
             self.reference.killed(full_refresh, committed, holds_rows)
+            if committed and self.env.lake_format == "iceberg":
+                self.reference.saw(self._lake())  # main moved: the next run's expiry counts it
             self.dirty = True
             self.after_kill = self.after_kill or committed
             return

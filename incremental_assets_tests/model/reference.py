@@ -272,9 +272,10 @@ class Reference:
             self.format_version = None
 
     def saw(self, lake: LakeState) -> None:
-        """The Iceberg lake as read: its snapshots' order, and those that are main's."""
+        """The Iceberg lake as read: its snapshots' order, and those that are main's (or were:
+        the snapshot log keeps the history a full refresh replaced)."""
         self.sequence.update(lake.sequence)
-        self.mains.update(lake.ancestry)
+        self.mains.update(lake.ancestry, lake.main_history)
 
     def may_expire(self, snapshot: int) -> bool:
         """Whether the retention lets `snapshot` expire: past `keep_snapshots` newer snapshots

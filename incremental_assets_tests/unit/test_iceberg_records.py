@@ -325,21 +325,26 @@ def test_an_expiry_keeps_every_snapshot_down_to_the_head_whatever_keep_snapshots
     assert expiring(state, keep=1, keep_for=timedelta(0), now=now) == [1]
 
 
-def test_an_expiry_counts_the_history_a_full_refresh_replaced() -> None:
+def test_an_expiry_counts_the_history_a_full_refresh_replaced_and_no_abandoned_branch() -> None:
     """A full refresh's `CREATE OR REPLACE` gives its snapshot no parent: the snapshots before
-    it are no longer main's ancestors, and still count as newer ones for `keep_snapshots`."""
+    it are no longer main's ancestors, but main was at them (the snapshot log keeps them), so
+    they count as newer ones for `keep_snapshots`. A dead run's branch snapshot was never
+    main's: it doesn't."""
     now = datetime(2026, 1, 10, tzinfo=UTC)
-    at = [int((now - timedelta(days=5 - i)).timestamp() * 1000) for i in range(3)]
+    at = [int((now - timedelta(days=5 - i)).timestamp() * 1000) for i in range(4)]
     state = _state(
         [
             _snapshot(1, None, "append", _ours("t1", 1), at=at[0]),
             _snapshot(2, 1, "append", _ours("t2", 2), at=at[1]),
-            _snapshot(3, None, "overwrite", _ours("t3", 3), at=at[2]),
+            _snapshot(9, 2, "append", _ours("t9", 9), at=at[2]),  # a dead run's, on no ref
+            _snapshot(3, None, "overwrite", _ours("t3", 3), at=at[3]),
         ],
         current=3,
+        **{"snapshot-log": [{"snapshot-id": i, "timestamp-ms": 0} for i in (1, 2, 3)]},
     )
 
     assert expiring(state, keep=2, keep_for=timedelta(0), now=now) == [1]
+    assert expiring(state, keep=1, keep_for=timedelta(0), now=now) == [9, 2, 1]
     assert expiring(state, keep=3, keep_for=timedelta(0), now=now) == []
     assert expiring(state, keep=1, keep_for=timedelta(days=4, hours=12), now=now) == [1]
 

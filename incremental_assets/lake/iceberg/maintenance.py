@@ -23,6 +23,7 @@ pays for the metadata read it makes anyway.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,13 @@ from typing import Literal
 
 from pyspark.sql import SparkSession
 
-from incremental_assets.lake.iceberg.records import PREFIX, TableState, deletes_of, head_snapshot
+from incremental_assets.lake.iceberg.records import (
+    PREFIX,
+    SnapshotInfo,
+    TableState,
+    deletes_of,
+    head_snapshot,
+)
 
 Task = Literal["compact", "expire", "orphans"]
 # A file younger than this may be a live writer's, not an orphan (Iceberg's own default).
@@ -108,24 +115,30 @@ def compaction_due(state: TableState, policy: Policy) -> bool:
 
 
 def expiring(state: TableState, keep: int, keep_for: timedelta, now: datetime) -> list[int]:
-    """The snapshots past both limits: at least `keep` newer ones and older than `keep_for`.
-    Every snapshot the table lists counts, main's ancestors or not (a full refresh's `CREATE OR
-    REPLACE` starts main's history anew; Iceberg's own `retain_last` counts main's ancestors
-    only, so the replaced history would expire on age alone). Kept whatever their age: main's
-    snapshots down to the head (the last commit of ours, whose summary the next run reads, and
-    the compactions after it), by ancestry, not by clock, and every branch's or tag's own."""
+    """The snapshots past both limits: at least `keep` newer snapshots of main's, and older than
+    `keep_for`. Main's are every snapshot it has been at (the snapshot log), the history a full
+    refresh's `CREATE OR REPLACE` replaced included: Iceberg's own `retain_last` counts only the
+    current snapshot's ancestors, so the replaced history would expire on age alone. A run's
+    abandoned branch never counts as a newer one. Kept whatever their age: main's snapshots down
+    to the head (the last commit of ours, whose summary the next run reads, and the compactions
+    after it), by ancestry, not by clock, and every branch's or tag's own."""
     head = head_snapshot(state)
-    kept = {*state.refs.values(), state.current_snapshot_id}
-    for snapshot in state.ancestry():
-        kept.add(snapshot.snapshot_id)
-        if head is None or snapshot.snapshot_id == head.snapshot_id:
-            break
+    ancestry = [s.snapshot_id for s in state.ancestry()]
+    down_to_head = ancestry[: ancestry.index(head.snapshot_id) + 1] if head else ancestry[:1]
+    kept = {*state.refs.values(), state.current_snapshot_id, *down_to_head}
+    mains = {*state.main_history, *ancestry}
     older_than = now - keep_for
-    newest_first = sorted(state.snapshots.values(), key=lambda s: s.timestamp_ms, reverse=True)
+
+    def order(snapshot: SnapshotInfo) -> tuple[int, int]:
+        return snapshot.sequence_number, snapshot.timestamp_ms
+
+    main_orders = sorted(order(state.snapshots[s]) for s in mains if s in state.snapshots)
     return [
         s.snapshot_id
-        for s in newest_first[keep:]
-        if _at(s.timestamp_ms) < older_than and s.snapshot_id not in kept
+        for s in sorted(state.snapshots.values(), key=order, reverse=True)
+        if len(main_orders) - bisect_right(main_orders, order(s)) >= keep
+        and _at(s.timestamp_ms) < older_than
+        and s.snapshot_id not in kept
     ]
 
 

@@ -47,6 +47,7 @@ class SnapshotInfo:
     operation: str | None
     summary: Mapping[str, str]
     timestamp_ms: int
+    sequence_number: int = 0  # the order of the table's commits (format v2 and later)
 
     @property
     def txn(self) -> str | None:
@@ -71,6 +72,9 @@ class TableState:
     # an old field's parameters (`partitions.consistent_with`).
     partitioned_before: tuple[str, ...] = ()
     format_version: int = 2
+    # Every snapshot main has been at, oldest first (the metadata's snapshot log): its ancestry,
+    # and the history a full refresh's `CREATE OR REPLACE` replaced.
+    main_history: tuple[int, ...] = ()
 
     @property
     def current(self) -> SnapshotInfo | None:
@@ -96,6 +100,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
             operation=(s.get("summary") or {}).get("operation"),
             summary={str(k): str(v) for k, v in (s.get("summary") or {}).items()},
             timestamp_ms=int(s.get("timestamp-ms", 0)),
+            sequence_number=int(s.get("sequence-number", 0)),
         )
         for s in metadata.get("snapshots") or []
     }
@@ -115,6 +120,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
         partitioning=partitioning,
         partitioned_before=partitioned_before,
         format_version=int(metadata.get("format-version", 1)),
+        main_history=tuple(int(e["snapshot-id"]) for e in metadata.get("snapshot-log") or []),
     )
 
 
