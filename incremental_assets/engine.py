@@ -3,7 +3,7 @@
 `incremental-assets engine start|stop|status` manage it from the pyspark distribution. It takes
 its master, configuration and jars (Iceberg's runtime, the JDBC drivers) from the project's
 `spark:` section, and keeps its state (pid, port, log) under
-`$DAGSTER_HOME/incremental_assets/engine/`. Runs of a project with
+`$DAGSTER_HOME/incremental-assets/engine/`. Runs of a project with
 `spark: {engine: shared}` connect to it when it is up, and start a session of their own when it
 is not; every run says which in its log and its metadata (`spark`).
 """
@@ -45,8 +45,14 @@ class EngineState:
         return f"sc://127.0.0.1:{self.port}"
 
 
+# The package's folder in DAGSTER_HOME (the engine's state, Spark's log). Not a valid module name:
+# named `incremental_assets`, it would be imported as the package (an empty namespace package)
+# by Dagster run from inside DAGSTER_HOME, as `make ui` runs it.
+HOME_FOLDER = "incremental-assets"
+
+
 def engine_folder(dagster_home: str | os.PathLike[str]) -> Path:
-    return Path(dagster_home) / "incremental_assets" / "engine"
+    return Path(dagster_home) / HOME_FOLDER / "engine"
 
 
 def running_engine(dagster_home: str | os.PathLike[str] | None) -> EngineState | None:

@@ -20,7 +20,7 @@ from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
-from incremental_assets.engine import running_engine
+from incremental_assets.engine import HOME_FOLDER, running_engine
 from incremental_assets.jvm import check_before_session
 
 # Defaults that make the lake exact and quiet; the `spark.conf` section overrides any of them.
@@ -39,7 +39,7 @@ _LOG_CONFIG = "spark_log4j2.properties"
 def spark_log_path() -> Path:
     """Where local sessions keep Spark's own log: under $DAGSTER_HOME, else the temporary folder."""
     home = os.environ.get("DAGSTER_HOME")
-    root = Path(home) / "incremental_assets" / "logs" if home else Path(tempfile.gettempdir())
+    root = Path(home) / HOME_FOLDER / "logs" if home else Path(tempfile.gettempdir())
     return root / "spark.log"
 
 

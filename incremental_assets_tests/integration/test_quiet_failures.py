@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from incremental_assets.engine import HOME_FOLDER
 from incremental_assets_tests.support.cli import cli_env, run_cli, write_cli_config
 from incremental_assets_tests.support.postgres import Schema
 
@@ -35,5 +36,11 @@ def test_a_value_the_lake_cant_hold_is_reported_once_or_twice_and_logged_in_full
     console = done.stdout + done.stderr
     assert 1 <= console.count(REASON) <= 2, console[-5000:]
     assert "TaskSetManager" not in console and "Executor" not in console
-    spark_log = (home / "incremental_assets" / "logs" / "spark.log").read_text()
+    spark_log = (home / HOME_FOLDER / "logs" / "spark.log").read_text()
     assert REASON in spark_log and "TaskSetManager" in spark_log
+
+    # Again from inside DAGSTER_HOME, where `make ui` runs Dagster: the package's folder there
+    # (which holds Spark's log now) is not imported as the package.
+    again = run_cli(home, cli_env(config, home), "--select", "items")
+    console = again.stdout + again.stderr
+    assert "No Definitions" not in console and REASON in console, console[-3000:]

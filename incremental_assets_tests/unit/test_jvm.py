@@ -12,7 +12,7 @@ from incremental_assets import jvm
 from incremental_assets.cli import main as cli
 from incremental_assets.config import SparkSpec, load_project
 from incremental_assets.engine import _command as engine_command
-from incremental_assets.engine import start_engine
+from incremental_assets.engine import engine_folder, start_engine
 from incremental_assets.errors import EngineError
 from incremental_assets.resources import IncrementalSparkResource
 
@@ -201,7 +201,7 @@ def test_a_session_or_the_engine_refuses_to_start_on_another_pyspark(
         IncrementalSparkResource.from_spec(spec).spark_session  # noqa: B018
     with pytest.raises(EngineError, match=r"pyspark 4\.2\.0 .* Spark 4\.1"):
         start_engine(spec, tmp_path)
-    assert not (tmp_path / "incremental_assets" / "engine").exists()
+    assert not (engine_folder(tmp_path)).exists()
 
 
 def test_a_missing_jar_is_named_with_the_command_that_fetches_it(
