@@ -1015,7 +1015,10 @@ class LakeMachine(RuleBasedStateMachine):
         original = self.runner.lake
         was = read_lake_state(original)
         target = self.runner.move_lake()
-        shutil.copytree(original, target, ignore=shutil.ignore_patterns(f"{CATALOG}*"))
+        if original.exists():
+            shutil.copytree(original, target, ignore=shutil.ignore_patterns(f"{CATALOG}*"))
+        else:  # a lake moved to a place no run has written yet: an empty copy
+            target.mkdir(parents=True, exist_ok=True)
         if (original / CATALOG).exists():
             copy_catalog(original / CATALOG, target / CATALOG)
         self.reference.lake = str(target)
