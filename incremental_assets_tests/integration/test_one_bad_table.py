@@ -107,5 +107,6 @@ def test_dg_lists_both_tables_and_dg_check_defs_fails_on_the_bad_one(tmp_path: P
     assert sorted(a["asset_key"] for a in assets) == ["events", "landing/events", "orders"]
     output = _plain(checked.stdout + checked.stderr)
     assert checked.returncode == 1, output[-3000:]
-    assert f"Invalid configuration in {folder / 'defs.yaml'} (1 problem)" in output
-    assert BAD_MODE in output
+    # The attributes' typed schema stops it first, pointing at the line of the bad field.
+    assert f"{folder / 'defs.yaml'}:" in output
+    assert "mode: upsert" in output and "'upsert' is not valid" in output
