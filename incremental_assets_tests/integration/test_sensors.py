@@ -110,9 +110,8 @@ def test_a_tick_records_how_far_the_source_is_ahead_of_the_lake_when_that_change
     assert caught_up["rows_waiting"] == 1
 
 
-def test_a_files_tick_records_the_files_waiting_for_a_run(
-    tmp_path: Path, instance: dg.DagsterInstance
-) -> None:
+def _files_table(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """An empty landing folder `events` and the config of the files table reading it."""
     landing = tmp_path / "landing" / "events"
     landing.mkdir(parents=True)
     config = {
@@ -120,6 +119,13 @@ def test_a_files_tick_records_the_files_waiting_for_a_run(
         "sources": {"drop": {"type": "files", "path": str(tmp_path / "landing")}},
         "tables": [{"name": "events", "source": "drop", "table": "events", "cursor": "at"}],
     }
+    return landing, config
+
+
+def test_a_files_tick_records_the_files_waiting_for_a_run(
+    tmp_path: Path, instance: dg.DagsterInstance
+) -> None:
+    landing, config = _files_table(tmp_path)
     project = write_project(tmp_path, config)
 
     assert _tick(instance, project, None) == (None, None)  # an empty folder: nothing to say
@@ -202,13 +208,7 @@ def test_a_view_without_a_cursor_fails_the_tick_saying_how_to_watch_it(
 def test_a_files_source_is_watched_through_modification_times(
     tmp_path: Path, instance: dg.DagsterInstance
 ) -> None:
-    landing = tmp_path / "landing" / "events"
-    landing.mkdir(parents=True)
-    config = {
-        "lake": {"path": str(tmp_path / "lake")},
-        "sources": {"drop": {"type": "files", "path": str(tmp_path / "landing")}},
-        "tables": [{"name": "events", "source": "drop", "table": "events", "cursor": "at"}],
-    }
+    landing, config = _files_table(tmp_path)
     table, key = write_project(tmp_path, config).table("events"), dg.AssetKey("events")
     assert _requested(evaluate(instance, table, key, None)) is None  # an empty folder
     pq.write_table(pa.table({"at": [1]}), landing / "a.parquet")
