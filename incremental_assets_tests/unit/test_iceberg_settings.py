@@ -4,7 +4,11 @@ merge table is partitioned by its key."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from incremental_assets.lake.iceberg.commits import MERGE_MODES, TableSettings
 from incremental_assets.lake.iceberg.partitions import (
@@ -12,6 +16,8 @@ from incremental_assets.lake.iceberg.partitions import (
     consistent_with,
     partition_spec,
 )
+
+LONG = 2**63 - 1
 
 
 @pytest.mark.parametrize(
@@ -61,6 +67,15 @@ def test_an_existing_table_gets_only_the_changed_properties_and_its_version_only
         (1_000_000, None, {}, ()),
         (1_000_000, None, {"buckets": 8}, ("bucket(8, `id`)",)),
         (10_000_000, None, {"bucketable": False}, ()),  # a key `bucket` can't take
+        # Iceberg's truncate width is a 32-bit int: the widest range it can express, ...
+        (2, (0, 2**31 - 2), {"bucket_rows": 2}, ("truncate(2147483647, `id`)",)),
+        # ... and past it, hash buckets of the key, as many as the rows per partition give.
+        (4_000_001, (0, 8_000_000_000), {}, ("bucket(2, `id`)",)),
+        (5_002, (1, 9 * 10**18), {"bucket_rows": 10}, ("bucket(500, `id`)",)),
+        (6, (-LONG - 1, LONG), {"bucket_rows": 2}, ("bucket(3, `id`)",)),
+        (4_000_000, (1, 8_000_000_000), {}, ("bucket(2, `id`)",)),  # dense, and one far outlier
+        (2, (0, 2**31 - 1), {"bucket_rows": 2}, ()),  # one bucket's rows: not partitioned
+        (10_000_000, (0, LONG), {"bucketable": False}, ()),
     ],
 )
 def test_a_partition_holds_about_partition_rows_rows_unless_the_table_says(
@@ -78,6 +93,26 @@ def test_partitions_are_coarse_enough_that_a_uniform_merge_touches_few() -> None
     """A uniform merge touches every partition: at 20M rows, 10 partitions, not 64."""
     assert PARTITION_ROWS >= 1_000_000
     assert partition_spec("id", 20_000_000, None, bucketable=True) == ("bucket(10, `id`)",)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(
+    rows=st.integers(0, 10**10),
+    low=st.integers(-LONG - 1, LONG),
+    span=st.integers(0, LONG),
+    bucket_rows=st.none() | st.integers(1, 10**9),
+)
+def test_no_partition_parameter_is_wider_than_icebergs_32_bit_int(
+    rows: int, low: int, span: int, bucket_rows: int | None
+) -> None:
+    """Iceberg refuses a `truncate` width (or `bucket` count) above 2**31-1, after the whole read."""
+    high = min(low + span, LONG)
+    spec = partition_spec("id", rows, (low, high), bucketable=True, bucket_rows=bucket_rows)
+
+    for field in spec:
+        parameter = re.match(r"^(?:truncate|bucket)\((\d+), `id`\)$", field)
+        assert parameter is not None, field
+        assert 1 <= int(parameter[1]) <= 2**31 - 1, field
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,12 @@ itself and prunes them by their key ranges. A single integer key is partitioned 
 (`truncate`), so that recent keys stay together; any other key in hash buckets of its first
 column (`bucket`). A table of fewer than two partitions' rows isn't partitioned.
 
+Iceberg takes a width or a count up to 2**31-1 only (`MAX_PARAMETER`). A single integer key too
+sparse for that (snowflake ids, random bigints, one far outlier) is partitioned like any other
+key: in hash buckets of the key, one per `bucket_rows` (or `PARTITION_ROWS`) rows. Recent keys
+are then spread over every bucket, but the table loads. A range that Iceberg can express is
+kept even when a few outliers leave most partitions empty and the rest in one.
+
 A table replaced whole keeps the width (or bucket count) it was partitioned by before: Iceberg
 names a partition field after its column and transform (`id_trunc`), and a merge-on-read
 `MERGE INTO` fails on a table with two specs that give one name two meanings.
@@ -21,6 +27,8 @@ from collections.abc import Iterable
 from pyspark.sql import types as T
 
 PARTITION_ROWS = 2_000_000
+# Iceberg's transforms take a Java int: "Unsupported width for transform" above it.
+MAX_PARAMETER = 2**31 - 1
 # Key types Iceberg's `bucket` transform takes.
 _BUCKETABLE = (
     T.IntegerType,
@@ -54,19 +62,25 @@ def partition_spec(
     first `column` spans `key_range` (a single integer key) or is hashed.
 
     `bucket_rows` (rows a range holds) and `buckets` (hash buckets) are the table's settings; a
-    setting the user gave is followed even for a small table.
+    setting the user gave is followed even for a small table. A range wider than Iceberg takes
+    gives way to hash buckets, one per `bucket_rows` rows.
     """
     per = bucket_rows or PARTITION_ROWS
-    if key_range is not None:
-        if bucket_rows is None and rows < 2 * per:
-            return ()
-        low, high = key_range
-        width = max(1, -(-(high - low + 1) * per // max(rows, 1)))
-        return (f"truncate({width}, `{column}`)",)
-    count = buckets or rows // per
+    if key_range is None:
+        return _hashed(column, buckets or rows // per, bucketable)
+    if bucket_rows is None and rows < 2 * per:
+        return ()
+    low, high = key_range
+    width = max(1, -(-(high - low + 1) * per // max(rows, 1)))
+    if width > MAX_PARAMETER:
+        return _hashed(column, rows // per, bucketable)
+    return (f"truncate({width}, `{column}`)",)
+
+
+def _hashed(column: str, count: int, bucketable: bool) -> tuple[str, ...]:
     if count <= 1 or not bucketable:
         return ()
-    return (f"bucket({count}, `{column}`)",)
+    return (f"bucket({min(count, MAX_PARAMETER)}, `{column}`)",)
 
 
 def consistent_with(spec: tuple[str, ...], before: Iterable[str]) -> tuple[str, ...]:
