@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
@@ -51,6 +52,7 @@ from incremental_assets.writers.versions import (
     KEY_CLASHES,
     KEY_ROWS,
     VERSIONS,
+    comparable_sql,
     duplicate_keys,
     latest_versions,
     version_counts,
@@ -344,11 +346,11 @@ def _merge_sql(target: str, view: str, schema: T.StructType, plan: WritePlan) ->
 
 
 def _same(field: T.StructField) -> str:
-    """The lake's value of a column equal to the delta's, NULL equal to NULL (maps, which Spark
-    can't compare, by their JSON)."""
-    if isinstance(field.dataType, T.MapType):
-        return f"to_json(t.`{field.name}`) <=> to_json(s.`{field.name}`)"
-    return f"t.`{field.name}` <=> s.`{field.name}`"
+    """The lake's value of a column equal to the delta's, NULL equal to NULL, maps whatever their
+    entries' order, in the canonical form the row's hash reads (`comparable_sql`)."""
+    name = SPARK_SQL.quote(field.name)
+    lake, delta = (comparable_sql(f"{side}.{name}", field.dataType) for side in ("t", "s"))
+    return f"{lake} <=> {delta}"
 
 
 def _merge_counts(snapshot: SnapshotInfo | None) -> MergeCounts:

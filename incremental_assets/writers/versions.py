@@ -5,6 +5,11 @@ cursor wins (the delta wins a tie with the lake; rows read now that tie with the
 but differ are counted as clashes, which fail the commit, and identical copies are one row); with
 a text cursor read over JDBC, or a snapshot, the delta always wins. Rows whose delete column is
 set, keys gone from the source, and (for a snapshot) keys missing from it are removed.
+
+Rows are hashed, and an Iceberg merge compares the lake's value with the delta's, in one
+canonical form (`comparable_sql`): Spark neither hashes nor compares maps, and two equal maps may
+list their entries in any order, so each map is the array of its entries sorted by key, through
+arrays and structs.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
 
 BUCKET = "__bucket"
@@ -46,7 +52,7 @@ def ranked_merge(
             lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True
         )
     combined = combined.join(gone.drop(BUCKET), list(plan.row_key), "left")
-    combined = combined.withColumn(HASH, row_hash(data_columns))
+    combined = combined.withColumn(HASH, row_hash(data_columns, combined.schema))
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(BUCKET)
     by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
@@ -99,7 +105,7 @@ def latest_versions(
     rows = delta.withColumn(SOURCE, F.lit(1))
     if lake_rows is not None:
         rows = rows.unionByName(lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True)
-    hashed = rows.withColumn(HASH, row_hash(data_columns))
+    hashed = rows.withColumn(HASH, row_hash(data_columns, rows.schema))
     by_key = W.partitionBy(*key)
     in_order = by_key.orderBy(*precedence(plan))
     ranked = (
@@ -185,8 +191,57 @@ def _clashes(plan: WritePlan, in_order: WindowSpec) -> Column:
     return F.coalesce(clash, F.lit(False)).cast("long")
 
 
-def row_hash(columns: list[str]) -> Column:
-    return F.xxhash64(*[F.col(f"`{c}`") for c in columns])
+def row_hash(columns: list[str], schema: T.StructType | None = None) -> Column:
+    """The hash of the row's `columns`, maps among them hashed in their canonical form, which
+    needs their types (`schema`); without it, a map column fails the hash."""
+    if schema is None:
+        return F.xxhash64(*[F.col(SPARK_SQL.quote(c)) for c in columns])
+    return F.xxhash64(
+        *[F.expr(comparable_sql(SPARK_SQL.quote(c), schema[c].dataType)) for c in columns]
+    )
+
+
+def comparable_sql(reference: str, data_type: T.DataType, depth: int = 0) -> str:
+    """Spark SQL for the value at `reference` (of `data_type`) in a form Spark hashes and compares,
+    equal exactly when the values are: each map the array of its entries (`k`, `v`) sorted by
+    key, through arrays, structs and map values; a value holding no map as it is.
+
+    Map keys need no sorting of their own (Spark refuses maps in map keys) and are unique, so the
+    order is total. `depth` keeps nested lambdas' variables apart.
+    """
+    if not _holds_map(data_type):
+        return reference
+    if isinstance(data_type, T.MapType):
+        entry, left, right = f"e{depth}", f"l{depth}", f"r{depth}"
+        value = comparable_sql(f"{entry}.value", data_type.valueType, depth + 1)
+        entries = (
+            f"transform(map_entries({reference}), "
+            f"{entry} -> named_struct('k', {entry}.key, 'v', {value}))"
+        )
+        by_key = (
+            f"CASE WHEN {left}.k < {right}.k THEN -1 WHEN {left}.k > {right}.k THEN 1 ELSE 0 END"
+        )
+        return f"array_sort({entries}, ({left}, {right}) -> {by_key})"
+    if isinstance(data_type, T.ArrayType):
+        element = f"x{depth}"
+        inner = comparable_sql(element, data_type.elementType, depth + 1)
+        return f"transform({reference}, {element} -> {inner})"
+    assert isinstance(data_type, T.StructType), data_type
+    fields = ", ".join(
+        f"'f{i}', {comparable_sql(f'{reference}.{SPARK_SQL.quote(f.name)}', f.dataType, depth)}"
+        for i, f in enumerate(data_type.fields)
+    )
+    return f"CASE WHEN {reference} IS NULL THEN NULL ELSE named_struct({fields}) END"
+
+
+def _holds_map(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.MapType):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return _holds_map(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return any(_holds_map(f.dataType) for f in data_type.fields)
+    return False
 
 
 def precedence(plan: WritePlan) -> list[Column]:

@@ -1,45 +1,152 @@
-"""Which versions a merge keeps, and the key count it makes as it writes them."""
+"""Which versions a merge keeps, the key count it makes as it writes them, and the canonical form
+of values (maps as entries sorted by key) that a row's hash and a merge's comparison share."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.config import LakeSpec
 from incremental_assets.lake import LakeFacts, open_lake
 from incremental_assets.writers.base import WritePlan, counted, observed
-from incremental_assets.writers.versions import BUCKET, with_key_count
+from incremental_assets.writers.versions import (
+    BUCKET,
+    KEY_CLASHES,
+    comparable_sql,
+    latest_versions,
+    row_hash,
+    version_counts,
+    with_key_count,
+)
+
+
+def _plan(**settings: Any) -> WritePlan:
+    lake = open_lake(LakeSpec(path="/tmp/unused"), "t")
+    defaults: dict[str, Any] = {
+        "lake": lake,
+        "facts": LakeFacts(uri="/tmp/unused"),
+        "txn": "t",
+        "batch": 1,
+        "cursor": None,
+        "replace_all": False,
+        "primary_key": ("id",),
+        "cursor_column": "c",
+        "delete_column": None,
+        "buckets": 4,
+        "bucket_rows": 10,
+        "compression": "zstd",
+        "max_rows_per_file": 10,
+    }
+    return WritePlan(**{**defaults, **settings})
 
 
 def test_the_key_count_made_while_writing_finds_every_key_written_twice(
     spark: SparkSession,
 ) -> None:
     """What `primary_key_unique` reports for a merge that counted its keys as it wrote them."""
-    lake = open_lake(LakeSpec(path="/tmp/unused"), "t")
-    plan = WritePlan(
-        lake=lake,
-        facts=LakeFacts(uri="/tmp/unused"),
-        txn="t",
-        batch=1,
-        cursor=None,
-        replace_all=False,
-        primary_key=("id",),
-        cursor_column="c",
-        delete_column=None,
-        buckets=4,
-        bucket_rows=10,
-        compression="zstd",
-        max_rows_per_file=10,
-    )
     rows = [(1, "a"), (2, "b"), (2, "b2"), (3, "c"), (3, "c2"), (3, "c3"), (4, "d")]
     frame = spark.createDataFrame(rows, "id long, v string").withColumn(
         BUCKET, (F.col("id") % 2).cast("bigint")
     )
 
-    checked, keys = with_key_count(frame.repartition(BUCKET), plan)
+    checked, keys = with_key_count(frame.repartition(BUCKET), _plan(cursor_column="c"))
     checked, written = counted(checked, "written")
     assert checked.columns == frame.columns
     checked.collect()
 
     assert observed(keys, "duplicate_keys") == 2  # keys 2 and 3
     assert observed(written) == 7  # every row is still written
+
+
+ITEMS = "array<struct<sku: string, tags: map<string, int>>>"
+
+
+@pytest.mark.parametrize(
+    ("kind", "left", "right", "equal"),
+    [
+        ("map<string, int>", "map('a', 1, 'b', 2)", "map('b', 2, 'a', 1)", True),
+        ("map<string, int>", "map('a', 1, 'b', 2)", "map('a', 1, 'b', 3)", False),
+        ("map<string, int>", "map('a', 1)", "map('b', 1)", False),
+        ("map<string, int>", "map('a', 1)", "map('a', 1, 'b', 2)", False),
+        (
+            "map<int, map<string, int>>",
+            "map(1, map('x', 1, 'y', 2), 2, map())",
+            "map(2, map(), 1, map('y', 2, 'x', 1))",
+            True,
+        ),
+        (
+            ITEMS,
+            "array(named_struct('sku', 's', 'tags', map('p', 1, 'q', 2)))",
+            "array(named_struct('sku', 's', 'tags', map('q', 2, 'p', 1)))",
+            True,
+        ),
+        (
+            ITEMS,
+            "array(named_struct('sku', 's', 'tags', map('p', 1, 'q', 2)))",
+            "array(named_struct('sku', 's', 'tags', map('p', 2, 'q', 1)))",
+            False,
+        ),
+        (
+            ITEMS,
+            "array(named_struct('sku', 's', 'tags', map('p', 1)), NULL)",
+            "array(named_struct('sku', 's', 'tags', map('p', 1)), NULL)",
+            True,
+        ),
+        (
+            ITEMS,
+            "array(named_struct('sku', 's', 'tags', CAST(NULL AS map<string, int>)))",
+            "array(named_struct('sku', 's', 'tags', map('p', 1)))",
+            False,
+        ),
+        (
+            "struct<m: map<string, string>>",
+            "named_struct('m', map('a', NULL, 'b', 'x'))",
+            "named_struct('m', map('b', 'x', 'a', NULL))",
+            True,
+        ),
+        ("map<string, string>", "map('a', NULL)", "map('a', 'x')", False),
+        ("map<string, string>", "NULL", "NULL", True),
+        ("map<string, string>", "NULL", "map('a', 'x')", False),
+        ("struct<m: map<string, string>>", "NULL", "NULL", True),
+        ("array<int>", "array(1, 2)", "array(1, 2)", True),  # no map: the value as it is
+    ],
+)
+def test_values_hash_and_compare_equal_exactly_when_equal_whatever_their_maps_entry_order(
+    spark: SparkSession, kind: str, left: str, right: str, equal: bool
+) -> None:
+    """The row hash (versions) and the merge's comparison (`MERGE INTO`) agree on every value."""
+    frame = spark.sql(f"SELECT CAST({left} AS {kind}) AS l, CAST({right} AS {kind}) AS r")
+    types = frame.schema
+    same = f"{comparable_sql('`l`', types['l'].dataType)} <=> {comparable_sql('`r`', types['r'].dataType)}"
+
+    found = frame.select(
+        (row_hash(["l"], types) == row_hash(["r"], types)).alias("hashed"),
+        F.expr(same).alias("compared"),
+    ).first()
+
+    assert found is not None
+    assert (found["hashed"], found["compared"]) == (equal, equal)
+
+
+def test_copies_of_a_row_whose_maps_list_entries_in_another_order_are_one_version(
+    spark: SparkSession,
+) -> None:
+    """Two copies of a key at one cursor value are one row when their maps are equal; when their
+    maps differ they clash (the key doesn't identify one row)."""
+    rows = spark.sql(
+        "SELECT * FROM VALUES "
+        "(1, 5, map('a', 1, 'b', 2), array(named_struct('t', map('x', 'p', 'y', 'q')))), "
+        "(1, 5, map('b', 2, 'a', 1), array(named_struct('t', map('y', 'q', 'x', 'p')))), "
+        "(2, 5, map('a', 1), array(named_struct('t', map('x', 'p')))), "
+        "(2, 5, map('a', 2), array(named_struct('t', map('x', 'p')))) "
+        "AS t(id, c, m, items)"
+    )
+
+    winners = latest_versions(rows, _plan()).localCheckpoint()
+
+    assert version_counts(winners, _plan()) == {"rows": 4, "null_keys": 0, "clashes": 1}
+    clashes = {r["id"]: r[KEY_CLASHES] for r in winners.collect()}
+    assert clashes == {1: 0, 2: 1}
