@@ -17,9 +17,10 @@ from incremental_assets.config import InvalidTable, Project, load_config
 from incremental_assets.errors import ConfigError, IncrementalAssetsError
 from incremental_assets.factory import TableRunConfig, build_table_asset, failing_cleanly
 from incremental_assets.maintenance_job import build_maintenance
+from incremental_assets.pool_slots import in_process_executor
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.schedules import build_schedules
-from incremental_assets.sensors import build_checks_sensor, build_sensors
+from incremental_assets.sensors import build_checks_sensor, build_pool_guard_sensor, build_sensors
 from incremental_assets.translator import (
     ALL_TABLES_JOB,
     IncrementalAssetsTranslator,
@@ -57,6 +58,9 @@ def build_definitions(
         description="Materialize every configured table, sharing one Spark session.",
     )
     sensors = build_sensors(project, translator)
+    tables = [*project.tables, *(invalid.table for invalid in invalid_tables)]
+    pools = [translator.pool(table) for table in tables]
+    sensors.append(build_pool_guard_sensor(translator.pool_guard_sensor_name, pools))
     checked = [key for asset in assets for key in asset.check_keys]
     if checked:
         sensors.append(build_checks_sensor(translator.checks_sensor_name, checked))
@@ -67,8 +71,7 @@ def build_definitions(
         schedules=[*build_schedules(project, translator), *maintenance_schedules],
         sensors=sensors,
         resources={"spark": spark or IncrementalSparkResource.from_spec(project.spark)},
-        # One process per run: Spark's JVM starts once and serves every table.
-        executor=dg.in_process_executor,
+        executor=in_process_executor,
     )
 
 

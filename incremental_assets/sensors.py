@@ -36,6 +36,7 @@ from incremental_assets.metadata import (
     OBSERVED_FOR,
     ROWS_WAITING,
 )
+from incremental_assets.pool_slots import GUARD_INTERVAL, free_dead
 from incremental_assets.probes import Probe, probe_source
 from incremental_assets.results import StoredState
 from incremental_assets.state import (
@@ -86,6 +87,27 @@ def build_checks_sensor(name: str, checks: Sequence[dg.AssetCheckKey]) -> dg.Sen
         description="Marks skipped the checks of a run that failed before evaluating them, "
         'which Dagster would otherwise show as "Execution failed".',
     )
+
+
+def build_pool_guard_sensor(name: str, pools: Sequence[str]) -> dg.SensorDefinition:
+    """Frees the pool slots of the tables' runs that died, running from the start: Dagster's run
+    queue holds a run of a table whose slot a dead run holds, before any worker of its own could
+    free it (`pool_slots`)."""
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=int(GUARD_INTERVAL.total_seconds()),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Frees the tables' pool slots held by runs that died (their process is gone, "
+        "or they stopped saying they are alive), marking those runs failed.",
+    )
+    def pool_guard(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+        freed = free_dead(context.instance, pools, "", f"the sensor {name}")
+        for line in freed:
+            context.log.warning(line)
+        return dg.SkipReason(" ".join(freed) or "no table's pool slot is held by a run that died")
+
+    return pool_guard
 
 
 def _automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.SensorDefinition:

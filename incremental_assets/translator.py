@@ -27,6 +27,7 @@ from incremental_assets.settings import settings_digest
 ALL_TABLES_JOB = "incremental_assets_all"
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
 CHECKS_SENSOR = "incremental_assets_checks_sensor"
+POOL_GUARD_SENSOR = "incremental_assets_pool_guard"
 MAINTENANCE_JOB = "incremental_assets_maintenance"
 # The check that shows the cursor the next run reads from (checks.py evaluates it).
 NEXT_RUN_CHECK = "next_run_reads_from"
@@ -206,6 +207,11 @@ class IncrementalAssetsTranslator:
         """The project's sensor that marks skipped the checks of a run that failed before it
         committed (Dagster shows them "Execution failed" until then)."""
         return CHECKS_SENSOR + self.suffix
+
+    @property
+    def pool_guard_sensor_name(self) -> str:
+        """The project's sensor that frees the tables' pool slots held by runs that died."""
+        return POOL_GUARD_SENSOR + self.suffix
 
     def automation_condition(self, table: TableSpec) -> dg.AutomationCondition[Any] | None:
         """The table's Dagster automation condition, from its `automation:` setting."""

@@ -35,7 +35,7 @@ from incremental_assets_tests.support.postgres import (
     fresh_schema,
     postgres_server,
 )
-from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder
+from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder, shipped_home
 from incremental_assets_tests.support.s3 import S3Server, s3_server
 from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
 
@@ -114,10 +114,14 @@ def spark(spark_resource: IncrementalSparkResource) -> SparkSession:
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
-    """A real instance on disk (SQLite), as DAGSTER_HOME would give."""
+def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    """A real instance on disk (SQLite), as DAGSTER_HOME would give, with the shipped
+    dagster.yaml (each table's pool one run), unless the test is marked `pools_off`."""
     home = tmp_path / "dagster_home"
-    home.mkdir()
+    if request.node.get_closest_marker("pools_off"):
+        home.mkdir()
+    else:
+        shipped_home(home)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
 

@@ -5,6 +5,7 @@
     incremental-assets cursor set TABLE VALUE --reason TEXT
     incremental-assets cursor reset TABLE --reason TEXT
     incremental-assets run TABLE ... [--full]
+    incremental-assets free-slots RUN_ID
     incremental-assets backfill TABLE --from VALUE --to VALUE
     incremental-assets engine start|stop|status
     incremental-assets lake convert TABLE --reason TEXT
@@ -84,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("tables", nargs="+", metavar="TABLE")
     run.add_argument("--full", action="store_true", help="full refresh: ignore the stored cursors")
     run.set_defaults(handler=runs.run_tables)
+
+    freeing = commands.add_parser(
+        "free-slots",
+        help="mark a run that died failed and free the pool slots it holds (refused if it is seen "
+        "alive); a later run of its tables frees them itself when it can tell the run is dead",
+    )
+    freeing.add_argument("run_id", metavar="RUN_ID")
+    freeing.set_defaults(handler=runs.free_run_slots)
 
     backfill = commands.add_parser(
         "backfill", help="re-extract [FROM, TO) without moving the cursor"

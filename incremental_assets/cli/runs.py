@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from typing import Any
 
 import dagster as dg
@@ -13,7 +14,8 @@ from incremental_assets.backfill import check_backfill_window
 from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
 from incremental_assets.cli.status import table_status
 from incremental_assets.config import Project, TableSpec
-from incremental_assets.definitions import build_definitions
+from incremental_assets.in_process import materialize_tables
+from incremental_assets.pool_slots import free_slots
 from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator, translator_for
 
@@ -33,25 +35,29 @@ def run_backfill(args: argparse.Namespace) -> int:
     return _materialize(project, [table], {"backfill_from": args.start, "backfill_to": args.end})
 
 
+def free_run_slots(args: argparse.Namespace) -> int:
+    with open_instance() as instance:
+        print(free_slots(instance, args.run_id))
+    return 0
+
+
 def _materialize(project: Project, tables: list[TableSpec], op_config: dict[str, Any]) -> int:
     translator = translator_for(project)
-    defs = dg.Definitions.merge(
-        build_definitions(project, translator),
-        dg.Definitions(loggers={"progress": progress_logger}),
-    )
-    run_config: dict[str, Any] = {"loggers": {"progress": {}}}
-    if op_config:
-        run_config["ops"] = {translator.op_name(t): {"config": op_config} for t in tables}
     with open_instance() as instance:
-        job = defs.resolve_implicit_global_asset_job_def()
-        result = job.execute_in_process(
-            instance=instance,
-            asset_selection=[translator.asset_key(t) for t in tables],
-            run_config=run_config,
-            raise_on_error=False,
+        result = materialize_tables(
+            project,
+            tables,
+            instance,
+            op_config=op_config,
+            loggers={"progress": progress_logger},
+            say=_say,
         )
         failed_checks = _print_summary(instance, project, tables, translator, result)
     return 0 if result.success and not failed_checks else 1
+
+
+def _say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
 def _print_summary(

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,6 +22,7 @@ from incremental_assets.lake.table import LakeFormat
 from incremental_assets_tests.support.cli import cli_env, materializations, start_cli
 from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import PostgresServer, Schema, wait_for
+from incremental_assets_tests.support.project import pool_holders
 
 VERSIONS = ["id", "v", "updated_at"]
 
@@ -80,6 +81,7 @@ def _every_file_is_whole(lake: Path) -> None:
 @pytest.mark.parametrize(
     ("point", "mode"),
     [
+        ("session", "merge"),
         ("extracting", "append"),
         ("staged", "append"),
         ("mid-commit", "append"),
@@ -110,9 +112,13 @@ def test_a_killed_run_loses_and_duplicates_nothing_once_run_again(
 
     _every_file_is_whole(loads.lake_dir / "orders")
     assert len(materializations(loads.home, "orders")) == 1  # the killed run recorded nothing
-    time.sleep(0.5)
+    # Under the shipped dagster.yaml the dead run still holds the table's one pool slot.
+    (dead,) = pool_holders(loads.instance, "orders")
     rerun = loads.run()
     assert rerun.success, rerun.failure
+    run = loads.instance.get_run_by_id(dead)
+    assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+    assert pool_holders(loads.instance, "orders") == set()
 
     held = _source(pg) if mode == "merge" else _appended(loaded, _source(pg))
     assert loads.rows(VERSIONS) == held

@@ -68,6 +68,7 @@ def _files_of_branch(loads: Loads, branch: str) -> list[str]:
     return [path.removeprefix("file:") for path in files["file_path"].to_pylist()]
 
 
+@pytest.mark.pools_off
 @pytest.mark.xdist_group("connect")
 def test_a_run_never_deletes_what_another_runs_branch_holds(
     loads: Loads,
@@ -191,6 +192,7 @@ def test_an_unreadable_entry_in_the_lakes_own_catalog_is_rebuilt_by_a_full_refre
     assert loads.rows(["id", "note"]) == orders_held(pg)
 
 
+@pytest.mark.pools_off
 @pytest.mark.xdist_group("connect")
 @pytest.mark.parametrize("retries", [None, "10"])
 def test_two_runs_of_one_batch_never_both_land_whatever_the_tables_retry_setting(

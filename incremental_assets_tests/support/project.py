@@ -8,6 +8,7 @@ format.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +20,14 @@ import pyarrow.dataset as pads
 import yaml
 
 from incremental_assets.config import Project, load_project
-from incremental_assets.factory import build_table_asset
+from incremental_assets.in_process import materialize_tables
 from incremental_assets.lake.table import LakeFormat
 from incremental_assets.metadata import TableMetadata
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import write_cli_config
 
 SOURCE = "shop"
+SHIPPED_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 LAKE_FORMATS: tuple[LakeFormat, ...] = get_args(LakeFormat)
 
 
@@ -61,15 +62,13 @@ def materialize(
     spark_resource: IncrementalSparkResource,
     full_refresh: bool = False,
 ) -> Run:
-    spec = project.table(table)
-    translator = IncrementalAssetsTranslator(project.lake)
-    asset = build_table_asset(project, spec, translator)
-    result = dg.materialize(
-        [asset],
-        instance=instance,
-        resources={"spark": spark_resource},
-        run_config={"ops": {translator.op_name(spec): {"config": {"full_refresh": full_refresh}}}},
-        raise_on_error=False,
+    """A run of `table`, as `incremental-assets run` makes it (under the pool guard)."""
+    result = materialize_tables(
+        project,
+        [project.table(table)],
+        instance,
+        op_config={"full_refresh": full_refresh},
+        spark=spark_resource,
     )
     metadata: dict[str, Any] = {}
     for event in result.get_asset_materialization_events():
@@ -80,6 +79,19 @@ def materialize(
         if event.is_step_failure:
             failure = event.step_failure_data.error.message  # type: ignore[union-attr]
     return Run(result.success, metadata, failure, result.run_id)
+
+
+def shipped_home(home: Path) -> Path:
+    """A Dagster home holding the project's shipped dagster.yaml (each table's pool one run)."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SHIPPED_DAGSTER_YAML, home / "dagster.yaml")
+    return home
+
+
+def pool_holders(instance: dg.DagsterInstance, table: str) -> set[str]:
+    """The runs holding a slot of the table's pool."""
+    info = instance.event_log_storage.get_concurrency_info(f"incremental_assets/{table}")
+    return {slot.run_id for slot in info.claimed_slots}
 
 
 def latest_metadata(instance: dg.DagsterInstance, table: str) -> dict[str, Any]:
