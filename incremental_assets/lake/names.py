@@ -27,9 +27,26 @@ _RANGE_GROUP = re.compile(r"^r([pn])(\d{12,})w(\d+)$")
 SchemeKind = Literal["hash", "range"]
 
 
+# A commit id: its UTC time (`TXN_TIME`), then 8 random lowercase hex digits.
+TXN_TIME = "%Y%m%dT%H%M%S"
+_TXN = re.compile(r"(?P<time>\d{8}T\d{6})[0-9a-f]{8}")
+
+
 def new_txn() -> str:
     """Sortable, unique commit id: UTC time then random hex."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + secrets.token_hex(4)
+    return datetime.now(UTC).strftime(TXN_TIME) + secrets.token_hex(4)
+
+
+def is_txn(text: str) -> bool:
+    """Whether `text` is a commit id as `new_txn` makes them, a real time included."""
+    match = _TXN.fullmatch(text)
+    if match is None:
+        return False
+    try:
+        datetime.strptime(match.group("time"), TXN_TIME)
+    except ValueError:
+        return False
+    return True
 
 
 def batch_group(batch: int) -> str:

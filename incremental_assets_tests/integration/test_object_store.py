@@ -3,8 +3,9 @@ against moto's S3 server on 127.0.0.1, with the catalog on SQLite or on the suit
 
 Every mode loads exactly; a run killed before its commit leaves nothing readers see and the next
 run loads what it would have; of two overlapping runs (no lock exists on an object store) the
-second to commit is refused; readers scanning while runs commit see whole snapshots only; and
-maintenance expires snapshots, deleting their objects.
+second to commit is refused; readers scanning while runs commit see whole snapshots only;
+maintenance expires snapshots, deleting their objects; and the orphan sweep lists the table's
+objects through Iceberg's own FileIO, as it lists a lake's files on a local disk.
 """
 
 from __future__ import annotations
@@ -13,11 +14,23 @@ import os
 import signal
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from incremental_assets.lake import open_lake
+from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.maintenance import (
+    ORPHAN_AGE,
+    ORPHANS_SWEPT,
+    Policy,
+    Target,
+    maintain,
+)
+from incremental_assets.lake.iceberg.table import now
+from incremental_assets.lake.lock import LOCK
 from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
 from incremental_assets_tests.support.orders import change_orders, create_orders, orders_held
 from incremental_assets_tests.support.postgres import Schema
@@ -187,3 +200,79 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     kept = [s.snapshot_id for s in table.refresh().snapshots()]
     assert result.metadata["iceberg_snapshot_id"] in kept and len(kept) <= 4
     assert _rows(lake) == orders_held(pg)
+
+
+@pytest.mark.parametrize("storage", ["object store", "local disk"])
+def test_the_orphan_sweep_removes_only_old_orphans_wherever_the_lake_is(
+    loads: Loads, tmp_path: Path, pg: Schema, s3: S3Server, storage: str
+) -> None:
+    create_orders(pg, 40)
+    lake = _lake(s3, tmp_path) if storage == "object store" else {"format": "iceberg"}
+    loads.configure(pg, RECONCILED, lake=lake)
+    assert loads.run().success
+    iceberg = open_lake(loads.project.lake, "orders")
+    assert isinstance(iceberg, IcebergLake)
+    files = _TableFiles(iceberg.uri, s3)
+    files.put("data/orphan-of-a-killed-writer.parquet")
+    # Past the age limit: the orphan, and every file the run wrote, which a snapshot names.
+    files.age(ORPHAN_AGE + timedelta(days=1))
+    files.put("data/orphan-or-a-live-writers.parquet")
+    state = iceberg.state()
+    assert state is not None
+    policy = Policy(keep_snapshots=100, keep_snapshots_for=timedelta(days=1))
+    target = Target(iceberg.catalog.name, iceberg.procedure_table(), iceberg.reference())
+    spark = iceberg.session(loads.spark_resource.spark_session)
+
+    done = maintain(spark, target, state, ["orphans"], policy, now())
+
+    assert done.done == {"orphans": "removed 1 orphan files"}
+    names = files.names()
+    assert "data/orphan-of-a-killed-writer.parquet" not in names
+    assert "data/orphan-or-a-live-writers.parquet" in names  # younger than the age limit
+    if iceberg.local:
+        assert LOCK in names  # a hidden file, which Iceberg never lists
+    swept = iceberg.state()
+    assert swept is not None and ORPHANS_SWEPT in swept.properties
+    _change(pg, 1)
+    after = loads.run()
+    assert after.success, after.failure
+    held = spark.table(iceberg.reference()).select("id", "note").collect()
+    assert sorted(tuple(row) for row in held) == orders_held(pg)
+
+
+class _TableFiles:
+    """The files in a table's folder, on the local disk or in a bucket of moto's S3 server."""
+
+    def __init__(self, uri: str, s3: S3Server) -> None:
+        self.uri, self.s3 = uri, s3
+        self.bucket, _, self.prefix = uri.removeprefix("s3://").partition("/")
+
+    def put(self, name: str) -> None:
+        if "://" not in self.uri:
+            (Path(self.uri) / name).write_bytes(b"no snapshot names this")
+        else:
+            self.s3.client().put_object(
+                Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=b"no snapshot names this"
+            )
+
+    def names(self) -> set[str]:
+        if "://" not in self.uri:
+            root = Path(self.uri)
+            return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+        return {k.removeprefix(f"{self.prefix}/") for k in self.s3.keys(self.bucket, self.prefix)}
+
+    def age(self, by: timedelta) -> None:
+        """Every file made `by` older. S3 has no call that sets an object's time: moto's server
+        runs in this process, and its objects are changed where it keeps them."""
+        then = datetime.now(UTC) - by
+        if "://" not in self.uri:
+            for path in Path(self.uri).rglob("*"):
+                os.utime(path, (then.timestamp(), then.timestamp()))
+            return
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        bucket = s3_backends[DEFAULT_ACCOUNT_ID]["global"].get_bucket(self.bucket)
+        for key in bucket.keys.values():
+            if key.name.startswith(f"{self.prefix}/"):
+                key.last_modified = then.replace(tzinfo=None)  # moto keeps naive UTC

@@ -86,6 +86,73 @@ def test_no_secret_of_the_catalog_survives_redaction(tmp_path: Path, message: st
     assert "s3cr" not in catalog.describe() and "db.example" in catalog.describe()
 
 
+QUERY_URI = (
+    "postgresql+psycopg2://db.example:5433/catalog?user=etl&password=s3cr%40t&sslmode=require"
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "redacted"),
+    [
+        pytest.param(
+            f"could not connect to {QUERY_URI}",
+            "could not connect to postgresql+psycopg2://db.example:5433/catalog?user=etl"
+            "&password=***&sslmode=require",
+            id="the catalog's URI, password in its query",
+        ),
+        pytest.param(
+            "jdbc:postgresql://db.example:5433/catalog?user=etl&password=s3cr@t refused",
+            "jdbc:postgresql://db.example:5433/catalog?user=etl&password=*** refused",
+            id="as Spark's JDBC URL",
+        ),
+        pytest.param(
+            "jdbc:mysql://other:3306/db?password=hunter2&user=x; "
+            "jdbc:sqlserver://other;user=x;password=hunter2;encrypt=true",
+            "jdbc:mysql://other:3306/db?password=***&user=x; "
+            "jdbc:sqlserver://other;user=x;password=***;encrypt=true",
+            id="any URI's query password, known or not",
+        ),
+        pytest.param(
+            "postgresql://etl:hunter2@other/db",
+            "postgresql://etl:***@other/db",
+            id="any URI's user:password@",
+        ),
+        pytest.param(
+            "FATAL: password was s3cr@t, 's3cr@t' or \"s3cr@t\" (key=s3cr@t&x)",
+            "FATAL: password was ***, '***' or \"***\" (key=***&x)",
+            id="the password wherever it is a whole value",
+        ),
+        pytest.param(
+            "s3cr@tive is not s3cr@t",
+            "s3cr@tive is not ***",
+            id="not inside a longer word",
+        ),
+        pytest.param(
+            "token s refused: sessions start slowly, s/x:s",
+            "token *** refused: sessions start slowly, ***/x:***",
+            id="a one-letter secret, only where it stands alone",
+        ),
+    ],
+)
+def test_a_secret_is_redacted_where_it_stands_as_a_whole_value(
+    tmp_path: Path, message: str, redacted: str
+) -> None:
+    spec = LakeSpec(path=str(tmp_path), catalog={"type": "sql", "uri": QUERY_URI, "token": "s"})
+    catalog = catalog_of(spec)
+
+    assert catalog.redact(message) == redacted
+
+
+def test_a_catalog_described_shows_no_password_of_its_uris_query(tmp_path: Path) -> None:
+    spec = LakeSpec(path=str(tmp_path), catalog={"type": "sql", "uri": QUERY_URI})
+
+    described = catalog_of(spec).describe()
+
+    assert described == (
+        "postgresql+psycopg2://db.example:5433/catalog?user=etl&password=***&sslmode=require"
+    )
+
+
 def _state(location: str) -> object:
     return state_from_json(
         {"table-uuid": "u", "location": location, "current-snapshot-id": -1},

@@ -5,7 +5,6 @@ snapshot reads as, and when snapshots are due to expire. Plain values in, plain 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -201,15 +200,27 @@ def test_a_commit_has_landed_only_if_mains_history_holds_it() -> None:
     assert made_by(state, "t3") is None
 
 
-def test_the_branches_runs_left_are_named_by_their_commit() -> None:
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        pytest.param("ia-20260101T000000abcd0123", True, id="a run's"),
+        pytest.param("ia-keep-me", False, id="another tool's"),
+        pytest.param("ia-20260101T000000", False, id="no random part"),
+        pytest.param("ia-20260101T000000abcd01234", False, id="one hex digit too many"),
+        pytest.param("ia-20260101T000000ABCD0123", False, id="hex in capitals"),
+        pytest.param("ia-20261301T000000abcd0123", False, id="no such month"),
+        pytest.param("ia-20260101T000000abcd0123-x", False, id="a suffix"),
+        pytest.param("audit", False, id="no prefix"),
+    ],
+)
+def test_only_a_branch_named_by_a_commit_id_of_ours_is_a_runs(name: str, ours: bool) -> None:
     refs = {
         "main": {"snapshot-id": 1, "type": "branch"},
-        "ia-20260101T000000abcd0123": {"snapshot-id": 1, "type": "branch"},
-        "audit": {"snapshot-id": 1, "type": "branch"},
+        name: {"snapshot-id": 1, "type": "branch"},
     }
     state = _state([_snapshot(1, None, "append", _ours("t1", 1))], current=1, refs=refs)
 
-    assert our_branches(state) == {"ia-20260101T000000abcd0123": "20260101T000000abcd0123"}
+    assert our_branches(state) == ({name: name.removeprefix("ia-")} if ours else {})
 
 
 def test_the_partition_spec_is_read_as_spark_sql_transforms() -> None:
@@ -296,15 +307,50 @@ def test_compaction_is_due_when_deletes_or_small_files_pile_up(
     assert compaction_due(state, POLICY) is compact
 
 
-def test_orphans_are_swept_once_a_day_and_only_on_a_table_old_enough_to_have_any() -> None:
-    now = datetime(2026, 1, 10, tzinfo=UTC)
-    young = _state([_snapshot(1, None, "append", _ours("t1", 1))], current=1)
-    old = _aged(3, now - timedelta(days=4))
-    swept = replace(old, properties={ORPHANS_SWEPT: (now - timedelta(hours=2)).isoformat()})
+NOW = datetime(2026, 1, 10, tzinfo=UTC)
 
-    assert "orphans" not in due(young, POLICY, datetime.fromtimestamp(T0 / 1000, UTC))
-    assert "orphans" in due(old, POLICY, now)
-    assert "orphans" not in due(swept, POLICY, now)
+
+def _kept(first: int, ages: list[timedelta], swept: timedelta | None) -> TableState:
+    """A table keeping snapshots `ages` old at NOW (oldest first), the first of them its commit
+    number `first` (1: none has expired), its orphans last swept `swept` ago (None: never)."""
+    snapshots = [
+        {
+            **_snapshot(first + i, first + i - 1 if i else None, "append", _ours(f"t{i}", i)),
+            "timestamp-ms": int((NOW - age).timestamp() * 1000),
+            "sequence-number": first + i,
+        }
+        for i, age in enumerate(ages)
+    ]
+    properties = {} if swept is None else {ORPHANS_SWEPT: (NOW - swept).isoformat()}
+    current = first + len(ages) - 1 if ages else None
+    return _state(snapshots, current=current, properties=properties, **{"format-version": 2})
+
+
+HOURS, DAYS = timedelta(hours=1), timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("first", "ages", "swept", "sweep"),
+    [
+        pytest.param(1, [], None, False, id="no snapshot yet"),
+        pytest.param(1, [0 * HOURS], None, False, id="a new table's first commit"),
+        pytest.param(1, [5 * HOURS, 0 * HOURS], None, False, id="its first day"),
+        pytest.param(1, [DAYS, 0 * HOURS], None, True, id="a day old, never swept"),
+        pytest.param(1, [4 * DAYS, 0 * HOURS], None, True, id="days old, never swept"),
+        # Committing faster than snapshots are kept: the oldest kept is young, the table is not.
+        pytest.param(500, [2 * HOURS, 0 * HOURS], None, True, id="busy, never swept"),
+        pytest.param(500, [2 * HOURS, 0 * HOURS], 25 * HOURS, True, id="busy, swept yesterday"),
+        pytest.param(500, [2 * HOURS, 0 * HOURS], 23 * HOURS, True, id="a daily schedule, early"),
+        pytest.param(500, [2 * HOURS, 0 * HOURS], 2 * HOURS, False, id="busy, swept today"),
+        pytest.param(1, [4 * DAYS, 0 * HOURS], 2 * HOURS, False, id="swept today"),
+    ],
+)
+def test_orphans_are_swept_once_a_day_on_any_table_past_its_first_day(
+    first: int, ages: list[timedelta], swept: timedelta | None, sweep: bool
+) -> None:
+    state = _kept(first, ages, swept)
+
+    assert ("orphans" in due(state, POLICY, NOW)) is sweep
 
 
 def test_an_expiry_keeps_every_snapshot_down_to_the_head_whatever_keep_snapshots_says() -> None:

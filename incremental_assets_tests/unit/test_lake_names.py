@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts
-from incremental_assets.lake.names import parse_bucket
+from incremental_assets.lake.names import is_txn, new_txn, parse_bucket
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.writers.base import WritePlan
 from incremental_assets.writers.buckets import choose_scheme
@@ -29,6 +29,11 @@ def test_bucket_groups_round_trip_through_file_names(
         scheme,
         index,
     )
+
+
+def test_a_commit_id_is_known_by_its_pattern() -> None:
+    assert is_txn(new_txn())
+    assert not is_txn("keep-me") and not is_txn(new_txn() + "0")
 
 
 def _plan() -> WritePlan:

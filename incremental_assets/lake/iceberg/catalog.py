@@ -13,8 +13,9 @@ writer. The same properties become Spark's `spark.sql.catalog.<name>.*`:
     sql on PostgreSQL  postgresql+psycopg2://u:p@h/db  -> jdbc:postgresql://h/db, jdbc.user/password
     rest, glue, hive   passed on as they are
 
-Secrets (passwords in URIs, `*password*`, `*secret*`, `token`, `credential`) never appear in a
-message: `redact` removes them from anything a catalog or Spark says.
+Secrets (passwords in URIs, before the host or in the query, and properties named `*password*`,
+`*secret*`, `*token*`, `*credential*`, `*pwd*`) never appear in a message: `redact` removes them
+from anything a catalog or Spark says, wherever they stand as a whole value.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -37,8 +38,14 @@ CATALOG_FILE = "_catalog.db"
 # SQLite: readers don't wait for a writer (WAL), and a writer waits for another one instead of
 # failing at once with SQLITE_BUSY, which Iceberg's JDBC catalog reports as an unknown failure.
 _SQLITE_OPTIONS = "journal_mode=WAL&busy_timeout=30000"
-_SECRET_KEYS = re.compile(r"password|secret|token|credential", re.IGNORECASE)
+_SECRET_WORDS = r"password|secret|token|credential|pwd"
+_SECRET_KEYS = re.compile(_SECRET_WORDS, re.IGNORECASE)
 _URI_PASSWORD = re.compile(r"(?P<scheme>[a-z0-9+.-]+://[^:/@\s]+):(?P<password>[^@\s]+)@", re.I)
+# A secret parameter of a URI's query (`?password=...`, JDBC's `;password=...;`): its value ends
+# where the parameter does, or at a quote or a space.
+_QUERY_SECRET = re.compile(
+    rf"(?P<key>[?&;][^\s=&;?#/]*(?:{_SECRET_WORDS})[^\s=&;?#/]*=)[^\s&;#\"']+", re.I
+)
 _PYICEBERG_ONLY = ("py-io-impl",)
 _S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 
@@ -55,9 +62,14 @@ class IcebergCatalog:
     secrets: tuple[str, ...] = ()
 
     def redact(self, text: str) -> str:
-        """`text` without the catalog's secrets, nor any password written into a URI."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
+        """`text` without the catalog's secrets, nor any password written into a URI. A secret
+        is replaced where it stands as a whole value, not inside a longer word (a one-letter
+        secret would otherwise blot out that letter everywhere)."""
+        if self.secrets:
+            longest_first = sorted(self.secrets, key=len, reverse=True)
+            alternatives = "|".join(re.escape(secret) for secret in longest_first)
+            text = re.sub(rf"(?<!\w)(?:{alternatives})(?!\w)", "***", text)
+        text = _QUERY_SECRET.sub(r"\g<key>***", text)
         return _URI_PASSWORD.sub(r"\g<scheme>:***@", text)
 
     def describe(self) -> str:
@@ -82,7 +94,7 @@ def catalog_of(spec: LakeSpec) -> IcebergCatalog:
     secrets = tuple(
         value for key, value in {**given, **spark}.items() if _SECRET_KEYS.search(key) and value
     )
-    secrets += tuple(p for p in (_uri_password(given.get("uri", "")),) if p)
+    secrets += _uri_passwords(given.get("uri", ""))
     uri = given.get("uri", "")
     sqlite = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else None
     return IcebergCatalog(
@@ -131,12 +143,16 @@ def _jdbc(uri: str) -> dict[str, str]:
     return found
 
 
-def _uri_password(uri: str) -> str | None:
+def _uri_passwords(uri: str) -> tuple[str, ...]:
+    """The passwords written into a URI: before its host (`user:password@`) and in its query."""
     try:
-        password = urlsplit(uri).password
+        parts = urlsplit(uri)
+        password = parts.password
     except ValueError:
-        return None
-    return unquote(password) if password else None
+        return ()
+    before_host = [unquote(password)] if password else []
+    in_query = [value for key, value in parse_qsl(parts.query) if _SECRET_KEYS.search(key)]
+    return (*before_host, *in_query)
 
 
 # The catalog each session was bound to here (by its properties' digest), and the sessions made

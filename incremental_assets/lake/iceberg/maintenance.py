@@ -10,7 +10,11 @@ procedures, run when they are due, never in a reader's way.
               materialization recorded, stays readable at least that long; the files only
               expired snapshots held are deleted
     orphans   files in the table's folder that no snapshot names (a killed writer's) and that are
-              older than `ORPHAN_AGE` (a live writer's are younger), at most once a day
+              older than `ORPHAN_AGE` (a live writer's are younger), listed through the table's
+              FileIO (`remove_orphan_files` with `prefix_listing`, on a local disk as on an
+              object store); due once a day, whatever the rate of commits: `ORPHANS_EVERY`
+              after the last sweep, and on a table never swept once it is past its first day
+              (its first snapshot a day old, or already expired), never at its first commit
 
 Compaction makes a `replace` snapshot: the rows are the same, and the head runs check (the last
 snapshot of ours) looks past it. Metadata files are deleted as commits replace them, past the
@@ -91,12 +95,23 @@ def due(state: TableState, policy: Policy, now: datetime) -> list[Task]:
         tasks.append("compact")
     if expiring(state, policy.keep_snapshots, policy.keep_snapshots_for, now):
         tasks.append("expire")
-    swept = state.properties.get(ORPHANS_SWEPT)
-    if swept is None or now - datetime.fromisoformat(swept) >= ORPHANS_EVERY:
-        oldest = min((s.timestamp_ms for s in state.snapshots.values()), default=None)
-        if oldest is not None and now - _at(oldest) >= ORPHAN_AGE:
-            tasks.append("orphans")
+    if orphans_due(state, now):
+        tasks.append("orphans")
     return tasks
+
+
+def orphans_due(state: TableState, now: datetime) -> bool:
+    """Whether the orphan sweep is due: `ORPHANS_EVERY` after the last one; on a table never
+    swept, once it is past its first day: its first snapshot is that old, or is gone (the oldest
+    one kept is not the table's first commit). Not by the age of the oldest snapshot kept, which
+    stays younger than `ORPHAN_AGE` on a table that commits faster than its snapshots expire."""
+    swept = state.properties.get(ORPHANS_SWEPT)
+    if swept is not None:
+        return now - datetime.fromisoformat(swept) >= ORPHANS_EVERY
+    oldest = min(state.snapshots.values(), key=_order, default=None)
+    if oldest is None:
+        return False
+    return oldest.sequence_number > 1 or now - _at(oldest.timestamp_ms) >= ORPHANS_EVERY
 
 
 def compaction_due(state: TableState, policy: Policy) -> bool:
@@ -129,14 +144,11 @@ def expiring(state: TableState, keep: int, keep_for: timedelta, now: datetime) -
     mains = {*state.main_history, *ancestry}
     older_than = now - keep_for
 
-    def order(snapshot: SnapshotInfo) -> tuple[int, int]:
-        return snapshot.sequence_number, snapshot.timestamp_ms
-
-    main_orders = sorted(order(state.snapshots[s]) for s in mains if s in state.snapshots)
+    main_orders = sorted(_order(state.snapshots[s]) for s in mains if s in state.snapshots)
     return [
         s.snapshot_id
-        for s in sorted(state.snapshots.values(), key=order, reverse=True)
-        if len(main_orders) - bisect_right(main_orders, order(s)) >= keep
+        for s in sorted(state.snapshots.values(), key=_order, reverse=True)
+        if len(main_orders) - bisect_right(main_orders, _order(s)) >= keep
         and _at(s.timestamp_ms) < older_than
         and s.snapshot_id not in kept
     ]
@@ -210,9 +222,12 @@ def _expire(spark: SparkSession, target: Target, expired: list[int]) -> str:
 
 
 def _remove_orphans(spark: SparkSession, target: Target, now: datetime) -> str:
+    # Listed through the table's FileIO, as Iceberg reads and writes it: Hadoop's file systems,
+    # which the default listing takes, have no `s3://` (S3FileIO's). Hidden files (`_lock`)
+    # are skipped either way.
     found = spark.sql(
         f"CALL {target.catalog}.system.remove_orphan_files(table => '{target.table}', "
-        f"older_than => TIMESTAMP '{_stamp(now - ORPHAN_AGE)}')"
+        f"older_than => TIMESTAMP '{_stamp(now - ORPHAN_AGE)}', prefix_listing => true)"
     ).collect()
     spark.sql(
         f"ALTER TABLE {target.reference} SET TBLPROPERTIES ('{ORPHANS_SWEPT}' = "
@@ -223,6 +238,11 @@ def _remove_orphans(spark: SparkSession, target: Target, now: datetime) -> str:
 
 def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + " UTC"
+
+
+def _order(snapshot: SnapshotInfo) -> tuple[int, int]:
+    """The order the table's commits made the snapshot in."""
+    return snapshot.sequence_number, snapshot.timestamp_ms
 
 
 def _at(timestamp_ms: int) -> datetime:

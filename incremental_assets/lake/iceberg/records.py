@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, LakeFacts, LakeHead, Layout
+from incremental_assets.lake.names import is_txn
 
 PREFIX = "incremental-assets."
 TXN, BATCH, CURSOR = PREFIX + "txn", PREFIX + "batch", PREFIX + "cursor"
@@ -268,11 +269,12 @@ def branch_name(txn: str) -> str:
 
 
 def our_branches(state: TableState) -> dict[str, str]:
-    """The branches our runs made and left (a run that died or failed), by their commit id."""
+    """The branches our runs made and left (a run that died or failed), by their commit id:
+    `ia-` and exactly a commit id, so another tool's `ia-<anything>` is never taken for one."""
     return {
         name: name.removeprefix(BRANCH_PREFIX)
         for name in state.refs
-        if name.startswith(BRANCH_PREFIX)
+        if name.startswith(BRANCH_PREFIX) and is_txn(name.removeprefix(BRANCH_PREFIX))
     }
 
 
