@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from incremental_assets_tests.model.table import TABLE
+from incremental_assets_tests.model.table import TABLE, frozen
 from incremental_assets_tests.support.project import iceberg_table, read_lake
 
 LAKE_FORMATS = ("parquet", "iceberg")
@@ -34,6 +34,9 @@ SAME_ROWS = "replace"
 BRANCH_PREFIX = "ia-"  # a run's branch, `ia-<commit id>`, until main is moved to it
 # Folders of the plain format's journaled commit: never in an Iceberg table's folder.
 PLAIN_COMMIT_FOLDERS = ("_journal", "_staging")
+# The PostgreSQL composite type the machine's tables hold (a column of it, and an array of it):
+# over JDBC a composite value arrives as its text form, `(1,"x y")`.
+COMPOSITE = "pair"
 
 
 @dataclass(frozen=True)
@@ -310,14 +313,46 @@ def _elsewhere(path: str) -> bool:
 def _data(
     table: pa.Table,
 ) -> tuple[dict[str, pa.DataType], tuple[dict[str, Any], ...], Counter[int]]:
-    """The data columns' types, the rows without bookkeeping (`_batch`, and a collated text
-    key's weight, `_weight_<key>`), and how many rows each batch holds."""
-    types = {f.name: f.type for f in table.schema if not f.name.startswith("_")}
-    rows = tuple({k: v for k, v in row.items() if k in types} for row in table.to_pylist())
+    """The data columns' types (`canonical`), the rows without bookkeeping (`_batch`, and a
+    collated text key's weight, `_weight_<key>`), each value as the model holds it (`held`), and
+    how many rows each batch holds."""
+    fields = {f.name: f.type for f in table.schema if not f.name.startswith("_")}
+    rows = tuple(
+        {k: held(v, fields[k]) for k, v in row.items() if k in fields} for row in table.to_pylist()
+    )
     batches: Counter[int] = Counter()
     if BATCH in table.column_names:
         batches.update(b for b in table.column(BATCH).to_pylist() if b is not None)
-    return types, rows, batches
+    return {name: canonical(kind) for name, kind in fields.items()}, rows, batches
+
+
+def held(value: Any, kind: pa.DataType) -> Any:
+    """A value read from the lake as the model holds the source's (`frozen`): a list as a tuple,
+    a struct or a map (pyarrow gives a map's entries as pairs, in the file's order) as its items
+    sorted, all the way down."""
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return frozen({k: held(v, kind.item_type) for k, v in value})
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return tuple(held(v, kind.value_type) for v in value)
+    if pa.types.is_struct(kind):
+        return frozen({f.name: held(value[f.name], f.type) for f in kind})
+    return value
+
+
+def canonical(kind: pa.DataType) -> pa.DataType:
+    """A type as the model compares types: strings and lists whatever their width, nested
+    fields nullable and named as pyarrow names them (readers differ in both, not in the values)."""
+    if pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return pa.list_(canonical(kind.value_type))
+    if pa.types.is_map(kind):
+        return pa.map_(canonical(kind.key_type), canonical(kind.item_type))
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, canonical(f.type)) for f in kind])
+    return kind
 
 
 def _describe(schema: pa.Schema) -> str:
@@ -355,7 +390,11 @@ def as_read(lake_format: str, lake_type: pa.DataType) -> pa.DataType:
 
 
 def arrow_type(pg_type: str) -> pa.DataType:
-    """The README's type table, for the types the machine uses."""
+    """The README's type table, for the types the machine uses: an array (`integer[][]`: each
+    `[]` a dimension, as `PostgresTable.columns` spells them) is a list of its elements' type, a
+    composite type (`pair`) arrives as its text form."""
+    if pg_type.endswith("[]"):
+        return pa.list_(arrow_type(pg_type[:-2]))
     simple = {
         "smallint": pa.int16(),
         "integer": pa.int32(),
@@ -367,6 +406,7 @@ def arrow_type(pg_type: str) -> pa.DataType:
         "date": pa.date32(),
         "timestamp without time zone": pa.timestamp("us"),
         "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+        COMPOSITE: pa.string(),
     }
     if pg_type in simple:
         return simple[pg_type]

@@ -58,7 +58,13 @@ from incremental_assets_tests.model.lake import (
     rows_at,
 )
 from incremental_assets_tests.model.reference import Reference, RunFacts
-from incremental_assets_tests.model.runner import PAUSE_POINTS, Outcome, Runner
+from incremental_assets_tests.model.runner import (
+    PAUSE_POINTS,
+    RUN_TIMEOUT,
+    SHIPPED_INSTANCE,
+    Outcome,
+    Runner,
+)
 from incremental_assets_tests.model.source import (
     Key,
     LateWriter,
@@ -138,6 +144,17 @@ class Env:
     merge_writes: tuple[str, ...] = ()
     maintenance: int = 0
     keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
+    # Runs through `dagster asset materialize` per example, at most (with the Connect server;
+    # the rest run in this process); the dagster.yaml every Dagster home gets (None: none, so no
+    # pools); how long any run may take before it counts as hung.
+    cli_runs: int = 0
+    # Recreated source keys per example, at most (merge tables; a budget of their own, beside
+    # the settings changes'); whether PostgreSQL tables hold arrays and composites
+    # (`source_postgres.SHAPES`).
+    key_changes: int = 1
+    shapes: bool = True
+    instance: Path | None = SHIPPED_INSTANCE
+    run_timeout: float = RUN_TIMEOUT
     verbose: bool = False  # print a summary of each example that passed
     steps: int = 0  # steps run so far, over every example (the soak's budget)
     examples: int = 0
@@ -186,6 +203,9 @@ class LakeMachine(RuleBasedStateMachine):
         # The `lake:` settings of the retention maintenance set (`maintain`).
         self.retention: dict[str, Any] = {}
         self.after_kill = False
+        # Where the last run killed since a run succeeded was paused (None: none was killed).
+        self.killed_at: str | None = None
+        self.cli_runs = self.key_changes = 0
         self.dirty = True  # something changed since the last run: another run can tell more
         # The lake was removed, moved or restored since the last run, which (in full_refresh
         # mode) would have replaced it: a run refused for another reason may say this first.
@@ -209,6 +229,8 @@ class LakeMachine(RuleBasedStateMachine):
             env.connect,
             env.lake_format,
             config.lake_entry(),
+            instance=env.instance,
+            timeout=env.run_timeout,
         )
         self.reference = Reference(config, lake=str(self.runner.lake))
         self._observe()
@@ -305,16 +327,39 @@ class LakeMachine(RuleBasedStateMachine):
         lake = self._lake()
         return Before(None if self.after_kill else lake, lake.branches)
 
-    def _run(self, full_refresh: bool = False, lag_elapsed: bool = False) -> Outcome:
-        """Run the asset in this process and check the run and the lake against the model."""
+    def _run(
+        self, full_refresh: bool = False, lag_elapsed: bool = False, cli: bool = False
+    ) -> Outcome:
+        """Run the asset and check the run and the lake against the model: in this process, or
+        (`cli`, while the budget and a Connect server allow) as `dagster asset materialize`."""
         before = self._lake_before_run()
         self.source.settle()
         snapshot = self._snapshot()
-        outcome = self.runner.run(full_refresh)
+        cli = cli and self._can_run_cli()
+        if cli:
+            self.cli_runs += 1
+            self.did["through dagster asset materialize"] += 1
+            recorded = self.runner.materializations()
+            outcome = self.runner.finish(self.runner.start(full_refresh), recorded)
+        else:
+            outcome = self.runner.run(full_refresh)
         if not outcome.success:
-            self._fail("the run failed", [outcome.describe()])
+            self._fail(self._failed(outcome), [outcome.describe()])
         self._check(outcome, snapshot, full_refresh, before, lag_elapsed)
         return outcome
+
+    def _can_run_cli(self) -> bool:
+        return self.env.connect is not None and self.cli_runs < self.env.cli_runs
+
+    def _failed(self, outcome: Outcome) -> str:
+        """What went wrong, for the failure's first line: a run that hung says how long it
+        waited, and whether a run killed before it may hold what it waited for (its pool slot)."""
+        if not outcome.timed_out:
+            return "the run failed"
+        waited = f"waited {self.env.run_timeout:.0f} s without ending"
+        if self.killed_at is not None:
+            return f"the run after the kill (at {self.killed_at}) {waited}"
+        return f"the run {waited}"
 
     def _check(
         self,
@@ -349,6 +394,7 @@ class LakeMachine(RuleBasedStateMachine):
         after = self._lake()
         problems = self.reference.check_run(facts, after)
         self.after_kill = self.dirty = self.lake_behind = False
+        self.killed_at = None
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
         self._keep_copy(md, after)
@@ -410,7 +456,9 @@ class LakeMachine(RuleBasedStateMachine):
         if not gone:
             return
         key = gone[pick % len(gone)]
-        row = self.source.insert(self._cursor(bump), dict(zip(self.config.key, key, strict=True)))
+        # Its key columns as it had them (id and k2, whichever the key is made of).
+        version = dict(next(iter(self.reference.ever[key])))
+        row = self.source.insert(self._cursor(bump), {c: version[c] for c in ("id", "k2")})
         self._say("restored", f"# restored {self._label(row)}")
         self._observe({key})
 
@@ -599,6 +647,8 @@ class LakeMachine(RuleBasedStateMachine):
                 problems.append("the run queried the source table before it was refused")
         else:
             outcome = self.runner.run(full_refresh)
+        if outcome.timed_out:
+            self._fail(f"{self._failed(outcome)} (expected a refusal)", [outcome.describe()])
         message = (outcome.failure or "").strip()
         missing = [text for text in [f"Table '{TABLE}'", *named] if text not in message]
         if outcome.success:
@@ -748,7 +798,8 @@ class LakeMachine(RuleBasedStateMachine):
         (until a full refresh drops it); one read again is added back, NULL in rows written
         while it wasn't."""
         columns = list(self.source.columns())
-        values = [c for c in columns if c not in {*self.config.key, CURSOR, "note", DELETED}]
+        # k2 is always read: `recreate_key` may make it a key column.
+        values = [c for c in columns if c not in {*self.config.key, "k2", CURSOR, "note", DELETED}]
         if not values:
             return
         name = values[pick % len(values)]
@@ -776,6 +827,43 @@ class LakeMachine(RuleBasedStateMachine):
             return
         config = replace(self.config, key_named=named)
         self._reconfigure(config, "key named", f"primary_key {named}")
+
+    @precondition(
+        lambda self: (
+            not self.after_kill
+            and self.key_changes < self.env.key_changes  # a budget of its own
+            and self.reference.recorded_settings is not None
+            and self.config.mode == "merge"
+            and not self.writers  # their row locks would keep the ALTER TABLE waiting
+        )
+    )
+    @rule(
+        pick=st.integers(0, 99),
+        named=st.sampled_from(("as drawn", "reversed", "unnamed")),
+        flagged=PICKS,
+        deleted=PICKS,
+    )
+    def recreate_key(self, pick: int, named: str, flagged: list[int], deleted: list[int]) -> None:
+        """The source's primary key dropped and made anew on other columns or in another order
+        (`TableConfig.key_shapes`), the config's `primary_key` following it (as the source has
+        it, reversed, or left out: read from the table); then, in the same window, rows
+        soft-deleted (with delete_column) and deleted (with deletes: reconcile), and a run. It
+        matches every row again by the new key, and the rows the source deleted must be gone
+        from the lake after it (`Reference._check_merge`)."""
+        self.key_changes += 1
+        shapes = [shape for shape in self.config.key_shapes() if shape != self.config.key]
+        key = shapes[pick % len(shapes)]
+        named = "as drawn" if named == "reversed" and len(key) < 2 else named
+        self.source.set_primary_key(key)
+        config = replace(self.config, key=key, key_named=named)
+        self._reconfigure(
+            config, "key recreated", f"the source's key recreated on {key}, primary_key {named}"
+        )
+        if self.config.soft_deletes:
+            self.soft_delete(flagged, bump=1, everything=False)
+        if self.config.reconcile:
+            self.hard_delete(deleted, everything=False)
+        self._run()
 
     @precondition(
         lambda self: (
@@ -860,15 +948,17 @@ class LakeMachine(RuleBasedStateMachine):
 
     # -- maintenance between runs ------------------------------------------------------------
 
-    @precondition(
-        lambda self: (
+    def _can_maintain(self) -> bool:
+        """An Iceberg table's maintenance, within the budget; after a killed run too, whose
+        commit may have landed unrecorded (`kill_then_maintain`)."""
+        return (
             self.env.lake_format == "iceberg"
             and self.maintenances < self.env.maintenance
-            and not self.after_kill
             and not self.lake_behind  # a copied lake's catalog names the original's table
             and self.runs > 0
         )
-    )
+
+    @precondition(lambda self: self._can_maintain())
     @rule(keep=KEEP_SNAPSHOTS, run_after=st.booleans())
     def maintain(self, keep: int, run_after: bool) -> None:
         """The Iceberg table's maintenance, as a job of its own runs it between runs, with the
@@ -1156,7 +1246,7 @@ class LakeMachine(RuleBasedStateMachine):
         outcome = self.runner.finish(process, recorded)
         command.join(timeout=120)
         if not outcome.success:
-            self._fail("the run failed", [outcome.describe()])
+            self._fail(self._failed(outcome), [outcome.describe()])
         self._check(outcome, snapshot, full_refresh, before)
         if not results or results[0][0] != 0:
             self._fail("incremental-assets cursor set failed", [str(results)])
@@ -1178,21 +1268,28 @@ class LakeMachine(RuleBasedStateMachine):
     # -- runs --------------------------------------------------------------------------------
 
     @precondition(lambda self: self.dirty)
-    @rule()
-    def run(self) -> None:
-        self._run()
+    @rule(cli=st.booleans())
+    def run(self, cli: bool = False) -> None:
+        """A run, in this process or (`cli`, within the budget) as `dagster asset materialize`."""
+        self._run(cli=cli)
 
     @precondition(lambda self: self.dirty)
-    @rule()
-    def full_refresh_run(self) -> None:
-        self._run(full_refresh=True)
+    @rule(cli=st.booleans())
+    def full_refresh_run(self, cli: bool = False) -> None:
+        self._run(full_refresh=True, cli=cli)
 
-    @precondition(
-        lambda self: self.dirty and self.env.connect is not None and self.kills < self.env.kills
-    )
+    def _can_kill(self) -> bool:
+        return self.dirty and self.env.connect is not None and self.kills < self.env.kills
+
+    @precondition(lambda self: self._can_kill())
     @rule(point=st.sampled_from(PAUSE_POINTS), full_refresh=st.booleans())
     def killed_run(self, point: str, full_refresh: bool) -> None:
         """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
+        self._kill(point, full_refresh)
+
+    def _kill(self, point: str, full_refresh: bool) -> bool:
+        """A killed run; whether it reached `point` and was killed there (a run with nothing to
+        commit may end first: then it is checked as the run it was)."""
         self.kills += 1
         before = self._lake_before_run()
         self.source.settle()
@@ -1213,11 +1310,27 @@ class LakeMachine(RuleBasedStateMachine):
                 self.reference.saw(self._lake())  # main moved: the next run's expiry counts it
             self.dirty = True
             self.after_kill = self.after_kill or committed
-            return
+            self.killed_at = point
+            return True
         if not outcome.success:
-            self._fail("the subprocess run failed", [outcome.describe()])
+            what = self._failed(outcome) if outcome.timed_out else "the subprocess run failed"
+            self._fail(what, [outcome.describe()])
         self._say("not killed", f"# the run finished before reaching {point}")
         self._check(outcome, snapshot, full_refresh, before)
+        return False
+
+    @precondition(
+        lambda self: self.env.lake_format == "iceberg" and self._can_kill() and self._can_maintain()
+    )
+    @rule(keep=KEEP_SNAPSHOTS)
+    def kill_then_maintain(self, keep: int) -> None:
+        """A new row, and a run killed at `committed`: its commit landed, its materialization was
+        never recorded. Then the table's maintenance, with thresholds that make compaction due,
+        and the next run, which must recover: it runs the unrecorded batch again, over the
+        compacted files (`maintain`)."""
+        self.add_row()
+        if self._kill("committed", full_refresh=False):
+            self.maintain(keep, run_after=True)
 
     @precondition(lambda self: self.dirty or bool(self.writers))
     @rule()
@@ -1264,7 +1377,9 @@ def machine_class(env: Env) -> type[LakeMachine]:
 
     Machine.env = env
     writes = env.merge_writes if env.lake_format == "iceberg" else ()
-    configs = table_configs(env.modes, env.database, env.cursor_types, env.key_types, writes)
+    configs = table_configs(
+        env.modes, env.database, env.cursor_types, env.key_types, writes, env.shapes
+    )
     Machine.setup = initialize(config=configs)(LakeMachine.setup)  # type: ignore[method-assign]
     Machine.__name__ = Machine.__qualname__ = "LakeMachine"
     return Machine

@@ -245,12 +245,28 @@ class Reference:
 
     def change_settings(self, config: TableConfig, lake: LakeState) -> None:
         """The config is now `config`; `lake` is what the lake holds. A mode's memory of the lake
-        starts from it: a merge matches its rows by key, an append adds to its rows."""
-        if config.mode != self.config.mode and config.mode == "merge":
-            self.prev_lake = {self.key(row): row for row in lake.rows}
-        if config.mode != self.config.mode and config.mode == "append":
-            self.reads = [list(lake.rows)]
+        starts from it: a merge matches its rows by key, an append adds to its rows. A new key
+        (the source's recreated) re-keys what the model remembers by key."""
+        was = self.config
         self.config = config
+        if config.mode != was.mode and config.mode == "merge":
+            self.prev_lake = {self.key(row): row for row in lake.rows}
+        if config.mode != was.mode and config.mode == "append":
+            self.reads = [list(lake.rows)]
+        if config.key != was.key:
+            self._rekey()
+
+    def _rekey(self) -> None:
+        """Every version, current row and lake row the model keeps, under the key the config now
+        has: each row holds every key column, and a row's k2 never changes."""
+        ever: dict[Key, set[Frozen]] = defaultdict(set)
+        for versions in self.ever.values():
+            for version in versions:
+                ever[self.key(dict(version))].add(version)
+        self.ever = ever
+        self.current = {self.key(dict(next(iter(v)))): v for v in self.current.values()}
+        if self.prev_lake is not None:
+            self.prev_lake = {self.key(row): row for row in self.prev_lake.values()}
 
     def new_instance(self) -> None:
         """A new, empty Dagster instance over the same lake: nothing stored, nothing recorded."""
@@ -808,7 +824,18 @@ class Reference:
                 out.append(f"key {key} is in the lake {len(copies)} times: {copies}")
         lake_rows = {key: copies[0] for key, copies in in_lake.items()}
         source = {self.key(row): row for row in facts.snapshot.rows}
-        reconciled = full or facts.metadata.get("deletes_reconciled") is True
+        # `deletes: reconcile` (every batch: reconcile_every 1) reconciles in every run that
+        # doesn't replace the table, whatever else the run does (a new key, say).
+        reconciled = full or self.config.reconcile
+        if (
+            self.config.reconcile
+            and not full
+            and facts.metadata.get("deletes_reconciled") is not True
+        ):
+            out.append(
+                f"deletes: reconcile, but the run says deletes_reconciled "
+                f"{facts.metadata.get('deletes_reconciled')!r}"
+            )
         ahead = [k for k, r in source.items() if not self.within(r[CURSOR], None, recorded)]
         loaded_ahead = full and any(k in lake_rows for k in ahead if not self._deleted(source[k]))
         for key in sorted(source.keys() | lake_rows.keys()):

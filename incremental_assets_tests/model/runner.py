@@ -1,8 +1,14 @@
-"""Running the real asset: in this process, as a `dagster asset materialize` killed part way, and
-the `incremental-assets cursor` commands; and an Iceberg table's maintenance as a job of its own
-would run it between runs. One Dagster home and one lake at a time per example, shared by all;
-the machine may rewrite the table's settings (and the lake's), point the config at another lake,
-or start over with a new, empty Dagster home."""
+"""Running the real asset: in this process, as `dagster asset materialize` (to the end, or killed
+part way), and the `incremental-assets cursor` commands; and an Iceberg table's maintenance as a
+job of its own would run it between runs. One Dagster home and one lake at a time per example,
+shared by all; the machine may rewrite the table's settings (and the lake's), point the config at
+another lake, or start over with a new, empty Dagster home.
+
+Every home holds the project's shipped dagster.yaml (`SHIPPED_INSTANCE`): its pools give each
+table's runs one slot, which runs in this process claim as the command's do. A run that hasn't
+ended after `timeout` seconds (waiting for a slot a killed run never gave back, say) is stopped
+and reported as timed out: the command's process group killed; a run in this process abandoned
+in its thread, which Dagster keeps waiting."""
 
 from __future__ import annotations
 
@@ -10,8 +16,10 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +29,7 @@ from typing import Any
 
 import dagster as dg
 import yaml
+from pyspark.sql import SparkSession
 
 from incremental_assets import cli
 from incremental_assets.config import Project, load_project
@@ -32,10 +41,13 @@ from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.table import TABLE
 from incremental_assets_tests.support.cli import cli_env, start_cli
-from incremental_assets_tests.support.project import latest_metadata, materialize
+from incremental_assets_tests.support.project import Run, latest_metadata, materialize
 from incremental_assets_tests.support.spark import TEST_SPARK_CONF
 
 PAUSE_POINTS = ("staged", "mid-commit", "committed")
+# The instance settings the project ships (one run per table's pool), copied into every home.
+SHIPPED_INSTANCE = Path(__file__).resolve().parents[2] / "dagster.yaml"
+RUN_TIMEOUT = 240.0  # seconds a run may take before it counts as hung
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,7 @@ class Outcome:
     failure: str | None = None
     killed: bool = False  # stopped at its pause point with SIGKILL
     log: str = ""  # the end of the run's log
+    timed_out: bool = False  # still running after the runner's timeout, and stopped
 
     def describe(self) -> str:
         return f"{self.failure or '(no message)'}\n--- the end of the run's log:\n{self.log}"
@@ -65,9 +78,15 @@ class Runner:
         connect: str | None,
         lake_format: str = "parquet",
         lake_options: dict[str, Any] | None = None,
+        instance: Path | None = SHIPPED_INSTANCE,
+        timeout: float = RUN_TIMEOUT,
     ) -> None:
+        """`instance`: the dagster.yaml every Dagster home gets (None: none, pools off);
+        `timeout`: how long a run may take before it is stopped as hung."""
         self.directory = directory
         self.directory.mkdir(parents=True)
+        self.instance = instance
+        self.timeout = timeout
         self.homes = 0
         self.home = self.new_home()
         self.lakes = 0
@@ -111,6 +130,8 @@ class Runner:
         self.homes += 1
         home = self.directory / f"dagster_home_{self.homes}"
         home.mkdir()
+        if self.instance is not None:
+            shutil.copy(self.instance, home / "dagster.yaml")
         self.home = home
         return home
 
@@ -148,13 +169,43 @@ class Runner:
             return latest_metadata(instance, TABLE)
 
     def run(self, full_refresh: bool = False) -> Outcome:
+        """The asset materialized in this process (in a thread of its own, so a run that never
+        ends is reported after `timeout` seconds rather than waited for)."""
         log = io.StringIO()  # Dagster's console log: kept for a failure, not printed
-        with (
-            dg.DagsterInstance.from_config(str(self.home)) as instance,
-            contextlib.redirect_stderr(log),
-        ):
-            result = materialize(self.project, TABLE, instance, self.spark_resource, full_refresh)
+        results: list[Run] = []
+        failures: list[BaseException] = []
+
+        def materialize_here() -> None:
+            try:
+                _activate(self.spark_resource.spark_session)
+                with dg.DagsterInstance.from_config(str(self.home)) as instance:
+                    results.append(
+                        materialize(
+                            self.project, TABLE, instance, self.spark_resource, full_refresh
+                        )
+                    )
+            except BaseException as exc:  # reported by the caller's thread
+                failures.append(exc)
+
+        thread = threading.Thread(target=materialize_here, name="model-run", daemon=True)
+        with contextlib.redirect_stderr(log):
+            thread.start()
+            thread.join(self.timeout)
+        if failures:
+            raise failures[0]
+        if not results:
+            return self._hung("in this process", log.getvalue())
+        result = results[0]
         return Outcome(result.success, result.metadata, result.failure, log=log.getvalue()[-3000:])
+
+    def _hung(self, where: str, log: str) -> Outcome:
+        return Outcome(
+            False,
+            {},
+            f"the run ({where}) had not ended after {self.timeout:.0f} s, and was stopped",
+            log=log[-3000:],
+            timed_out=True,
+        )
 
     def start(self, full_refresh: bool = False, **env: str) -> subprocess.Popen[str]:
         """`dagster asset materialize` of the table, as a user runs it from a shell."""
@@ -165,8 +216,13 @@ class Runner:
         return start_cli(self.directory, cli_env(self.config_path, self.home, **env), *args)
 
     def finish(self, process: subprocess.Popen[str], before: int) -> Outcome:
-        """Wait for a run started with `start`; `before` is how many runs were recorded then."""
-        _, stderr = process.communicate(timeout=600)
+        """Wait for a run started with `start` (killed after `timeout` seconds); `before` is how
+        many runs were recorded then."""
+        try:
+            _, stderr = process.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _, stderr = self.stop(process)
+            return self._hung("dagster asset materialize", stderr)
         if process.returncode != 0:
             return Outcome(False, {}, f"exit status {process.returncode}", log=stderr[-3000:])
         if self.materializations() != before + 1:
@@ -174,10 +230,10 @@ class Runner:
         return Outcome(True, self.latest_metadata())
 
     @staticmethod
-    def stop(process: subprocess.Popen[str]) -> None:
-        """SIGKILL a run started with `start`, and every process it started."""
+    def stop(process: subprocess.Popen[str]) -> tuple[str, str]:
+        """SIGKILL a run started with `start`, and every process it started: its output."""
         os.killpg(process.pid, signal.SIGKILL)
-        process.communicate(timeout=60)
+        return process.communicate(timeout=60)
 
     def killed_run(self, point: str, full_refresh: bool) -> Outcome:
         """A run killed with SIGKILL where it pauses at `point`.
@@ -188,11 +244,11 @@ class Runner:
         marker = self.directory / f"paused-{time.monotonic_ns()}"
         before = self.materializations()
         process = self.start(full_refresh, **{PAUSE_AT: f"{point}:{marker}"})
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + self.timeout
         while not marker.exists() and process.poll() is None:
             if time.monotonic() > deadline:
-                self.stop(process)
-                raise TimeoutError(f"the run neither paused at {point} nor ended")
+                _, stderr = self.stop(process)
+                return self._hung(f"dagster asset materialize, to pause at {point}", stderr)
             time.sleep(0.1)
         if marker.exists():
             self.stop(process)
@@ -227,6 +283,18 @@ class Runner:
                 ["--config", str(self.config_path), "cursor", *args, "--reason", "model"]
             )
         return code, out.getvalue() + err.getvalue()
+
+
+def _activate(session: SparkSession) -> None:
+    """The session made this thread's active one, as it is the main thread's: the run's copy of
+    the resource then finds it, and leaves it running at the end (it stops a session it started
+    itself, and the JVM keeps the active session per thread). PySpark has no public call for it:
+    `getOrCreate` returns the existing session without making it active here."""
+    if SparkSession.getActiveSession() is not None:
+        return
+    jvm: Any = session._jvm
+    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+    sessions.setActiveSession(session._jsparkSession)
 
 
 @contextlib.contextmanager

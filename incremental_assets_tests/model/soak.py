@@ -33,14 +33,16 @@ from incremental_assets.config import SparkSpec
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
-from incremental_assets_tests.model.runner import Runner
+from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Runner
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES, MERGE_WRITES
 from incremental_assets_tests.support.mariadb import mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
 from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
 
 # The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
-KEY_NAMES = dict(zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp"), strict=True))
+KEY_NAMES = dict(
+    zip(KEY_TYPES, ("integer", "decimal", "string", "timestamp", "bigint"), strict=True)
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             else (),
             maintenance=args.maintenance,
             keep_snapshots=tuple(int(n) for n in args.keep_snapshots.split(",")),
+            cli_runs=args.cli_runs,
+            key_changes=args.key_changes,
+            shapes=not args.no_shapes,
+            instance=None if args.instance == "none" else Path(args.instance),
+            run_timeout=args.run_timeout,
             verbose=True,
         )
         batch = 0
@@ -154,6 +161,34 @@ def _parser() -> argparse.ArgumentParser:
         default="1,2,3",
         help="Iceberg: comma-separated lake.keep_snapshots values maintenance sets (1 to 3)",
     )
+    parser.add_argument(
+        "--cli-runs",
+        type=int,
+        default=3,
+        help="runs per example through `dagster asset materialize`, at most (not with --no-kills)",
+    )
+    parser.add_argument(
+        "--key-changes",
+        type=int,
+        default=1,
+        help="merge tables: recreated source keys per example, at most (deletes in its window)",
+    )
+    parser.add_argument(
+        "--no-shapes",
+        action="store_true",
+        help="PostgreSQL tables without their array and composite columns",
+    )
+    parser.add_argument(
+        "--instance",
+        default=str(SHIPPED_INSTANCE),
+        help="the dagster.yaml every Dagster home gets ('none': none, so no pools)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=float,
+        default=RUN_TIMEOUT,
+        help="seconds a run may take before it fails the example as hung",
+    )
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to draw")
     parser.add_argument(
         "--cursor-types",
@@ -210,6 +245,11 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "merge_writes",
             "maintenance",
             "keep_snapshots",
+            "cli_runs",
+            "key_changes",
+            "no_shapes",
+            "instance",
+            "run_timeout",
             "no_kills",
             "timezone",
         )
@@ -233,8 +273,13 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--merge-writes '{args.merge_writes}'",
         f"--maintenance {args.maintenance}",
         f"--keep-snapshots {args.keep_snapshots}",
+        f"--cli-runs {args.cli_runs}",
+        f"--key-changes {args.key_changes}",
+        f"--instance {args.instance}",
+        f"--run-timeout {args.run_timeout:g}",
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
+        *(["--no-shapes"] if args.no_shapes else []),
     ]
     return f"python -m incremental_assets_tests.model.soak {' '.join(options)}"
 

@@ -29,6 +29,7 @@ from incremental_assets_tests.model.table import (
     CursorValue,
     TableConfig,
     collated,
+    frozen,
     next_cursor,
 )
 from incremental_assets_tests.support.mariadb import MariaDbServer
@@ -42,6 +43,21 @@ RowRef = Any
 Server = PostgresServer | MariaDbServer
 
 KEY_EPOCH = datetime(2025, 3, 30, 1, 0)  # Europe/Paris skips 02:00-03:00 that night
+# Sparse bigint keys: snowflake ids (milliseconds since 2020-09-13 in the high bits, a sequence
+# in the low 22), about 7e18; every fifth one negative; one far outlier (7) and the largest
+# bigint among them.
+SNOWFLAKE_EPOCH_MS = 1_600_000_000_000
+OUTLIER, LARGEST = 7, 2**63 - 1
+
+
+def sparse_id(ident: int) -> int:
+    """The ident-th sparse 64-bit key (distinct for distinct idents up to 6,000)."""
+    if ident == 2:
+        return OUTLIER
+    if ident == 3:
+        return LARGEST
+    snowflake = (SNOWFLAKE_EPOCH_MS + ident * 86_400_013) << 22 | (ident * 7919) % 4096
+    return -snowflake if ident % 5 == 0 else snowflake
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,8 @@ class SourceTable(ABC):
     # Type spellings, as `columns` returns them: what a column widens and narrows to, the value
     # columns every table starts with, and the types of the drawn config's names.
     WIDER: ClassVar[dict[str, str]]
+    # What a key column widens to where it differs (a negative key can't become unsigned).
+    KEY_WIDER: ClassVar[dict[str, str]] = {}
     NARROWER: ClassVar[dict[str, str]]
     VALUE_COLUMNS: ClassVar[dict[str, str]]  # `note` is never dropped and changes on every write,
     # so two versions of a row always differ in it (a keyless row's identity rests on that)
@@ -164,6 +182,10 @@ class SourceTable(ABC):
     @abstractmethod
     def rename(self, old: str, new: str) -> None: ...
 
+    @abstractmethod
+    def set_primary_key(self, columns: tuple[str, ...]) -> None:
+        """The table's primary key dropped and made anew on `columns`, in their order."""
+
     def respell(self, value: Any) -> Any:
         """The value written for `value`: the same, or one the database holds equal to it."""
         return value
@@ -171,8 +193,9 @@ class SourceTable(ABC):
     # -- shared ------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The committed rows, each value as the model holds it (`frozen`: arrays as tuples)."""
         columns = self.columns()
-        rows = tuple(row for _, row in self.rows())
+        rows = tuple({name: frozen(v) for name, v in row.items()} for _, row in self.rows())
         return Snapshot(columns, rows, {name: self.lake_type(k) for name, k in columns.items()})
 
     def key_of(self, row: Row) -> Key:
@@ -190,10 +213,9 @@ class SourceTable(ABC):
         )
 
     def _key_values(self, n: int) -> dict[str, Any]:
-        if "k2" in self.config.key:
-            ident, k2 = n // 2 + 1, n % 2
-        else:
-            ident, k2 = n, None
+        """The key columns of the n-th key: `id` unique alone, or (paired tables) in pairs told
+        apart by `k2`; `k2` is n's parity either way, and never changes for a row."""
+        ident = n // 2 + 1 if self.config.paired else n
         value: Any = ident
         if self.config.key_type == "numeric(12,0)":
             value = Decimal(ident)
@@ -201,10 +223,9 @@ class SourceTable(ABC):
             value = f"k{ident:05d}"
         elif self.config.key_type == "timestamp":
             value = KEY_EPOCH + timedelta(minutes=17 * ident)  # 4, 5, 6: in the skipped hour
-        values = {"id": value}
-        if k2 is not None:
-            values["k2"] = k2
-        return values
+        elif self.config.key_type == "bigint":
+            value = sparse_id(ident)
+        return {"id": value, "k2": n % 2}
 
     def new_key(self) -> dict[str, Any]:
         values = self._key_values(self.next_key)
@@ -257,30 +278,34 @@ class SourceTable(ABC):
         """Value columns a schema change may drop: never the key, the cursor, note or the flag,
         nor a column the config names in `columns:` or `exclude_columns:`."""
         named = {*self.config.exclude, *(self.config.listed or ())}
-        keep = {*self.config.key, CURSOR, "note", DELETED, *named}
+        keep = {*self.config.key, "k2", CURSOR, "note", DELETED, *named}
         return [name for name in self.columns() if name not in keep]
 
     def widenable(self, keys: bool) -> list[tuple[str, str]]:
         key_columns = set(self.config.key)
+        wider = {**self.WIDER, **self.KEY_WIDER} if keys else self.WIDER
         return [
-            (name, self.WIDER[kind])
+            (name, wider[kind])
             for name, kind in self.columns().items()
-            if kind in self.WIDER and (name in key_columns) == keys and name != CURSOR
+            if kind in wider and (name in key_columns) == keys and name != CURSOR
         ]
 
     def narrower(self, name: str) -> str | None:
         """The type a narrowing of the column would give it, if the machine narrows its type."""
         return self.NARROWER.get(self.columns().get(name, ""))
 
+    def value_columns(self, config: TableConfig) -> dict[str, str]:
+        """The value columns a table of this config starts with."""
+        return self.VALUE_COLUMNS
+
     def column_types(self, config: TableConfig) -> list[str]:
         """The CREATE TABLE column definitions for the drawn configuration."""
         columns = []
         if config.keyed:
             columns.append(f"id {self.TYPES[config.key_type]} NOT NULL")
-            if "k2" in config.key:
-                columns.append(f"k2 {self.TYPES['integer']} NOT NULL")
+            columns.append(f"k2 {self.TYPES['integer']} NOT NULL")
         columns.append(f"{CURSOR} {self.TYPES[config.cursor_type]} NOT NULL")
-        columns += [f"{name} {kind}" for name, kind in self.VALUE_COLUMNS.items()]
+        columns += [f"{name} {kind}" for name, kind in self.value_columns(config).items()]
         if config.soft_deletes:
             columns.append(f"{DELETED} {self.BOOLEAN} NOT NULL DEFAULT false")
         if config.keyed:

@@ -59,6 +59,7 @@ class MariaDbTable(SourceTable):
         "float": "double",
         "varchar(10)": "varchar(50)",
     }
+    KEY_WIDER: ClassVar[dict[str, str]] = {"bigint": "decimal(20,0)"}  # keys may be negative
     NARROWER: ClassVar[dict[str, str]] = {"bigint": "int", "int": "smallint"}
     VALUE_COLUMNS: ClassVar[dict[str, str]] = {
         "note": "varchar(10) NOT NULL",
@@ -291,6 +292,11 @@ class MariaDbTable(SourceTable):
 
     def rename(self, old: str, new: str) -> None:
         self._execute(f"ALTER TABLE {TABLE} RENAME COLUMN {old} TO {new}")
+
+    def set_primary_key(self, columns: tuple[str, ...]) -> None:
+        self._execute(
+            f"ALTER TABLE {TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY ({', '.join(columns)})"
+        )
 
 
 def _mark(cursor: Any) -> str:

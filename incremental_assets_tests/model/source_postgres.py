@@ -3,6 +3,14 @@
 Rows without a key are found by ctid. Time cursors are stamped with `statement_timestamp()`, or
 `now()` (the transaction's start) inside a late writer, whose start is what the cap keeps the
 cursor below.
+
+Besides the shared value columns, every table holds the shapes PostgreSQL sends over JDBC that
+aren't scalars (`SHAPES`): arrays of text and of timestamptz (one dimension; the latter travel
+element by element as epoch numbers), a two-dimensional integer array (a list of lists), a
+composite value (its text form in the lake) and an array of composites (a list of their text
+forms). Each write gives them new values, among them NULL, empty arrays and NULL elements. Maps
+and arrays of structs can't come from PostgreSQL: Spark's JDBC reader has no map type, and
+reads an array of composites as strings.
 """
 
 from __future__ import annotations
@@ -16,10 +24,58 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from incremental_assets_tests.model.lake import arrow_type
+from incremental_assets_tests.model.lake import COMPOSITE, arrow_type
 from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, SourceTable
 from incremental_assets_tests.model.table import CURSOR, DELETED, TABLE, CursorValue, TableConfig
 from incremental_assets_tests.support.postgres import PostgresServer, fresh_schema
+
+
+def _tags(n: int) -> str | None:
+    """text[]: NULL, empty, or words with a NULL element and one a reader must quote."""
+    if n % 5 == 0:
+        return None
+    return "{}" if n % 5 == 1 else f'{{"t{n}",NULL,"b c"}}'
+
+
+def _stamps(n: int) -> str | None:
+    """timestamptz[]: instants down to the microsecond, the earliest one a lake can hold."""
+    if n % 6 == 0:
+        return None
+    if n % 6 == 3:
+        return '{"0001-01-01 00:00:00.000001+00",NULL}'
+    return f'{{"2024-02-29 23:59:59.{n % 1_000_000:06d}+00","2025-03-30 01:{n % 60:02d}:00+00"}}'
+
+
+def _grid(n: int) -> str | None:
+    """integer[][]: a 2x2 array with a NULL, or empty."""
+    if n % 4 == 0:
+        return None
+    return "{}" if n % 4 == 1 else f"{{{{{n},{n + 1}}},{{NULL,{-n}}}}}"
+
+
+def _pair(n: int) -> str | None:
+    """A composite value: fields that its text form quotes, or leaves empty (NULL)."""
+    if n % 3 == 0:
+        return None
+    return "(,)" if n % 3 == 1 else f'({n},"x {n}")'
+
+
+def _pairs(n: int) -> str | None:
+    """An array of composites."""
+    if n % 4 == 2:
+        return None
+    return "{}" if n % 4 == 3 else f'{{"({n},a)","(,)"}}'
+
+
+# The non-scalar columns every table holds: name -> (type, its value at the n-th write), the
+# value as an array or composite literal (psycopg sends text untyped: the column's type parses it).
+SHAPES: dict[str, tuple[str, Callable[[int], str | None]]] = {
+    "tags": ("text[]", _tags),
+    "stamps": ("timestamptz[]", _stamps),
+    "grid": ("integer[][]", _grid),
+    "pt": (COMPOSITE, _pair),
+    "pts": (f"{COMPOSITE}[]", _pairs),
+}
 
 
 class PostgresTable(SourceTable):
@@ -38,6 +94,7 @@ class PostgresTable(SourceTable):
         "qty": "integer",
         "amount": "numeric(12,0)",
         "ratio": "real",
+        **{name: kind for name, (kind, _) in SHAPES.items()},
     }
     TYPES: ClassVar[dict[str, str]] = {  # the config's names are PostgreSQL's
         name: name
@@ -53,6 +110,19 @@ class PostgresTable(SourceTable):
         super().__init__(schema, config, {})
         self.server = server
         self.conn = self._connect(autocommit=True)
+
+    def value_columns(self, config: TableConfig) -> dict[str, str]:
+        if config.shapes:
+            return self.VALUE_COLUMNS
+        return {name: kind for name, kind in self.VALUE_COLUMNS.items() if name not in SHAPES}
+
+    def _fresh_values(self, columns: dict[str, str]) -> dict[str, Any]:
+        values = super()._fresh_values(columns)
+        n = self.serial
+        return {
+            **values,
+            **{name: shape(n) for name, (_, shape) in SHAPES.items() if name in columns},
+        }
 
     def _connect(self, autocommit: bool) -> psycopg.Connection:
         conn = self.server.connect(autocommit=autocommit)
@@ -71,8 +141,11 @@ class PostgresTable(SourceTable):
     # -- reading -----------------------------------------------------------------------------
 
     def columns(self) -> dict[str, str]:
+        """Types as format_type spells them, with a `[]` for each declared dimension (it spells
+        `integer[][]` as `integer[]`, but Spark reads the declared dimensions)."""
         rows = self.conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "SELECT attname, format_type(atttypid, atttypmod) || repeat('[]', attndims - 1) "
+            "FROM pg_attribute "
             "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             (f"{self.schema}.{TABLE}",),
         ).fetchall()
@@ -85,13 +158,25 @@ class PostgresTable(SourceTable):
         return None  # the cap is the start of the oldest open transaction, or the clock itself
 
     def rows(self) -> list[tuple[Any, Row]]:
+        """Every row; an array of composites as a list of their text forms (psycopg, which
+        doesn't know the type, would give the array's text)."""
+        selected = [
+            sql.SQL("{} :: text[] AS {}").format(sql.Identifier(name), sql.Identifier(name))
+            if kind == f"{COMPOSITE}[]"
+            else sql.Identifier(name)
+            for name, kind in self.columns().items()
+        ]
+        statement = sql.SQL("SELECT ctid::text AS __ctid, {} FROM {}").format(
+            sql.SQL(", ").join(selected), sql.Identifier(TABLE)
+        )
         with self.conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(f"SELECT ctid::text AS __ctid, * FROM {TABLE}").fetchall()
+            rows = cur.execute(statement).fetchall()
         return [(r.pop("__ctid"), r) for r in rows]
 
     # -- writes ------------------------------------------------------------------------------
 
     def create(self) -> None:
+        self.conn.execute(f"CREATE TYPE {COMPOSITE} AS (a integer, b text)")
         self.conn.execute(f"CREATE TABLE {TABLE} ({', '.join(self.column_types(self.config))})")
 
     def _insert(self, conn: psycopg.Connection, values: dict[str, Any], cursor: Any) -> Row:
@@ -139,11 +224,21 @@ class PostgresTable(SourceTable):
         self.conn.execute(statement, params)
 
     def duplicate(self, ref: str, cursor: CursorValue) -> Row:
+        """Copied by the database, so every value is the same (arrays and composites too)."""
+        names = [sql.Identifier(name) for name in self.columns() if name != CURSOR]
+        statement = sql.SQL(
+            "INSERT INTO {table} ({cursor}, {names}) SELECT {value}, {names} FROM {table} "
+            "WHERE ctid = %s::tid RETURNING *"
+        ).format(
+            table=sql.Identifier(TABLE),
+            cursor=sql.Identifier(CURSOR),
+            names=sql.SQL(", ").join(names),
+            value=_value(cursor),
+        )
         with self.conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(f"SELECT * FROM {TABLE} WHERE ctid = %s::tid", (ref,)).fetchone()
+            row = cur.execute(statement, [*_params(cursor), ref]).fetchone()
         assert row is not None
-        values = {name: value for name, value in row.items() if name != CURSOR}
-        return self._insert(self.conn, values, cursor)
+        return row
 
     def _where(self, where: Key | str) -> tuple[sql.Composable, list[Any]]:
         if isinstance(where, str):
@@ -191,6 +286,20 @@ class PostgresTable(SourceTable):
 
     def rename(self, old: str, new: str) -> None:
         self.conn.execute(f"ALTER TABLE {TABLE} RENAME COLUMN {old} TO {new}")
+
+    def set_primary_key(self, columns: tuple[str, ...]) -> None:
+        row = self.conn.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+            (f"{self.schema}.{TABLE}",),
+        ).fetchone()
+        assert row is not None, "the table has no primary key"
+        self.conn.execute(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}, ADD PRIMARY KEY ({})").format(
+                sql.Identifier(TABLE),
+                sql.Identifier(row[0]),
+                sql.SQL(", ").join(map(sql.Identifier, columns)),
+            )
+        )
 
 
 def _value(cursor: Any) -> sql.Composable:

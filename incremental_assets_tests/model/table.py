@@ -51,7 +51,13 @@ MERGE_WRITES = ("position_deletes", "deletion_vectors", "copy_on_write")
 MERGE_WRITES_ON = ("table", "lake")
 # `timestamp` keys include wall-clock values in the hour Europe/Paris skips in spring: a JVM in a
 # zone with daylight saving time must not shift them (the soak runs its JVM in that zone).
-KEY_TYPES = ("integer", "numeric(12,0)", "text", "timestamp")
+# `bigint` keys are sparse 64-bit ids (`sparse_id`): snowflake-like values near 7e18, some
+# negative, one far outlier and the largest bigint, so their range spans almost 2^64.
+KEY_TYPES = ("integer", "numeric(12,0)", "text", "timestamp", "bigint")
+# The primary keys a keyed table's source may have: every keyed table has `id` and `k2`, unique
+# together; `id` alone is unique only where the table was drawn with a single-column key
+# (`TableConfig.paired` false). `recreate_key` moves the source's key among these.
+KEY_SHAPES = (("id",), ("id", "k2"), ("k2", "id"))
 
 
 DATABASES = ("postgres", "mariadb")
@@ -63,7 +69,9 @@ class TableConfig:
 
     database: str  # postgres | mariadb
     mode: str  # append | merge | full_refresh
-    key: tuple[str, ...]  # () is keyless (append only); ("id",) or ("id", "k2")
+    # The source table's primary key, in its order: () is keyless (append only); else one of
+    # KEY_SHAPES (drawn ("id",) or ("id", "k2"); `recreate_key` changes it).
+    key: tuple[str, ...]
     key_type: str  # PostgreSQL type of `id`: one of KEY_TYPES
     cursor_type: str  # a key of CURSOR_TYPES
     lookback: str | None = None
@@ -78,10 +86,23 @@ class TableConfig:
     # Iceberg merge tables: `merge_writes` (None: unset, the default) and where it is set.
     merge_writes: str | None = None
     merge_writes_on: str = "table"  # one of MERGE_WRITES_ON
+    # Keyed tables: whether ids come in pairs told apart by `k2` (drawn with the key ("id", "k2"),
+    # so `id` alone is never unique); else every row has its own id, and k2 is a value column
+    # until a recreated key takes it in.
+    paired: bool = False
+    # PostgreSQL: whether the table holds the non-scalar columns (arrays, composites; the
+    # source's `SHAPES`). Drawn true unless the run leaves them out.
+    shapes: bool = True
 
     @property
     def keyed(self) -> bool:
         return bool(self.key)
+
+    def key_shapes(self) -> tuple[tuple[str, ...], ...]:
+        """The primary keys this table's rows are unique under."""
+        if not self.keyed:
+            return ()
+        return tuple(shape for shape in KEY_SHAPES if not (self.paired and shape == ("id",)))
 
     @property
     def time_cursor(self) -> bool:
@@ -159,9 +180,11 @@ def table_configs(
     cursor_types: tuple[str, ...] = tuple(CURSOR_TYPES),
     key_types: tuple[str, ...] = KEY_TYPES,
     merge_writes: tuple[str, ...] = (),
+    shapes: bool = True,
 ) -> TableConfig:
     """A table's configuration; `merge_writes`: the values to draw it from for a merge table
-    (none: left unset), drawn last so that the other draws stay as they were."""
+    (none: left unset), drawn last so that the other draws stay as they were; `shapes`: whether
+    it holds the source's non-scalar columns."""
     mode = draw(st.sampled_from(modes))
     keyed = mode != "append" or draw(st.booleans())
     key: tuple[str, ...] = ()
@@ -179,6 +202,8 @@ def table_configs(
         database=database,
         mode=mode,
         key=key,
+        paired=len(key) > 1,
+        shapes=shapes,
         key_type=draw(st.sampled_from(key_types)) if keyed else "",
         cursor_type=cursor_type,
         lookback=lookback,
@@ -232,6 +257,17 @@ def collated(config: TableConfig, value: Any) -> Any:
     """
     if config.database == "mariadb" and isinstance(value, str):
         return value.rstrip(" ").upper()
+    return value
+
+
+def frozen(value: Any) -> Any:
+    """A column's value as the model holds it, hashable and compared by value: an array as a
+    tuple, a struct (and a map, given as a dict) as its items sorted by name, all the way down;
+    so two maps with the same entries in another order are equal."""
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted(((k, frozen(v)) for k, v in value.items()), key=repr))
     return value
 
 

@@ -48,6 +48,8 @@ class Family:
     merge_writes: tuple[str, ...] = ()  # Iceberg merge tables: the values drawn besides unset
     maintenance: int = 0  # Iceberg: maintenance between runs per example
     keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
+    # Runs through `dagster asset materialize` per example (with kills: the Connect server).
+    cli_runs: int = 0
 
 
 # Iceberg families: merge tables draw merge_writes (settings changes switch it), and maintenance
@@ -139,6 +141,7 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
         merge_writes=f.merge_writes,
         maintenance=f.maintenance,
         keep_snapshots=f.keep_snapshots,
+        cli_runs=f.cli_runs,
         verbose=True,
     )
     run_machine(env, seed_value=f.seed, examples=f.examples, steps=f.steps, shrink=False)

@@ -243,3 +243,23 @@ def test_position_deletes_on_a_format_v3_table_are_refused_before_the_source_is_
         state.change_merge_writes(
             writes="position_deletes", on="table", back="copy_on_write", new_row=True
         )
+
+
+@pytest.mark.xfail(strict=True, reason="range buckets of a sparse key: a width past a bigint")
+def test_a_plain_merge_table_keyed_by_sparse_bigint_ids_loads(
+    postgres: PostgresServer, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Soak `--modes merge --key-types bigint --seed 1` (shrunk by hand): a plain Parquet merge
+    table whose single bigint key holds snowflake-like ids (6.7e18) and a small one (7) fails its
+    first load: "writing to the lake ... failed: An error occurred while calling
+    z:org.apache.spark.sql.functions.lit". `buckets.choose_scheme` sizes a range bucket as
+    span * bucket_rows / rows (here 6.7e18 * 10,000 / 2), past the largest bigint, and
+    `bucket_of` hands that width to `F.lit`. Any single integer key spanning more than about
+    2^63 / 10,000 (1e15) in a first load of fewer rows than that ratio fails so, every run: the
+    table can't be loaded at all (Iceberg's partitions were fixed alike in aedb54b)."""
+    config = TableConfig("postgres", "merge", ("id",), "bigint", "bigint")
+    env = Env(postgres, spark_resource, tmp_path)
+    with replayed(env, config) as state:
+        state.add_row()
+        state.add_row()
+        state.run()
