@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.lake.table import LakeFormat
-from incremental_assets_tests.support.cli import cli_env, materializations, start_cli
+from incremental_assets.translator import ALL_TABLES_JOB
+from incremental_assets_tests.support.cli import DAGSTER, cli_env, materializations, start_cli
 from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.postgres import PostgresServer, Schema, wait_for
 from incremental_assets_tests.support.project import pool_holders
@@ -226,3 +228,80 @@ def test_a_full_refresh_that_committed_but_was_not_recorded_is_repeated(
     if not full_refresh_again:
         assert "repeats the full refresh" in rerun.metadata["warnings"]
     assert loads.rows(VERSIONS) == _source(pg)  # replaced whole, whatever the mode
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process it started (the run worker's Spark JVM)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        queue += children.get(current, [])
+    return found
+
+
+def _runs(instance: dg.DagsterInstance) -> dict[str, dg.DagsterRunStatus]:
+    return {run.run_id: run.status for run in instance.get_runs()}
+
+
+def test_a_run_the_daemon_launches_goes_ahead_after_one_it_launched_was_killed(
+    loads: Loads, tmp_path: Path, pg: Schema
+) -> None:
+    """Under the daemon, a run killed holding its table's pool (its run worker SIGKILLed at
+    `staged`) is marked failed by Dagster, whose run queue then holds the table's next run while
+    the slot stays taken: the project's pool guard sensor frees it, and the next run loads."""
+    _setup(loads, pg, "merge")
+    assert loads.run().success
+    _change(pg)
+    marker = tmp_path / "paused"
+    env = {
+        **cli_env(loads.cli_config(), loads.home),
+        "INCREMENTAL_ASSETS_PAUSE_AT": f"staged:{marker}",
+    }
+    daemon = subprocess.Popen(
+        [str(Path(DAGSTER).with_name("dagster-daemon")), "run", "-m", "incremental_assets"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    launch = [DAGSTER, "job", "launch", "-m", "incremental_assets", "-j", ALL_TABLES_JOB]
+    loaded = set(_runs(loads.instance))
+    try:
+        subprocess.run(launch, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+        wait_for(lambda: marker.exists() and marker.read_text(), timeout=240)
+        killed = set(_runs(loads.instance)) - loaded
+        for pid in _descendants(int(marker.read_text())):
+            os.kill(pid, signal.SIGKILL)
+        marker.unlink()
+
+        subprocess.run(launch, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+        # Paused again at `staged`: the next run got the slot the dead one held.
+        wait_for(lambda: marker.exists() and marker.read_text(), timeout=240)
+        (dead,) = killed
+        assert _runs(loads.instance)[dead] == dg.DagsterRunStatus.FAILURE
+        marker.unlink()
+        wait_for(
+            lambda: all(
+                s in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE)
+                for s in _runs(loads.instance).values()
+            ),
+            timeout=240,
+        )
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.communicate(timeout=30)
+
+    statuses = _runs(loads.instance)
+    assert sorted(s.value for r, s in statuses.items() if r not in killed | loaded) == ["SUCCESS"]
+    assert loads.rows(VERSIONS) == _source(pg)
