@@ -73,6 +73,7 @@ from incremental_assets_tests.model.source import (
     Snapshot,
     SourceTable,
 )
+from incremental_assets_tests.model.source_files import FilesRoot, open_files_table
 from incremental_assets_tests.model.source_mariadb import open_mariadb_table
 from incremental_assets_tests.model.source_postgres import open_postgres_table
 from incremental_assets_tests.model.table import (
@@ -123,7 +124,7 @@ def maintenance_policy(keep: int) -> Policy:
 class Env:
     """What every example shares: the server, the Spark session, where to put files, limits."""
 
-    server: PostgresServer | MariaDbServer
+    server: PostgresServer | MariaDbServer | FilesRoot  # FilesRoot: a files source
     spark_resource: IncrementalSparkResource
     workdir: Path
     # A Spark Connect server for killed runs (with the server's JDBC driver); None: none.
@@ -161,6 +162,8 @@ class Env:
 
     @property
     def database(self) -> str:
+        if isinstance(self.server, FilesRoot):
+            return "files"
         return "postgres" if isinstance(self.server, PostgresServer) else "mariadb"
 
 
@@ -175,12 +178,16 @@ class Before:
 
 @contextmanager
 def open_source(
-    server: PostgresServer | MariaDbServer, config: TableConfig
+    server: PostgresServer | MariaDbServer | FilesRoot, config: TableConfig
 ) -> Iterator[SourceTable]:
-    """The example's table, created in a fresh schema (PostgreSQL) or database (MariaDB)."""
+    """The example's table, created in a fresh schema (PostgreSQL), database (MariaDB) or
+    folder (files)."""
     if isinstance(server, PostgresServer):
         with open_postgres_table(server, config) as table:
             yield table
+    elif isinstance(server, FilesRoot):
+        with open_files_table(server, config) as files:
+            yield files
     else:
         with open_mariadb_table(server, config) as table:
             yield table
@@ -479,7 +486,9 @@ class LakeMachine(RuleBasedStateMachine):
 
     # -- transactions left open --------------------------------------------------------------
 
-    @precondition(lambda self: self.config.late_commits and len(self.writers) < 2)
+    @precondition(
+        lambda self: self.config.late_commits and len(self.writers) < 2 and self.source.TRANSACTIONS
+    )
     @rule(inserts=st.integers(0, 3), picks=st.lists(st.integers(0, 99), max_size=2))
     def open_transaction(self, inserts: int, picks: list[int]) -> None:
         """A writer whose rows commit later, below a cursor that may have moved past their values."""
@@ -825,6 +834,8 @@ class LakeMachine(RuleBasedStateMachine):
         table replaced) or left out (read from the table)."""
         if named == self.config.key_named or (named == "reversed" and len(self.config.key) < 2):
             return
+        if named == "unnamed" and not self.source.KEY_FROM_TABLE:
+            return  # files carry no key: the config must name one
         config = replace(self.config, key_named=named)
         self._reconfigure(config, "key named", f"primary_key {named}")
 
@@ -853,7 +864,10 @@ class LakeMachine(RuleBasedStateMachine):
         self.key_changes += 1
         shapes = [shape for shape in self.config.key_shapes() if shape != self.config.key]
         key = shapes[pick % len(shapes)]
-        named = "as drawn" if named == "reversed" and len(key) < 2 else named
+        if (named == "reversed" and len(key) < 2) or (
+            named == "unnamed" and not self.source.KEY_FROM_TABLE
+        ):
+            named = "as drawn"
         self.source.set_primary_key(key)
         config = replace(self.config, key=key, key_named=named)
         self._reconfigure(
@@ -934,7 +948,8 @@ class LakeMachine(RuleBasedStateMachine):
             return
         what = "merge_writes: position_deletes on a format v3 table"
         named = ["merge_writes"]
-        unread = not self.writers  # a locked source would wait for their row locks
+        # A locked source would wait for the writers' row locks; files can't be locked.
+        unread = not self.writers and self.source.LOCKS
         self._expect_refusal(what, named, unread=unread)
         if new_row:
             self.add_row()
@@ -1005,18 +1020,38 @@ class LakeMachine(RuleBasedStateMachine):
         if not run_after:
             return
         outcome = self._run()
+        if unchanged:
+            self._wrote_nothing(
+                outcome, "the run after maintenance", "a source as the last run read it"
+            )
+
+    def _wrote_nothing(self, outcome: Outcome, what: str, over: str) -> None:
+        """An incremental run over rows the lake holds as they are wrote nothing."""
         md = outcome.metadata
         wrote = {k: md.get(k) for k in ("rows_written", "files_written") if md.get(k)}
-        if (
-            unchanged
-            and self.config.mode != "full_refresh"
-            and not md.get("full_refresh")
-            and wrote
-        ):
-            self._fail(
-                "the run after maintenance",
-                [f"over a source as the last run read it, it wrote {wrote}"],
-            )
+        if self.config.mode != "full_refresh" and not md.get("full_refresh") and wrote:
+            self._fail(what, [f"over {over}, it wrote {wrote}"])
+
+    @precondition(
+        lambda self: (
+            self.source.MAPS
+            and self.config.shapes
+            and not self.dirty
+            and self.config.safety_lag is None
+            and self.runs > 0
+        )
+    )
+    @rule()
+    def reorder_maps(self) -> None:
+        """Every row written again with its maps' entries in the reverse order, and nothing else
+        changed (files: every file replaced by one of another name). The run that follows
+        re-reads what its window holds again (ties at the cursor, the lookback) and must find
+        those rows the same as the lake's: equal maps in another order are no change, so it
+        writes nothing."""
+        self.source.reorder_maps()
+        self._say("maps reordered", "# every row written again, its maps' entries reversed")
+        self._observe()
+        self._wrote_nothing(self._run(), "the run after the maps were reordered", "the same rows")
 
     # -- the lake and the Dagster instance ---------------------------------------------------
 
@@ -1204,6 +1239,7 @@ class LakeMachine(RuleBasedStateMachine):
         lambda self: (
             self._can_move_cursor()
             and not self.writers  # their row locks would keep the table lock waiting
+            and self.source.LOCKS
             and self.env.connect is not None
             and self.kills < self.env.kills
             and self.reference.stored is not None

@@ -2,6 +2,7 @@
 
     python -m incremental_assets_tests.model.soak --seed 42 --steps 2000
     python -m incremental_assets_tests.model.soak --database mariadb --steps 300
+    python -m incremental_assets_tests.model.soak --database files --steps 150
     python -m incremental_assets_tests.model.soak --format iceberg --steps 150
     make soak SEED=42 STEPS=2000 FORMAT=iceberg
 
@@ -34,6 +35,7 @@ from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Runner
+from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES, MERGE_WRITES
 from incremental_assets_tests.support.mariadb import mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
@@ -60,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         # Every JVM (this session, the Connect server, the runs) gets both databases' drivers
         # from the jar folder (TEST_SPARK_CONF, TEST_JVM_CONF).
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-soak-")))
         if args.database == "mariadb":
             server: Any = stack.enter_context(mariadb_server())
+        elif args.database == "files":  # folders of Parquet files, in the soak's own folder
+            server = FilesRoot(workdir / "landing")
         else:
             server = stack.enter_context(postgres_server())
         connect = None if args.no_kills else stack.enter_context(connect_server())
@@ -69,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
             SparkSpec(master="local[2]", conf=TEST_SPARK_CONF)
         )
         stack.callback(spark.spark_session.stop)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ia-soak-")))
         env = Env(
             server,
             spark,

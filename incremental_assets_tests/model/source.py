@@ -105,6 +105,13 @@ class SourceTable(ABC):
     TYPES: ClassVar[dict[str, str]]  # the config's type names (PostgreSQL's) -> this database's
     BOOLEAN: ClassVar[str]
     ADDED: ClassVar[tuple[str, str]]  # the types of added columns: text, integer
+    # What the source can do: transactions left open (late commits), a lock that keeps a run's
+    # reads waiting, a primary key a merge reads when the config names none; and whether its
+    # rows hold maps (`reorder_maps`).
+    TRANSACTIONS: ClassVar[bool] = True
+    LOCKS: ClassVar[bool] = True
+    KEY_FROM_TABLE: ClassVar[bool] = True
+    MAPS: ClassVar[bool] = False
 
     def __init__(self, schema: str, config: TableConfig, source: dict[str, Any]) -> None:
         self.schema = schema
@@ -185,6 +192,10 @@ class SourceTable(ABC):
     @abstractmethod
     def set_primary_key(self, columns: tuple[str, ...]) -> None:
         """The table's primary key dropped and made anew on `columns`, in their order."""
+
+    def reorder_maps(self) -> None:
+        """Every row written again, its maps' entries in the reverse order (where `MAPS`)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no maps")
 
     def respell(self, value: Any) -> Any:
         """The value written for `value`: the same, or one the database holds equal to it."""

@@ -60,14 +60,14 @@ KEY_TYPES = ("integer", "numeric(12,0)", "text", "timestamp", "bigint")
 KEY_SHAPES = (("id",), ("id", "k2"), ("k2", "id"))
 
 
-DATABASES = ("postgres", "mariadb")
+DATABASES = ("postgres", "mariadb", "files")  # files: a folder of Parquet files
 
 
 @dataclass(frozen=True)
 class TableConfig:
     """One source table and how it is loaded."""
 
-    database: str  # postgres | mariadb
+    database: str  # postgres | mariadb | files
     mode: str  # append | merge | full_refresh
     # The source table's primary key, in its order: () is keyless (append only); else one of
     # KEY_SHAPES (drawn ("id",) or ("id", "k2"); `recreate_key` changes it).

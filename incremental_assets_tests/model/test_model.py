@@ -18,6 +18,7 @@ import pytest
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import Runner
+from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import (
     CURSOR_TYPES,
     KEY_TYPES,
@@ -30,7 +31,7 @@ from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_databa
 
 @dataclass(frozen=True)
 class Family:
-    database: str  # the server fixture: postgres | mariadb
+    database: str  # the server fixture: postgres | mariadb; files: a folder of Parquet files
     modes: tuple[str, ...]
     seed: int
     examples: int
@@ -123,7 +124,11 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
     f = FAMILIES[family]
     if f.patch:  # plain merges patch each touched bucket, as they do once buckets are large
         monkeypatch.setattr(Runner, "lake_settings", {"merge_tuning": {"patch_min_bytes": 0}})
-    server = request.getfixturevalue(f.database)
+    server = (
+        FilesRoot(tmp_path / "landing")
+        if f.database == "files"
+        else request.getfixturevalue(f.database)
+    )
     connect = request.getfixturevalue("connect") if f.kills else None
     env = Env(
         server,
