@@ -47,8 +47,10 @@ from incremental_assets.writers.base import (
 from incremental_assets.writers.buckets import integer_key, key_changed
 from incremental_assets.writers.schema import ColumnHistory
 from incremental_assets.writers.versions import (
+    CHANGED,
     DELETED,
     GONE,
+    IN_LAKE,
     KEY_CLASHES,
     KEY_ROWS,
     VERSIONS,
@@ -61,6 +63,7 @@ from incremental_assets.writers.versions import (
 
 # What Spark's MERGE INTO counts, in the summary of the snapshot it makes.
 _MERGED = "spark.merge-into.num-target-rows-"
+REMOVED = "__removed"  # a replaced table's row left out (deleted, or gone from the source)
 
 
 def iceberg_lake(plan: WritePlan) -> IcebergLake:
@@ -205,29 +208,48 @@ def _replace_merged(
     commit: IcebergCommit, source: DataFrame, staged: Staged, plan: WritePlan
 ) -> WriteOutcome:
     """The table replaced by the latest version of every key: the delta's, for a full refresh;
-    the lake's rows' and the delta's, matched again, when the key changed."""
-    rows = source.where(~F.col(DELETED) & ~F.col(GONE)).drop(DELETED, GONE)
-    if not plan.replace_all:
-        merged = latest_versions(rows, plan, conformed(commit.base_frame(), plan))
-        rows = merged.where(~F.col(DELETED)).drop(DELETED, VERSIONS, KEY_CLASHES)
+    the lake's rows' and the delta's, matched again, when the key changed: a key whose latest
+    version deletes it, or that reconcile found gone from the source, is removed, lake rows and
+    all."""
+    if plan.replace_all:
+        candidates = source.withColumn(REMOVED, F.col(DELETED) | F.col(GONE))
+    else:
+        candidates = _matched_again(commit, source, plan)
     # Counted once kept: an observation of a checkpoint never reaches a Spark Connect client.
-    kept = with_key_rows(rows, plan).localCheckpoint()
+    kept = with_key_rows(candidates, plan).localCheckpoint()
+    written_row = ~F.col(REMOVED)
     key = F.col(f"`{plan.row_key[0]}`")
-    measures = [F.count(F.lit(1)).alias("rows"), duplicate_keys()]
+    measures = [
+        F.sum(written_row.cast("long")).alias("rows"),
+        duplicate_keys(among=written_row),
+    ]
+    if not plan.replace_all:
+        in_lake, changed = F.col(IN_LAKE), F.col(CHANGED)
+        measures += [
+            F.sum((written_row & ~in_lake).cast("long")).alias("inserted"),
+            F.sum((written_row & in_lake & changed).cast("long")).alias("updated"),
+            F.sum((~written_row & in_lake).cast("long")).alias("deleted"),
+        ]
+    rows = kept.where(written_row).drop(
+        KEY_ROWS, REMOVED, DELETED, GONE, VERSIONS, KEY_CLASHES, IN_LAKE, CHANGED
+    )
     if integer_key(rows, plan):
-        measures += [F.min(key).alias("low"), F.max(key).alias("high")]
+        measures += [
+            F.min(F.when(written_row, key)).alias("low"),
+            F.max(F.when(written_row, key)).alias("high"),
+        ]
     found = kept.agg(*measures).first()
     seen = found.asDict() if found is not None else {}
-    rows = kept.drop(KEY_ROWS)
     written = int(seen.get("rows") or 0)
     partitioning = _partitioning(plan, rows, written, seen.get("low"), seen.get("high"))
     head = commit.replace(rows, _settings(plan, True, partitioning))
+    counts = [int(seen.get(name) or 0) for name in ("inserted", "updated", "deleted")]
     replaced = WriteOutcome(
         rows_extracted=staged.rows_extracted,
         rows_written=written,
         files_written=_files_added(commit.snapshot),
         rows_rewritten=written,
-        merge=MergeCounts(written, 0, 0) if plan.replace_all else _merge_counts(None),
+        merge=MergeCounts(written, 0, 0) if plan.replace_all else MergeCounts(*counts),
         columns=staged.columns,
         merge_path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
         head=head,
@@ -235,6 +257,19 @@ def _replace_merged(
         rows_held=_rows_held(commit),
     )
     return _with_deletes(replaced, commit.snapshot)
+
+
+def _matched_again(commit: IcebergCommit, source: DataFrame, plan: WritePlan) -> DataFrame:
+    """The lake's rows and the delta's, matched again under the run's key: each key's latest
+    version, `REMOVED` if it deletes the key or reconcile found the key gone from the source, and
+    whether it was in the lake (`IN_LAKE`) or changed there (`CHANGED`)."""
+    key = list(plan.row_key)
+    delta = source.where(~F.col(GONE)).drop(DELETED, GONE)
+    merged = latest_versions(delta, plan, conformed(commit.base_frame(), plan))
+    gone = source.where(F.col(GONE)).select(*key).withColumn(GONE, F.lit(True))
+    return merged.join(gone, key, "left").withColumn(
+        REMOVED, F.col(DELETED) | F.coalesce(F.col(GONE), F.lit(False))
+    )
 
 
 def _open(

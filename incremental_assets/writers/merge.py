@@ -299,14 +299,16 @@ class MergeWriter:
         rows = delta.where(_reread(plan) & F.col(BUCKET).isin(sorted(candidates))).select(
             *keys,
             BUCKET,
-            row_hash(data).alias(HASH),
+            row_hash(data, delta.schema).alias(HASH),
             soft_deleted(delta, plan.delete_column).alias(GONE),
         )
         files = [f for f in existing if f.bucket is not None and f.bucket[1] in candidates]
         if files:
             within = _within(staged.key_ranges, delta)
             lake = conformed(self._read_lake(plan, files).where(within), plan)
-            rows = rows.join(lake.select(*keys, row_hash(data).alias(LAKE_HASH)), keys, "left")
+            rows = rows.join(
+                lake.select(*keys, row_hash(data, lake.schema).alias(LAKE_HASH)), keys, "left"
+            )
         else:
             rows = rows.withColumn(LAKE_HASH, F.lit(None).cast("long"))
         held = F.col(LAKE_HASH).isNotNull()

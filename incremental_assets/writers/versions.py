@@ -35,6 +35,7 @@ SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE, CLASHES = (
     "__clashes",
 )
 VERSIONS, KEY_CLASHES, KEY_ROWS = "__versions", "__key_clashes", "__key_rows"
+CHANGED = "__changed"
 COUNTED = ("rows", "null_keys", "clashes")
 
 
@@ -93,7 +94,8 @@ def latest_versions(
     saying whether its delete column deletes its key, and its key's counts (`VERSIONS` of the
     delta's rows, `KEY_CLASHES`) for `version_counts`, which reads them once the winners are
     kept (an observation of a frame kept with `localCheckpoint` never reaches a Spark Connect
-    client).
+    client). With `lake_rows`, also whether the key is in the lake (`IN_LAKE`) and whether the
+    winner is a delta version that differs from the lake's (`CHANGED`).
 
     For a merge that matches the delta with the lake row by row (an Iceberg `MERGE INTO`, which
     takes at most one version of a key), and for a table whose rows are matched again under a
@@ -105,7 +107,8 @@ def latest_versions(
     rows = delta.withColumn(SOURCE, F.lit(1))
     if lake_rows is not None:
         rows = rows.unionByName(lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True)
-    hashed = rows.withColumn(HASH, row_hash(data_columns, rows.schema))
+    content = [c for c in data_columns if c != BATCH_COLUMN]  # a version is its data, not its run
+    hashed = rows.withColumn(HASH, row_hash(content, rows.schema))
     by_key = W.partitionBy(*key)
     in_order = by_key.orderBy(*precedence(plan))
     ranked = (
@@ -114,10 +117,18 @@ def latest_versions(
         .withColumn(VERSIONS, F.sum(from_delta.cast("long")).over(by_key))
         .withColumn(KEY_CLASHES, F.sum(F.col(CLASHES)).over(by_key))
     )
+    if lake_rows is not None:
+        lake_hash = F.max(F.when(~from_delta, F.col(HASH))).over(by_key)
+        ranked = ranked.withColumn(IN_LAKE, lake_hash.isNotNull()).withColumn(
+            CHANGED, from_delta & ~F.coalesce(F.col(HASH) == lake_hash, F.lit(False))
+        )
     winners = ranked.where(F.col(RANK) == 1).withColumn(
         DELETED, soft_deleted(ranked, plan.delete_column)
     )
-    return winners.select(*[F.col(f"`{c}`") for c in data_columns], DELETED, VERSIONS, KEY_CLASHES)
+    compared = [IN_LAKE, CHANGED] if lake_rows is not None else []
+    return winners.select(
+        *[F.col(f"`{c}`") for c in data_columns], DELETED, VERSIONS, KEY_CLASHES, *compared
+    )
 
 
 def version_counts(winners: DataFrame, plan: WritePlan) -> dict[str, int]:
@@ -145,9 +156,11 @@ def with_key_rows(merged: DataFrame, plan: WritePlan) -> DataFrame:
     return merged.withColumn(KEY_ROWS, F.count(F.lit(1)).over(by_key))
 
 
-def duplicate_keys() -> Column:
-    """Keys more than one row of a `with_key_rows` frame has: each of a key's n rows adds 1/n."""
-    share = F.when(F.col(KEY_ROWS) > 1, F.lit(1.0) / F.col(KEY_ROWS)).otherwise(F.lit(0.0))
+def duplicate_keys(among: Column | None = None) -> Column:
+    """Keys more than one row of a `with_key_rows` frame has (of the rows `among` holds for):
+    each of a key's n rows adds 1/n."""
+    twice = F.col(KEY_ROWS) > 1 if among is None else among & (F.col(KEY_ROWS) > 1)
+    share = F.when(twice, F.lit(1.0) / F.col(KEY_ROWS)).otherwise(F.lit(0.0))
     return F.round(F.sum(share)).alias("duplicate_keys")
 
 
@@ -191,14 +204,15 @@ def _clashes(plan: WritePlan, in_order: WindowSpec) -> Column:
     return F.coalesce(clash, F.lit(False)).cast("long")
 
 
-def row_hash(columns: list[str], schema: T.StructType | None = None) -> Column:
-    """The hash of the row's `columns`, maps among them hashed in their canonical form, which
-    needs their types (`schema`); without it, a map column fails the hash."""
-    if schema is None:
-        return F.xxhash64(*[F.col(SPARK_SQL.quote(c)) for c in columns])
-    return F.xxhash64(
-        *[F.expr(comparable_sql(SPARK_SQL.quote(c), schema[c].dataType)) for c in columns]
-    )
+def row_hash(columns: list[str], schema: T.StructType) -> Column:
+    """The hash of the row's `columns`: each in its canonical form (`comparable_sql`, which needs
+    its type), beside whether it is NULL (xxhash64 skips NULLs, so without the flags a row with
+    (NULL, 'x') would hash as one with ('x', NULL), and a NULL array as an empty one)."""
+    parts: list[Column] = []
+    for c in columns:
+        column = SPARK_SQL.quote(c)
+        parts += [F.expr(comparable_sql(column, schema[c].dataType)), F.col(column).isNull()]
+    return F.xxhash64(*parts)
 
 
 def comparable_sql(reference: str, data_type: T.DataType, depth: int = 0) -> str:
