@@ -42,6 +42,19 @@ class TableProblem:
         return f"{text} Fix: {self.fix}" if self.fix else text
 
 
+def unknown_cause_fix(table: str) -> str:
+    """The fix of a failure whose cause the package doesn't know: whether a rerun helps depends
+    on whether the cause passes, so say both ways out."""
+    return (
+        "if the cause above may pass (the storage, the network, the Spark engine running out of "
+        "memory), run again. If the same run fails the same way again, it will every time: the "
+        "table's data or settings meet a case incremental_assets does not handle. The lake "
+        "stays as the last run left it; change what the message points at (a column's type, "
+        f"the key, a setting of table '{table}'), or leave the table out of the runs, and report "
+        "the message with the run's log as a bug."
+    )
+
+
 class IncrementalAssetsError(Exception):
     """Base class for every error this package raises on purpose."""
 

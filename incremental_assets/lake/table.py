@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from incremental_assets.errors import TableProblem, WriteError
+from incremental_assets.errors import TableProblem, WriteError, unknown_cause_fix
 from incremental_assets.lake.facts import LakeFacts
 
 LakeFormat = Literal["parquet", "iceberg"]
@@ -102,6 +102,6 @@ def lake_error(table_name: str, uri: str, cause: str) -> WriteError:
             table_name,
             f"writing to the lake at {uri} failed: {cause}. Nothing was committed and the cursor "
             "did not move.",
-            fix="fix the cause and run again.",
+            fix=unknown_cause_fix(table_name),
         )
     )

@@ -12,7 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from incremental_assets.config import JdbcSourceSpec, TableSpec
-from incremental_assets.errors import EngineError, IncrementalAssetsError, SourceError, TableProblem
+from incremental_assets.errors import (
+    EngineError,
+    IncrementalAssetsError,
+    SourceError,
+    TableProblem,
+    unknown_cause_fix,
+)
 
 _SPARK_NOISE = re.compile(r"^(An error occurred while calling [^\n]*\n: )?")
 # What Spark wraps `raise_error`'s message in.
@@ -138,7 +144,7 @@ def _fix(table: TableSpec, text: str) -> str:
         )
     if table.query is not None:
         return f"the `query:` of table '{table.name}' must run on its own in the database."
-    return "fix the cause above and run again; the cursor did not move."
+    return "the cursor did not move; " + unknown_cause_fix(table.name)
 
 
 # How a Spark Connect client says its server is gone (stopped) or forgot it (restarted).

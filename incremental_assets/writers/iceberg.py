@@ -98,10 +98,11 @@ class IcebergAppendWriter:
         target = commit.begin()
         with commit.summarized():
             if plan.facts.head is not None and plan.facts.head.batch == plan.batch:
-                # The batch was committed by a run that died before recording it: replaced.
-                frame.writeTo(target).overwrite(F.col(BATCH_COLUMN) == plan.batch)
-            else:
-                frame.writeTo(target).append()
+                # The batch was committed by a run that died before recording it: its rows are
+                # replaced, deleted row by row (compaction may have packed them with other
+                # batches', where a delete by filter is refused), then appended again.
+                commit.spark.sql(f"DELETE FROM {target} WHERE `{BATCH_COLUMN}` = {plan.batch}")
+            frame.writeTo(target).append()
         return self._staged()
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:

@@ -305,3 +305,34 @@ def test_a_run_the_daemon_launches_goes_ahead_after_one_it_launched_was_killed(
     statuses = _runs(loads.instance)
     assert sorted(s.value for r, s in statuses.items() if r not in killed | loaded) == ["SUCCESS"]
     assert loads.rows(VERSIONS) == _source(pg)
+
+
+@pytest.mark.parametrize("mode", ["append", "merge"])
+def test_a_batch_committed_but_not_recorded_is_repeated_after_compaction_packed_it(
+    loads: Loads, pg: Schema, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The review's finding (Iceberg): the run that committed batch 2 died before recording it,
+    then maintenance packed batch 2's files with batch 1's. The rerun replaced its batch by a
+    delete by filter, which Iceberg refuses on a file that holds other rows ("Cannot delete file
+    where some, but not all, rows match filter"), every time: the table was stuck."""
+    _setup(loads, pg, mode, lake={"format": "iceberg", "maintenance": "off"})
+    assert loads.run().success
+    loaded = _source(pg)
+    _change(pg)
+    _fail_at(monkeypatch, "factory", "committed")
+    assert not loads.run().success
+    monkeypatch.undo()
+    assert loads.metadata()["batch"] == 1  # batch 2 is in the lake, unrecorded
+    lake = loads.iceberg_table()
+    compacted = loads.compact()
+    assert "data files rewritten" in compacted and not compacted.startswith("compact: 0 data")
+    assert loads.iceberg_table().current_snapshot().summary.operation.value == "replace"
+    assert lake.current_snapshot().snapshot_id != loads.iceberg_table().current_snapshot().snapshot_id
+
+    rerun = loads.run()
+
+    assert rerun.success, rerun.failure
+    assert rerun.metadata["batch"] == 2
+    held = _source(pg) if mode == "merge" else _appended(loaded, _source(pg))
+    assert loads.rows(VERSIONS) == held
+

@@ -483,3 +483,32 @@ def test_a_lake_copied_to_another_folder_is_refused_as_moved_and_rebuilt_there_b
     assert sorted(p.name for p in (tmp_path / "lake" / "orders" / "metadata").iterdir()) == old
     location = loads.iceberg_table().metadata.location
     assert str(tmp_path / "lake2" / "orders") in location
+
+
+@pytest.mark.xdist_group("connect")
+def test_a_commit_refused_after_a_compaction_says_the_table_was_compacted(
+    loads: Loads, pg: Schema, connect: str
+) -> None:
+    """The review's finding: a run whose table was compacted while it computed (another
+    engine's maintenance) was refused naming its own base snapshot as "the other writer"."""
+    create_orders(pg, 40)
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "maintenance": "off"})
+    assert loads.run().success
+    change_orders(pg, 1)
+    assert loads.run().success  # two batches' files: something to compact
+    change_orders(pg, 2)
+    writer, marker = loads.paused_run("staged", remote=connect)
+    assert "data files rewritten" in loads.compact()
+
+    marker.unlink()
+    _, stderr = writer.communicate(timeout=300)
+
+    assert writer.returncode != 0
+    assert "was compacted (snapshot" in stderr and "no row changed" in stderr
+    assert "another writer committed" not in stderr
+    assert "run again: it reads the compacted table" in stderr
+    rerun = loads.run()
+    assert rerun.success, rerun.failure
+    held = loads.rows(["id", "note", "updated_at"])
+    assert len(held) == len(set(held))  # every version once
+    assert set(pg.query("SELECT id, note, updated_at FROM orders")) <= set(held)

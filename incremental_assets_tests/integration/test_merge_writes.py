@@ -128,3 +128,23 @@ def test_position_deletes_on_a_format_v3_table_are_refused_before_the_source_is_
     assert "format v3" in refused.failure and "merge_writes" in refused.failure
     assert "set merge_writes: deletion_vectors" in refused.failure
     assert loads.metadata()["cursor"] == before["cursor"]
+
+
+@pytest.mark.parametrize("before", [None, "deletion_vectors"])
+def test_after_a_switch_to_copy_on_write_the_table_counts_its_rows_right(
+    loads: Loads, pg: Schema, spark: SparkSession, before: str | None
+) -> None:
+    """The review's finding: a copy-on-write merge rewrote the data files earlier merges had
+    written deletes for, and those deletes, left behind, were still subtracted: the run reported
+    fewer rows than the table held."""
+    merged_once(loads, pg, before)
+    assert delete_files(loads, spark)
+    loads.write(loads.config(pg, MERGE, lake=ICEBERG, merge_writes="copy_on_write"))
+    change_orders(pg, 2, new=5, every=7)
+
+    result = loads.run()
+
+    assert result.success, result.failure
+    assert held(loads, spark) == orders_held(pg)
+    assert result.metadata["dagster/row_count"] == len(orders_held(pg))
+    assert delete_files(loads, spark) == []  # the switch applied them: none left to miscount

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,6 +21,10 @@ import pyarrow as pa
 
 from incremental_assets.config import Project
 from incremental_assets.factory import build_table_asset
+from incremental_assets.lake import open_lake
+from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.maintenance import Policy, maintain
+from incremental_assets.lake.iceberg.table import now
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import paused_run, write_cli_config
@@ -178,6 +183,17 @@ class Loads:
         subprocess on this instance, held at the pause point `point` (see `paused_run`): the
         process, and the marker file whose removal lets it go on."""
         return paused_run(self._builder.directory, self.cli_config(remote), self.home, point)
+
+    def compact(self, table: str | None = None) -> str:
+        """The Iceberg table's compaction, as maintenance runs it, every small file packed
+        together: what it did."""
+        lake = open_lake(self.project.lake, table or _only_table(self.project))
+        assert isinstance(lake, IcebergLake)
+        state = lake.state()
+        assert state is not None
+        policy = Policy(keep_snapshots=100, keep_snapshots_for=timedelta(days=1), small_files=2)
+        spark = lake.session(self._spark_resource.spark_session)
+        return maintain(spark, lake.target(), state, ["compact"], policy, now()).describe()
 
     def lake(self, table: str | None = None) -> pa.Table:
         """The table in the lake, as its readers read it."""

@@ -11,6 +11,7 @@ import pytest
 
 from incremental_assets.config import TableSpec, project_from_mapping
 from incremental_assets.errors import ConfigError, EngineError, SourceError
+from incremental_assets.lake.table import lake_error
 from incremental_assets.sources.failures import (
     engine_error,
     failures_of,
@@ -134,6 +135,8 @@ def test_the_innermost_cause_is_added_when_the_driver_message_lacks_it() -> None
         ("The column holds infinity", "PostgreSQL 'infinity'"),
         ("[PATH_NOT_FOUND] Path does not exist: /landing/x", "existing folder"),
         ("something unheard of", "the cursor did not move"),
+        # A failure of no known kind: a rerun helps only if its cause passes, and says so.
+        ("something unheard of", "If the same run fails the same way again, it will every time"),
     ],
 )
 def test_each_kind_of_failure_gets_its_fix(said: str, fix: str) -> None:
@@ -184,3 +187,13 @@ def test_failures_of_keeps_our_errors_and_words_the_others() -> None:
     assert kept.value is ours
     assert "reading failed: Connection refused." in str(worded.value)
     assert worded.value.__cause__ is None and worded.value.__suppress_context__
+
+
+def test_a_write_failure_of_unknown_cause_never_just_says_run_again() -> None:
+    """The review's finding: deterministic failures (a sparse key's width, a map column) said
+    "Fix: fix the cause and run again", which can't work for them."""
+    text = str(lake_error("orders", "/lake/orders", "IllegalArgumentException: something"))
+
+    assert "fix the cause and run again" not in text
+    assert "If the same run fails the same way again, it will every time" in text
+    assert "table 'orders'" in text and "The lake stays as the last run left it" in text

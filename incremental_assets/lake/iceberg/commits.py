@@ -28,14 +28,18 @@ from pyspark.sql import types as T
 from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
+from incremental_assets.lake.iceberg.maintenance import apply_deletes
 from incremental_assets.lake.iceberg.partitions import consistent_with
 from incremental_assets.lake.iceberg.records import (
+    BATCH,
+    DATA_PRESERVING,
     PREFIX,
     REWRITE,
     RUN_ID,
     SnapshotInfo,
     TableState,
     branch_name,
+    deletes_of,
     head_at,
     head_of,
     head_snapshot,
@@ -89,6 +93,10 @@ class TableSettings:
             mode = "copy-on-write" if writes == "copy_on_write" else "merge-on-read"
             properties |= dict.fromkeys(MERGE_MODES, mode)
         return TableSettings(partitioning=partitioning, properties=properties)
+
+    @property
+    def copy_on_write(self) -> bool:
+        return self.properties.get("write.merge.mode") == "copy-on-write"
 
     def changes_to(self, held: Mapping[str, str], version: int) -> dict[str, str]:
         """The properties an existing table must be set to (its version only ever goes up)."""
@@ -166,7 +174,9 @@ class IcebergCommit:
 
     def conform(self, settings: TableSettings) -> None:
         """Set the table's write properties (and format version) to the settings' where they
-        differ: the configuration changed since the table was made."""
+        differ: the configuration changed since the table was made. A table whose merges copy on
+        write has its deletes applied first (`maintenance.apply_deletes`): its merges would
+        leave them behind, miscounting its rows."""
         state = self._state()
         if state is None:
             return
@@ -175,6 +185,12 @@ class IcebergCommit:
             listed = ", ".join(f"'{k}'='{v}'" for k, v in changed.items())
             self.spark.sql(f"ALTER TABLE {self.lake.reference()} SET TBLPROPERTIES ({listed})")
         self.properties = {**state.properties, **changed}
+        current = state.current
+        if settings.copy_on_write and current is not None and deletes_of(current).files:
+            if current.snapshot_id != self.base:
+                raise self._conflict(state)
+            apply_deletes(self.spark, self.lake.target())
+            self._rebase()
 
     # -- a snapshot on the run's branch, then main moved to it ----------------------------
 
@@ -275,6 +291,11 @@ class IcebergCommit:
         carried = {k: v for k, v in head.summary.items() if k.startswith(PREFIX) or k == RUN_ID}
         kept = replace(settings, partitioning=state.partitioning)
         self._replace_table(frame, kept, {**carried, REWRITE: "types"})
+        self._rebase()
+
+    def _rebase(self) -> None:
+        """Take main's new snapshot, made by this commit's own rewrite of the rows it read
+        (their types, or their deletes), as the snapshot the run's commit must find main at."""
         rewritten = self._state()
         self.facts = replace(
             self.facts,
@@ -390,16 +411,38 @@ class IcebergCommit:
         raise exc
 
     def _conflict(self, state: TableState | None) -> ConcurrentRunError:
-        snapshot = head_snapshot(state) if state is not None else None
-        head = head_of(state) if state is not None else None
-        if snapshot is None or head is None:
+        was = f"snapshot {self.base}" if self.base is not None else "no snapshot"
+        fix = (
+            "run again: the next run starts from what the other one recorded. To keep runs of "
+            "a table from overlapping, give each table's Dagster pool a limit of 1 (the "
+            "project's dagster.yaml does)."
+        )
+        since = _since(state, self.base) if state is not None else []
+        if since and all(s.operation == DATA_PRESERVING for s in since):
+            # Only maintenance moved main: no other writer, and no row changed.
+            return ConcurrentRunError(
+                TableProblem(
+                    self.lake.table_name,
+                    f"the {self.lake.describe()} was compacted (snapshot {since[0].snapshot_id}: "
+                    "its files rewritten, no row changed) while this run was computing its "
+                    f"commit against {was}, which the commit's files no longer match. This "
+                    "run's commit was refused, so nothing of it was committed and the cursor "
+                    "did not move.",
+                    fix="run again: it reads the compacted table. Maintenance of another engine's "
+                    "that compacts this table while runs go on causes this; keep the table's "
+                    "maintenance to the package (lake.maintenance), which takes the table's pool "
+                    "and lock.",
+                )
+            )
+        writer = next((s for s in since if s.operation != DATA_PRESERVING), None)
+        if writer is None:
             now = "no snapshot"
         else:
-            now = f"snapshot {head.snapshot_id} (commit {head.txn}, batch {head.batch})"
-            writer = snapshot.summary.get(RUN_ID)
-            if writer:
-                now += f", made by Dagster run {writer}"
-        was = f"snapshot {self.base}" if self.base is not None else "no snapshot"
+            now = f"snapshot {writer.snapshot_id}"
+            if writer.txn is not None:
+                now += f" (commit {writer.txn}, batch {writer.summary.get(BATCH)})"
+            made = writer.summary.get(RUN_ID)
+            now += f", made by Dagster run {made}" if made else ", made by another engine"
         return ConcurrentRunError(
             TableProblem(
                 self.lake.table_name,
@@ -408,9 +451,7 @@ class IcebergCommit:
                 "the table overlapped (no lock keeps them apart on this storage), or another "
                 "engine wrote to it. This run's commit was refused, so nothing of it was "
                 "committed and the cursor did not move.",
-                fix="run again: the next run starts from what the other one recorded. To keep "
-                "runs of a table from overlapping, give each table's Dagster pool a limit of 1 "
-                "(the project's dagster.yaml does).",
+                fix=fix,
             )
         )
 
@@ -425,6 +466,16 @@ class IcebergCommit:
         for branch, txn in our_branches(state).items():
             if txn != self.txn and _age(txn) >= ORPHAN_AGE:
                 self._drop_branch(branch)
+
+
+def _since(state: TableState, base: int | None) -> list[SnapshotInfo]:
+    """Main's snapshots after `base`, newest first (all of main's if base is gone from it)."""
+    found = []
+    for snapshot in state.ancestry():
+        if snapshot.snapshot_id == base:
+            break
+        found.append(snapshot)
+    return found
 
 
 def _age(txn: str) -> timedelta:

@@ -201,6 +201,18 @@ def _compact(spark: SparkSession, target: Target, policy: Policy) -> str:
     )
 
 
+def apply_deletes(spark: SparkSession, target: Target) -> str:
+    """Every data file that deletes apply to rewritten without its deleted rows, and the deletes
+    dropped: a copy-on-write merge rewrites the files it changes and leaves the position deletes
+    earlier merges wrote for them behind, still counted in the table's totals."""
+    options = ", options => map('delete-file-threshold', '1', 'remove-dangling-deletes', 'true')"
+    data = _call(spark, target, "rewrite_data_files", options)
+    return (
+        f"{data.get('rewritten_data_files_count', 0)} data files rewritten without their "
+        f"deleted rows, {data.get('removed_delete_files_count', 0)} delete files dropped"
+    )
+
+
 def _expire(spark: SparkSession, target: Target, expired: list[int]) -> str:
     # Only the snapshots named: with `older_than` at the epoch, Iceberg's own rule (main's
     # `retain_last` ancestors, anything newer than the age) keeps every other one. In calls of

@@ -38,7 +38,7 @@ RECORDS = {KEY: PREFIX + "key", COLUMNS: PREFIX + "columns", SNAPSHOT: PREFIX + 
 # Our runs' branches: `main` moves to one only if it is still where the branch started.
 BRANCH_PREFIX = "ia-"
 # Snapshots that rewrite files without changing the table's rows.
-_DATA_PRESERVING = "replace"
+DATA_PRESERVING = "replace"
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _transforms(spec: Mapping[str, Any], names: Mapping[int, str]) -> list[str]:
 def head_snapshot(state: TableState) -> SnapshotInfo | None:
     """The snapshot that says what the table holds: main's newest of ours, past maintenance."""
     for snapshot in state.ancestry():
-        if snapshot.txn is not None or snapshot.operation != _DATA_PRESERVING:
+        if snapshot.txn is not None or snapshot.operation != DATA_PRESERVING:
             return snapshot
     current = state.current
     return current  # only maintenance since the table began (or no snapshot): as it is
@@ -252,8 +252,9 @@ def live_rows(snapshot: SnapshotInfo) -> int:
     """The rows a snapshot reads as: its data files' rows less the positions its deletes remove.
 
     Spark merges a data file's earlier position deletes into the new delete file (and a v3
-    table keeps one deletion vector per file), and maintenance drops deletes whose data file is
-    gone, so no position is counted twice.
+    table keeps one deletion vector per file), maintenance drops deletes whose data file is
+    gone, and a table whose merges copy on write has its deletes applied before its first such
+    merge (`commits.IcebergCommit.conform`), so no position is counted twice or left counted.
     """
     summary = snapshot.summary
     return int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))

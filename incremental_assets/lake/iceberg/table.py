@@ -129,8 +129,7 @@ class IcebergLake:
         tasks = due(state, policy, now())
         if not tasks:
             return None
-        target = Target(self.catalog.name, self.procedure_table(), self.reference())
-        return maintain(self.session(spark), target, state, tasks, policy, now()).describe()
+        return maintain(self.session(spark), self.target(), state, tasks, policy, now()).describe()
 
     def _kept_state(self) -> TableState | None:
         """The table's metadata, when it is this lake's to keep: a copied lake's catalog names
@@ -180,6 +179,10 @@ class IcebergLake:
     def procedure_table(self) -> str:
         """The table as Iceberg's procedures take it, a string naming its catalog."""
         return f"{self.catalog.name}.{self.name}"
+
+    def target(self) -> Target:
+        """The table as maintenance names it."""
+        return Target(self.catalog.name, self.procedure_table(), self.reference())
 
     # -- writing ---------------------------------------------------------------------------
 
