@@ -39,14 +39,18 @@ def new_txn() -> str:
 
 def is_txn(text: str) -> bool:
     """Whether `text` is a commit id as `new_txn` makes them, a real time included."""
+    return txn_time(text) is not None
+
+
+def txn_time(text: str) -> datetime | None:
+    """When the commit id `text` was made; None if it is not one."""
     match = _TXN.fullmatch(text)
     if match is None:
-        return False
+        return None
     try:
-        datetime.strptime(match.group("time"), TXN_TIME)
+        return datetime.strptime(match.group("time"), TXN_TIME).replace(tzinfo=UTC)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def batch_group(batch: int) -> str:

@@ -49,10 +49,11 @@ from incremental_assets.lake.iceberg.records import (
 )
 from incremental_assets.lake.iceberg.schema import promotable
 from incremental_assets.lake.iceberg.table import IcebergLake
+from incremental_assets.lake.names import txn_time
 from incremental_assets.pause_points import pause_point
 
 # A branch left younger than this may be a live run's (without the lock, runs can overlap).
-ORPHAN_AGE = timedelta(days=1)
+DEAD_BRANCH_AGE = timedelta(days=1)
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
 MERGE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
 # The settings an existing table is kept in step with: a change applies from the next write.
@@ -464,7 +465,7 @@ class IcebergCommit:
         if state is None:
             return
         for branch, txn in our_branches(state).items():
-            if txn != self.txn and _age(txn) >= ORPHAN_AGE:
+            if txn != self.txn and _age(txn) >= DEAD_BRANCH_AGE:
                 self._drop_branch(branch)
 
 
@@ -479,9 +480,7 @@ def _since(state: TableState, base: int | None) -> list[SnapshotInfo]:
 
 
 def _age(txn: str) -> timedelta:
-    """How old a commit id is (it starts with its UTC time)."""
-    try:
-        started = datetime.strptime(txn[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
-    except ValueError:
-        return ORPHAN_AGE
-    return datetime.now(UTC) - started
+    """How old one of our branches' commit ids is (`our_branches` yields only real ones)."""
+    made = txn_time(txn)
+    assert made is not None, txn
+    return datetime.now(UTC) - made
