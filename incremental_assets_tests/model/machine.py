@@ -1,19 +1,25 @@
 """The state machine: random sequences of source changes, cursor commands and runs of the asset.
 
-Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema or
-MariaDB database (the server's kind decides), lake (plain Parquet or Iceberg, as `Env` says) and
-on-disk Dagster instance. Rules change the source as applications do (inserts, updates that
-tie with the cursor, soft and hard deletes, restores, identical rows, transactions left open
-across runs, schema changes), operate the cursor, and run the asset: in this process, as a
-subprocess killed at a pause point, or twice after letting everything settle. Others change what
-an operator changes between runs: the table's settings (mode, delete_column, the columns read, how
-the key is named, the cursor column, an Iceberg merge table's `merge_writes`) and the lake itself
-(its folder removed, moved, or restored from a copy taken after an earlier run; a new, empty
-Dagster instance); and an Iceberg table's maintenance, run between runs as a job of its own would,
-with a retention that expires snapshots and thresholds that compact these small tables. After
-every run that succeeds, `Reference.check_run` states what the lake and the metadata must be
-(after maintenance, `Reference.check_maintenance`); runs that are refused by design must fail
-cleanly, change nothing, and, where the refusal says to, a full refresh then rebuilds the lake.
+Each example is one table with a drawn configuration (`setup`), a fresh PostgreSQL schema,
+MariaDB database or folder of Parquet files (the server's kind decides), lake (plain Parquet or
+Iceberg, as `Env` says) and on-disk Dagster instance holding the project's dagster.yaml (one run
+per table's pool). Keys are integers (sparse 64-bit ones too), decimals, text or timestamps,
+alone or with `k2`; rows hold arrays and composites (PostgreSQL) or maps and arrays of structs
+(files) beside scalars. Rules change the source as applications do (inserts, updates that tie
+with the cursor, soft and hard deletes, restores, identical rows, transactions left open across
+runs, schema changes, maps rewritten in another order), operate the cursor, and run the asset:
+in this process, as `dagster asset materialize` (to its end, or killed at a pause point), or
+twice after letting everything settle; a run that hasn't ended after `Env.run_timeout` fails the
+example as hung. Others change what an operator changes between runs: the table's settings
+(mode, delete_column, the columns read, how the key is named, the source's key recreated with
+deletes in the same window, the cursor column, an Iceberg merge table's `merge_writes`) and the
+lake itself (its folder removed, moved, or restored from a copy taken after an earlier run; a
+new, empty Dagster instance); and an Iceberg table's maintenance, run between runs as a job of
+its own would (after a run killed past its commit too), with a retention that expires snapshots
+and thresholds that compact these small tables. After every run that succeeds,
+`Reference.check_run` states what the lake and the metadata must be (after maintenance,
+`Reference.check_maintenance`); runs that are refused by design must fail cleanly, change
+nothing, and, where the refusal says to, a full refresh then rebuilds the lake.
 
 Hypothesis prints a failing example as the sequence of rules with their arguments; `note()`
 lines (starting with `#`) say what each step did to the source (keys and cursor values).

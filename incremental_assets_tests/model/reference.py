@@ -9,7 +9,9 @@ product how anything is computed; it states the README's guarantees over the sou
 * R is the largest committed cursor value in that window that lies below the start of every
   open transaction (time cursors), and never below the stored cursor on an incremental run;
 * merge: one row per key, the latest version; soft-deleted keys gone; hard-deleted keys gone
-  once reconciled; a key whose version lies above R keeps what the lake held;
+  once reconciled (`deletes: reconcile` reconciles every run that doesn't replace the table,
+  the run whose key changed included); a key whose version lies above R keeps what the lake
+  held; when the key changes, what the model remembers is re-keyed by it;
 * append: every version read, once: a version is (key, cursor), or the whole row without a key
   (a multiset: identical rows count);
 * full_refresh mode: the lake is the committed snapshot;
@@ -45,7 +47,8 @@ product how anything is computed; it states the README's guarantees over the sou
 
 Cursor values and keys are compared as the source database compares them (`collated`: on
 MariaDB, text that differs only in case or trailing spaces is equal); the values the lake holds
-are compared exactly. A version of a keyless or append row is its exact values.
+are compared exactly, arrays in order, maps as their sets of entries (`frozen`, `lake.held`).
+A version of a keyless or append row is its exact values.
 
 Violations are collected, not raised one by one, so a failure shows everything that went wrong.
 """
@@ -425,7 +428,11 @@ class Reference:
             out.append(f"files that kept snapshots reference are gone: {list(lake.missing)}")
         if facts.lake_rows_before is not None:  # main before the run is known
             before = facts.head_before
-            silent = not any(md.get(k) for k in ("rows_written", "files_written", "schema_change"))
+            # A run that only deleted rows wrote a snapshot too (a table replaced empty: no file).
+            silent = not any(
+                md.get(k)
+                for k in ("rows_written", "files_written", "rows_deleted", "schema_change")
+            )
             if not full and silent and lake.head != before:
                 out.append(
                     f"a run that wrote nothing moved main's head from snapshot {before} to "

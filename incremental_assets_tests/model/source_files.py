@@ -64,9 +64,12 @@ def _attrs(n: int) -> dict[str, int | None] | None:
 
 
 def _items(n: int) -> list[dict[str, Any]] | None:
-    """An array of structs, one of them all NULL."""
+    """An array of structs, one of them NULL in every field, or one struct, or empty. Never
+    NULL itself: PyIceberg (0.12, which the model reads Iceberg tables with) reads a NULL
+    array of structs as an empty one (apache/iceberg-python#3833), though the file Spark wrote
+    holds the NULL."""
     if n % 4 == 0:
-        return None
+        return [{"a": None, "b": f"only {n}"}]
     return [] if n % 4 == 1 else [{"a": n, "b": f"i {n}"}, {"a": None, "b": None}]
 
 
