@@ -17,6 +17,7 @@ import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.machine import Env, LakeMachine, machine_class
+from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import TABLE, TableConfig
 from incremental_assets_tests.support.mariadb import MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer
@@ -261,5 +262,26 @@ def test_a_plain_merge_table_keyed_by_sparse_bigint_ids_loads(
     env = Env(postgres, spark_resource, tmp_path)
     with replayed(env, config) as state:
         state.add_row()
+        state.add_row()
+        state.run()
+
+
+@pytest.mark.xfail(strict=True, reason="drop_loaded partitions a window by a map column")
+@pytest.mark.parametrize("lake_format", ["parquet", "iceberg"])
+def test_a_keyless_append_table_with_a_map_column_takes_incremental_runs(
+    lake_format: str, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Soak `--database files --format iceberg --seed 502`: an append table without a key, read
+    from Parquet files with a map column, loads its first run; every later run fails before it
+    writes: "[EXPRESSION_TYPE_IS_NOT_ORDERABLE] Column expression "attrs" cannot be sorted
+    because its type "MAP<STRING, INT>" is not orderable". Rows read again (ties at the
+    inclusive lower bound) are dropped as a multiset (`drop_loaded`), numbering each row's copies
+    in a window partitioned by every column, and Spark can't partition by a map. The canonical
+    form merges now hash and compare maps in (c833191) isn't used there."""
+    config = TableConfig("files", "append", (), "", "bigint")
+    env = Env(FilesRoot(tmp_path / "landing"), spark_resource, tmp_path, lake_format=lake_format)
+    with replayed(env, config) as state:
+        state.add_row()
+        state.run()
         state.add_row()
         state.run()
