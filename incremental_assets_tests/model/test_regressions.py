@@ -285,3 +285,20 @@ def test_a_keyless_append_table_with_a_map_column_takes_incremental_runs(
         state.run()
         state.add_row()
         state.run()
+
+
+@pytest.mark.xfail(strict=True, reason="a key change's counts: rows_written without inserted")
+def test_an_iceberg_merge_whose_key_changed_counts_what_it_wrote(
+    postgres: PostgresServer, spark_resource: IncrementalSparkResource, tmp_path: Path
+) -> None:
+    """Soak `--format iceberg --modes merge --seed 506` (shrunk by hand): the source's key
+    recreated on (id, k2), nothing else changed. The next run replaces the Iceberg table by the
+    new key (`_replace_merged`) and reports rows_written 2 (every row of the table written
+    anew), but rows_inserted, rows_updated and rows_deleted empty: the metadata says it wrote two
+    rows that it neither inserted nor updated. (The plain format's key change counts agree.)"""
+    env = Env(postgres, spark_resource, tmp_path, lake_format="iceberg")
+    with replayed(env, MERGE) as state:
+        state.add_row()
+        state.add_row()
+        state.run()
+        state.recreate_key(pick=0, named="as drawn", flagged=[0], deleted=[0])
