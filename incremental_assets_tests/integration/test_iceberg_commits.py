@@ -512,3 +512,66 @@ def test_a_commit_refused_after_a_compaction_says_the_table_was_compacted(
     held = loads.rows(["id", "note", "updated_at"])
     assert len(held) == len(set(held))  # every version once
     assert set(pg.query("SELECT id, note, updated_at FROM orders")) <= set(held)
+
+
+def _foreign_insert(loads: Loads, spark: SparkSession, id_: int) -> None:
+    """Another engine's INSERT into main: one row the source never had."""
+    lake = _lake(loads)
+    lake.session(spark).sql(
+        f"INSERT INTO {lake.reference()} (id, note, updated_at, _batch) VALUES "
+        f"({id_}, 'foreign', TIMESTAMP '2030-01-01 00:00:00', 0)"
+    )
+
+
+@pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize("mode", ["merge", "append"])
+def test_a_full_refresh_never_erases_a_commit_that_landed_while_it_ran(
+    loads: Loads, pg: Schema, connect: str, spark: SparkSession, mode: str
+) -> None:
+    """The review's finding: a full refresh checked main before its job, and Iceberg's
+    `CREATE OR REPLACE` committed over whatever landed meanwhile: another writer's INSERT was
+    told it succeeded, then vanished. A full refresh of a table whose columns and partitioning
+    stay is now made on the run's branch, and `main` moves to it only if it didn't move."""
+    create_orders(pg, 30)
+    loads.configure(pg, {**ORDERS_APPEND, "mode": mode}, lake={**ICEBERG, "maintenance": "off"})
+    assert loads.run().success
+    writer, marker = loads.paused_run("mid-commit", remote=connect, full_refresh=True)
+    _foreign_insert(loads, spark, 10_000)
+
+    marker.unlink()
+    _, stderr = writer.communicate(timeout=300)
+
+    assert writer.returncode != 0
+    assert "another writer committed" in stderr and "made by another engine" in stderr
+    assert (10_000, "foreign") in loads.rows(["id", "note"])
+
+
+@pytest.mark.xdist_group("connect")
+def test_a_full_refresh_that_must_replace_the_table_fails_naming_a_commit_it_replaced(
+    loads: Loads, pg: Schema, connect: str, spark: SparkSession
+) -> None:
+    """Where the table itself must be replaced (here a column's type changes), Iceberg's
+    replace commits over a commit that landed meanwhile: the run finds it after the fact and
+    fails, naming the commit, instead of reporting success."""
+    create_orders(pg, 30)
+    loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "maintenance": "off"})
+    assert loads.run().success
+    pg.execute("ALTER TABLE orders ALTER COLUMN note TYPE varchar(20)")  # same type in the lake
+    pg.execute("ALTER TABLE orders ADD COLUMN n integer NOT NULL DEFAULT 1")
+    pg.execute("ALTER TABLE orders DROP COLUMN n")
+    pg.execute("ALTER TABLE orders ALTER COLUMN id TYPE numeric(30, 0)")  # not promotable
+    writer, marker = loads.paused_run("mid-commit", remote=connect, full_refresh=True)
+    _foreign_insert(loads, spark, 10_000)
+    lost = _lake(loads).state()
+    assert lost is not None and lost.current_snapshot_id is not None
+
+    marker.unlink()
+    _, stderr = writer.communicate(timeout=300)
+
+    assert writer.returncode != 0
+    assert f"snapshot {lost.current_snapshot_id}, committed by another engine" in stderr
+    assert f"VERSION AS OF {lost.current_snapshot_id}" in stderr
+    assert "the next run repeats its full refresh" in stderr
+    rerun = loads.run()
+    assert rerun.success, rerun.failure
+    assert rerun.metadata["full_refresh"] is True

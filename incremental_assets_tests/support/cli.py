@@ -3,6 +3,7 @@ config it reads, and the materializations left in the instance on disk."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,16 +91,24 @@ def write_cli_config(
 
 
 def paused_run(
-    cwd: Path, config: Path, home: Path, point: str, timeout: float = 240
+    cwd: Path,
+    config: Path,
+    home: Path,
+    point: str,
+    timeout: float = 240,
+    full_refresh: bool = False,
 ) -> tuple[subprocess.Popen[str], Path]:
-    """`dagster asset materialize --select orders`, held at the pause point `point` (the
-    product's `pause_points`): the process, and the marker file whose removal lets it go on."""
+    """`dagster asset materialize --select orders` (a full refresh if asked), held at the pause
+    point `point` (the product's `pause_points`): the process, and the marker file whose
+    removal lets it go on."""
     from incremental_assets.pause_points import ENV as PAUSE_AT
 
     marker = cwd / f"paused-{point}"
-    process = start_cli(
-        cwd, cli_env(config, home, **{PAUSE_AT: f"{point}:{marker}"}), "--select", "orders"
-    )
+    args = ["--select", "orders"]
+    if full_refresh:
+        config_json = {"ops": {"orders": {"config": {"full_refresh": True}}}}
+        args += ["--config-json", json.dumps(config_json)]
+    process = start_cli(cwd, cli_env(config, home, **{PAUSE_AT: f"{point}:{marker}"}), *args)
     deadline = time.monotonic() + timeout
     while not marker.exists():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -177,12 +177,18 @@ class Loads:
         )
 
     def paused_run(
-        self, point: str, *, remote: str | None = None
+        self, point: str, *, remote: str | None = None, full_refresh: bool = False
     ) -> tuple[subprocess.Popen[str], Path]:
         """`dagster asset materialize --select orders` of the project written last, in a
         subprocess on this instance, held at the pause point `point` (see `paused_run`): the
         process, and the marker file whose removal lets it go on."""
-        return paused_run(self._builder.directory, self.cli_config(remote), self.home, point)
+        return paused_run(
+            self._builder.directory,
+            self.cli_config(remote),
+            self.home,
+            point,
+            full_refresh=full_refresh,
+        )
 
     def compact(self, table: str | None = None) -> str:
         """The Iceberg table's compaction, as maintenance runs it, every small file packed

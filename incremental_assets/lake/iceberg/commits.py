@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.config import MergeWrites
@@ -47,7 +48,7 @@ from incremental_assets.lake.iceberg.records import (
     made_by,
     our_branches,
 )
-from incremental_assets.lake.iceberg.schema import promotable
+from incremental_assets.lake.iceberg.schema import promotable, spark_schema, storable
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.lake.names import txn_time
 from incremental_assets.pause_points import pause_point
@@ -266,7 +267,14 @@ class IcebergCommit:
     def replace(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
         """The table made `frame`'s rows in one snapshot: created, or replaced in place (the
         table keeps its identity and its older snapshots, readable as they were, and the
-        parameters of the partition fields it had: `partitions.consistent_with`)."""
+        parameters of the partition fields it had: `partitions.consistent_with`).
+
+        A table whose columns and partitioning stay as they are is replaced on the run's
+        branch (every row overwritten), and `main` moved to it only if it is still where the
+        run read it, as any run's commit. Otherwise Iceberg's `CREATE OR REPLACE`, which
+        commits over whatever landed meanwhile: a commit it replaced is found after the fact
+        and fails the run (`_replaced_over`)."""
+        state = None
         if self.facts.misplaced is not None:
             self.lake.forget()  # the lake's own catalog only; elsewhere it refuses
         else:
@@ -275,11 +283,23 @@ class IcebergCommit:
             settings = replace(
                 settings, partitioning=consistent_with(settings.partitioning, before)
             )
+        if state is not None and _same_layout(state, frame.schema, settings):
+            return self._overwrite(frame, settings)
         self._replace_table(frame, settings, self.summary)
         self.landed = True
         head = self._head()
         self.lake.commits.pop(self.txn, None)
         return head
+
+    def _overwrite(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
+        """Every row of the table replaced by `frame`'s on the run's branch, then published."""
+        self.conform(settings)
+        target = self.begin()
+        with self.summarized():
+            frame.writeTo(target).overwrite(F.lit(True))
+        if self.written() is None:
+            raise self._conflict(self._state())
+        return self.publish()
 
     def rewrite_types(self, frame: DataFrame, settings: TableSettings) -> None:
         """Give columns types Iceberg can't change in place (a decimal's scale, an integer made
@@ -292,6 +312,9 @@ class IcebergCommit:
         carried = {k: v for k, v in head.summary.items() if k.startswith(PREFIX) or k == RUN_ID}
         kept = replace(settings, partitioning=state.partitioning)
         self._replace_table(frame, kept, {**carried, REWRITE: "types"})
+        rewritten = self._state()
+        if rewritten is not None and rewritten.current_snapshot_id is not None:
+            self._refuse_replaced_over(rewritten, rewritten.current_snapshot_id)
         self._rebase()
 
     def _rebase(self) -> None:
@@ -386,6 +409,7 @@ class IcebergCommit:
         head = made_by(state, self.txn) if state is not None else None
         if state is None or head is None or head.snapshot_id is None:
             raise self._conflict(state)
+        self._refuse_replaced_over(state, head.snapshot_id)
         self.snapshot = state.snapshots[head.snapshot_id]
         self._table_id = state.table_uuid
         self.properties = state.properties
@@ -456,6 +480,42 @@ class IcebergCommit:
             )
         )
 
+    def _refuse_replaced_over(self, state: TableState, made: int) -> None:
+        """Fail the run if its `CREATE OR REPLACE` (snapshot `made`) replaced a commit that
+        landed on main after the run read the table: that commit's rows are no longer in it."""
+        history = list(state.main_history)
+        if made not in history:
+            return
+        before = history[: history.index(made)]
+        start = len(before) - before[::-1].index(self.base) if self.base in before else 0
+        replaced = [
+            state.snapshots[s]
+            for s in before[start:]
+            if s in state.snapshots and state.snapshots[s].operation != DATA_PRESERVING
+        ]
+        if not replaced or self.base is None:
+            return
+        lost = replaced[-1]
+        self.lake.commits.pop(self.txn, None)  # landed: nothing of it to abandon
+        writer = lost.summary.get(RUN_ID)
+        by = f"Dagster run {writer}" if writer else "another engine"
+        raise ConcurrentRunError(
+            TableProblem(
+                self.lake.table_name,
+                f"this run replaced the {self.lake.describe()} whole (snapshot {made}), but "
+                f"snapshot {lost.snapshot_id}, committed by {by} after this run read the table "
+                f"at snapshot {self.base}, landed first, and Iceberg's replace commits over "
+                f"whatever is there: the table now holds this run's rows, not that commit's. "
+                f"Its rows stay readable as VERSION AS OF {lost.snapshot_id} until it expires. "
+                "This run is not recorded: the cursor did not move, and the next run repeats "
+                "its full refresh.",
+                fix="if that commit's rows matter, restore them from VERSION AS OF "
+                f"{lost.snapshot_id}. To keep runs of a table from overlapping, give each "
+                "table's Dagster pool a limit of 1 (the project's dagster.yaml does), and let "
+                "no other engine write the table.",
+            )
+        )
+
     def _drop_branch(self, branch: str) -> None:
         with suppress(Exception):
             self.spark.sql(f"ALTER TABLE {self.lake.reference()} DROP BRANCH IF EXISTS `{branch}`")
@@ -467,6 +527,15 @@ class IcebergCommit:
         for branch, txn in our_branches(state).items():
             if txn != self.txn and _age(txn) >= DEAD_BRANCH_AGE:
                 self._drop_branch(branch)
+
+
+def _same_layout(state: TableState, schema: T.StructType, settings: TableSettings) -> bool:
+    """Whether the table already has `schema`'s columns (names and types) and the settings'
+    partitioning, so that its rows can be replaced without replacing the table."""
+    if state.schema is None or state.partitioning != settings.partitioning:
+        return False
+    held = [(f.name, f.dataType.simpleString()) for f in spark_schema(state.schema).fields]
+    return held == [(f.name, storable(f.dataType).simpleString()) for f in schema.fields]
 
 
 def _since(state: TableState, base: int | None) -> list[SnapshotInfo]:
