@@ -244,13 +244,15 @@ def _replace_merged(
     written = int(seen.get("rows") or 0)
     partitioning = _partitioning(plan, rows, written, seen.get("low"), seen.get("high"))
     head = commit.replace(rows, _settings(plan, True, partitioning))
-    counts = [int(seen.get(name) or 0) for name in ("inserted", "updated", "deleted")]
+    counts = MergeCounts(written, 0, 0)
+    if not plan.replace_all:  # the key changed: what changed, beside every row written again
+        counts = MergeCounts(*(int(seen.get(n) or 0) for n in ("inserted", "updated", "deleted")))
     replaced = WriteOutcome(
         rows_extracted=staged.rows_extracted,
-        rows_written=written,
+        rows_written=counts.inserted + counts.updated,
         files_written=_files_added(commit.snapshot),
         rows_rewritten=written,
-        merge=MergeCounts(written, 0, 0) if plan.replace_all else MergeCounts(*counts),
+        merge=counts,
         columns=staged.columns,
         merge_path=MergePath(strategy="rewrite table", buckets_touched=None, buckets_held=None),
         head=head,

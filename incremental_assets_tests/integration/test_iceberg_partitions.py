@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from incremental_assets.lake.iceberg.partitions import partition_spec
 from incremental_assets_tests.support.loads import ITEMS_MERGE, Loads
 from incremental_assets_tests.support.orders import ICEBERG
 from incremental_assets_tests.support.postgres import Schema
@@ -51,5 +52,46 @@ def test_a_sparse_integer_key_is_hashed_into_buckets_and_loads_merges_and_refres
 
     assert refreshed.success, refreshed.failure
     assert loads.rows(["id", "note"]) == _held(pg)
-    fields = loads.iceberg_table().spec().fields
-    assert [(f.name, str(f.transform)) for f in fields] == [("id_bucket", "bucket[3]")]
+    fields = loads.iceberg_table().spec().fields  # 8 rows now: 4 buckets of 2
+    assert [(f.name, str(f.transform)) for f in fields] == [("id_bucket_4", "bucket[4]")]
+
+
+def _spec(loads: Loads) -> list[tuple[str, str]]:
+    return [(f.name, str(f.transform)) for f in loads.iceberg_table().spec().fields]
+
+
+def test_a_changed_partition_setting_applies_at_the_next_full_refresh_and_merges_go_on(
+    loads: Loads, pg: Schema
+) -> None:
+    """The review's finding: once a table was partitioned, a new `bucket_rows` (or `buckets`)
+    was ignored, even by a full refresh, which kept the old width. Now the full refresh changes
+    the table's spec in place (a field named after its width, so no spec gives `id_trunc` two
+    meanings, which MERGE INTO refuses) and writes the rows under it; merges go on after it,
+    and after a change back."""
+    pg.execute(ITEMS)
+    _insert(pg, tuple(range(1, 41)), "v0", 0)
+    loads.configure(pg, ITEMS_MERGE, lake=ICEBERG, bucket_rows=10)
+    assert loads.run().success
+    assert _spec(loads) == [("id_trunc", "truncate[10]")]
+
+    for hour, bucket_rows in enumerate([20, 10], 1):
+        loads.configure(pg, ITEMS_MERGE, lake=ICEBERG, bucket_rows=bucket_rows)
+        incremental = loads.run()
+        assert incremental.success, incremental.failure
+        refreshed = loads.run(full_refresh=True)
+        assert refreshed.success, refreshed.failure
+        ((rows, low, high),) = pg.query("SELECT count(*), min(id), max(id) FROM items")
+        (field,) = partition_spec(
+            "id", rows, (low, high), bucketable=True, bucket_rows=bucket_rows
+        )
+        width = field.removeprefix("truncate(").partition(",")[0]
+        assert _spec(loads) == [(f"id_trunc_{width}", f"truncate[{width}]")]
+        pg.execute(
+            f"UPDATE items SET note = 'v{hour}', at = TIMESTAMPTZ '2025-01-01 00:00:00+00' "
+            f"+ INTERVAL '{24 * hour} hour' WHERE id % 7 = {hour}"
+        )
+        _insert(pg, (100 + hour,), f"v{hour}", 24 * hour)
+        merged = loads.run()
+        assert merged.success, merged.failure
+        assert (merged.metadata["rows_inserted"], merged.metadata["rows_updated"]) == (1, 6)
+        assert loads.rows(["id", "note"]) == _held(pg)

@@ -5,12 +5,16 @@
     (write)     the writer appends or merges into the branch: one snapshot, its summary ours
     publish     `fast_forward` main to the branch, which Iceberg refuses unless main is still
                 where the branch began; the branch is dropped
-    replace     a snapshot of the whole table (`CREATE [OR REPLACE] TABLE ... AS SELECT`): a
-                first load, a full refresh, a change of key or of a type Iceberg can't promote
+    replace     a snapshot of the whole table: a first load (`CREATE TABLE ... AS SELECT`); a
+                full refresh or a change of key, every row overwritten on the run's branch
+                (the partition spec first changed in place if it must), then published; a type
+                Iceberg can't promote (`CREATE OR REPLACE TABLE ... AS SELECT`)
 
 So each run adds one snapshot to `main`, or none; a second writer that committed meanwhile makes
 this commit fail, whatever Iceberg's own retries do (they only ever rebase onto the run's own
-branch); readers see `main` before or after. A run that dies leaves its branch, which the next
+branch); readers see `main` before or after. The one exception is `CREATE OR REPLACE`, which
+Iceberg commits over whatever landed: a commit it replaced is found after the fact and fails
+the run, naming it. A run that dies leaves its branch, which the next
 commit drops once it is a day old (a younger one may be a live run's); Iceberg's Spark writer
 deletes the files of a write that failed, and a branch's files go with its snapshot's expiry.
 """
@@ -30,7 +34,7 @@ from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
 from incremental_assets.lake.iceberg.maintenance import apply_deletes
-from incremental_assets.lake.iceberg.partitions import consistent_with
+from incremental_assets.lake.iceberg.partitions import consistent_with, evolution
 from incremental_assets.lake.iceberg.records import (
     BATCH,
     DATA_PRESERVING,
@@ -265,31 +269,41 @@ class IcebergCommit:
     # -- a snapshot of the whole table -----------------------------------------------------
 
     def replace(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
-        """The table made `frame`'s rows in one snapshot: created, or replaced in place (the
-        table keeps its identity and its older snapshots, readable as they were, and the
-        parameters of the partition fields it had: `partitions.consistent_with`).
+        """The table made `frame`'s rows in one snapshot, partitioned as `settings` say:
+        created, or replaced in place (the table keeps its identity and its older snapshots,
+        readable as they were).
 
-        A table whose columns and partitioning stay as they are is replaced on the run's
-        branch (every row overwritten), and `main` moved to it only if it is still where the
-        run read it, as any run's commit. Otherwise Iceberg's `CREATE OR REPLACE`, which
-        commits over whatever landed meanwhile: a commit it replaced is found after the fact
-        and fails the run (`_replaced_over`)."""
+        A table whose columns stay as they are has its partition spec changed in place where
+        it differs (`partitions.evolution`), then its rows replaced on the run's branch (every
+        row overwritten), and `main` moved to it only if it is still where the run read it, as
+        any run's commit. Otherwise Iceberg's `CREATE OR REPLACE` (with the parameters the
+        table's partition fields had, `partitions.consistent_with`, then the spec changed for
+        the writes after it), which commits over whatever landed meanwhile: a commit it
+        replaced is found after the fact and fails the run (`_refuse_replaced_over`)."""
         state = None
         if self.facts.misplaced is not None:
             self.lake.forget()  # the lake's own catalog only; elsewhere it refuses
         else:
             state = self._state()
-            before = state.partitioned_before if state is not None else ()
-            settings = replace(
-                settings, partitioning=consistent_with(settings.partitioning, before)
-            )
-        if state is not None and _same_layout(state, frame.schema, settings):
+        if state is not None and _same_columns(state, frame.schema):
+            self._partition(state, settings.partitioning)
             return self._overwrite(frame, settings)
-        self._replace_table(frame, settings, self.summary)
+        before = state.partitioned_before if state is not None else ()
+        created = replace(settings, partitioning=consistent_with(settings.partitioning, before))
+        self._replace_table(frame, created, self.summary)
         self.landed = True
         head = self._head()
         self.lake.commits.pop(self.txn, None)
+        if created.partitioning != settings.partitioning:
+            replaced = self._state()
+            assert replaced is not None
+            self._partition(replaced, settings.partitioning)  # from the next write on
         return head
+
+    def _partition(self, state: TableState, wanted: tuple[str, ...]) -> None:
+        """The table's partition spec made `wanted`, in place (`partitions.evolution`)."""
+        for clause in evolution(state.partitioning, wanted):
+            self.spark.sql(f"ALTER TABLE {self.lake.reference()} {clause}")
 
     def _overwrite(self, frame: DataFrame, settings: TableSettings) -> LakeHead:
         """Every row of the table replaced by `frame`'s on the run's branch, then published."""
@@ -529,10 +543,10 @@ class IcebergCommit:
                 self._drop_branch(branch)
 
 
-def _same_layout(state: TableState, schema: T.StructType, settings: TableSettings) -> bool:
-    """Whether the table already has `schema`'s columns (names and types) and the settings'
-    partitioning, so that its rows can be replaced without replacing the table."""
-    if state.schema is None or state.partitioning != settings.partitioning:
+def _same_columns(state: TableState, schema: T.StructType) -> bool:
+    """Whether the table already has `schema`'s columns (names and types), so that its rows can
+    be replaced without replacing the table."""
+    if state.schema is None:
         return False
     held = [(f.name, f.dataType.simpleString()) for f in spark_schema(state.schema).fields]
     return held == [(f.name, storable(f.dataType).simpleString()) for f in schema.fields]

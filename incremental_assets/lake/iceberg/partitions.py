@@ -14,9 +14,14 @@ key: in hash buckets of the key, one per `bucket_rows` (or `PARTITION_ROWS`) row
 are then spread over every bucket, but the table loads. A range that Iceberg can express is
 kept even when a few outliers leave most partitions empty and the rest in one.
 
-A table replaced whole keeps the width (or bucket count) it was partitioned by before: Iceberg
-names a partition field after its column and transform (`id_trunc`), and a merge-on-read
-`MERGE INTO` fails on a table with two specs that give one name two meanings.
+A table written whole again (a full refresh, a key change) takes the partitioning its settings
+give then: a changed `buckets` or `bucket_rows` applies there, and only there. Iceberg names a
+partition field a `CREATE TABLE` makes after its column and transform (`id_trunc`), and a
+merge-on-read `MERGE INTO` fails on a table with two specs that give one name two meanings
+("multiple fields for name _partition.id_trunc"). So an existing table's spec is changed in
+place (`evolution`), each new field named after its parameter too (`id_trunc_2000`), and the
+rows are then written under it; a table that must be created again (a column's type Iceberg
+can't change) is created with the parameters its fields had (`consistent_with`), then evolved.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import re
 from collections.abc import Iterable
 
 from pyspark.sql import types as T
+
+from incremental_assets.dialects import SPARK_SQL
 
 PARTITION_ROWS = 2_000_000
 # Iceberg's transforms take a Java int: "Unsupported width for transform" above it.
@@ -96,3 +103,28 @@ def consistent_with(spec: tuple[str, ...], before: Iterable[str]) -> tuple[str, 
         match = _PARAMETRIZED.match(field)
         kept.append(field if match is None else earlier.get((match[1], match[3]), field))
     return tuple(kept)
+
+
+def evolution(current: tuple[str, ...], wanted: tuple[str, ...]) -> list[str]:
+    """The `ALTER TABLE` clauses that make a table partitioned by `current` partitioned by
+    `wanted` in place: the fields `wanted` lacks dropped, then the ones it adds, each named after
+    its column, transform and parameter, a name no earlier spec gives another meaning."""
+    clauses = [f"DROP PARTITION FIELD {field}" for field in current if field not in wanted]
+    for field in wanted:
+        if field not in current:
+            clauses.append(f"ADD PARTITION FIELD {field} AS {SPARK_SQL.quote(_field_name(field))}")
+    return clauses
+
+
+def _field_name(field: str) -> str:
+    match = _PARAMETRIZED.match(field)
+    if match is None:
+        return _unquoted(field)
+    kind = "trunc" if match[1] == "truncate" else match[1]
+    return f"{_unquoted(match[3])}_{kind}_{match[2]}"
+
+
+def _unquoted(column: str) -> str:
+    if len(column) > 1 and column[0] == column[-1] == "`":
+        return column[1:-1].replace("``", "`")
+    return column
