@@ -38,6 +38,7 @@ from incremental_assets.writers.base import (
     write_parquet,
 )
 from incremental_assets.writers.schema import ColumnHistory
+from incremental_assets.writers.versions import comparable_sql
 
 _SUBDIR = "data"
 _COPY, _HELD = "__copy", "__held"
@@ -143,15 +144,33 @@ def _comparable(frame: DataFrame, plan: WritePlan, earliest_batch: Callable[[], 
 def _beyond_counts(frame: DataFrame, loaded: DataFrame, columns: list[str]) -> DataFrame:
     """The delta's rows beyond the first n of each value, n being how often `loaded` holds it.
 
-    Values are compared on `columns`, NULL equal to NULL. Which copies of a value are kept only
-    matters for the other columns; the order is made stable by sorting on them.
+    Values are compared on `columns`, NULL equal to NULL, each in its canonical form (a map as
+    its sorted entries: Spark can't group, sort or compare maps). Which copies of a value are
+    kept only matters for the other columns; the order is made stable by sorting on them.
     """
-    quoted = [F.col(f"`{c}`") for c in columns]
-    rest = [F.col(f"`{c}`") for c in frame.columns if c not in columns]
-    numbered = frame.withColumn(
-        _COPY, F.row_number().over(W.partitionBy(*quoted).orderBy(*rest or [F.lit(1)]))
+    values = [f"__value{i}" for i in range(len(columns))]
+    others = [c for c in frame.columns if c not in columns]
+    order = [f"__other{i}" for i in range(len(others))]
+    numbered = _canonical(_canonical(frame, columns, values), others, order).withColumn(
+        _COPY,
+        F.row_number().over(
+            W.partitionBy(*[F.col(v) for v in values]).orderBy(
+                *[F.col(o) for o in order] or [F.lit(1)]
+            )
+        ),
     )
-    held = loaded.groupBy(*quoted).agg(F.count(F.lit(1)).alias(_HELD))
-    joined = numbered.alias("d").join(held.alias("l"), null_safe_match("d", "l", columns), "left")
+    held = _canonical(loaded, columns, values).groupBy(*values).agg(F.count(F.lit(1)).alias(_HELD))
+    joined = numbered.alias("d").join(held.alias("l"), null_safe_match("d", "l", values), "left")
     kept = joined.where(F.col(_COPY) > F.coalesce(F.col(f"l.{_HELD}"), F.lit(0)))
-    return kept.select(*[F.col(f"d.`{c}`") for c in frame.columns])
+    return kept.select(*[F.col(f"d.{SPARK_SQL.quote(c)}") for c in frame.columns])
+
+
+def _canonical(frame: DataFrame, columns: list[str], names: list[str]) -> DataFrame:
+    """`frame` with each of `columns` also in its canonical form, under `names`."""
+    return frame.select(
+        "*",
+        *[
+            F.expr(comparable_sql(SPARK_SQL.quote(c), frame.schema[c].dataType)).alias(name)
+            for c, name in zip(columns, names, strict=True)
+        ],
+    )

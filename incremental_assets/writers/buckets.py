@@ -58,17 +58,22 @@ def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None)
 
     A range holds about `bucket_rows` rows (by default a 64th of this snapshot, within bounds) if
     the keys are as dense as in this snapshot, and at least as many key values, so a small first
-    load doesn't leave a table of tiny buckets.
+    load doesn't leave a table of tiny buckets. A key so sparse that a range would be wider than
+    a bigint (ids over the whole bigint range in a small load) is hashed instead.
     """
+    auto = max(HASH_BUCKETS[0], min(HASH_BUCKETS[1], rows // HASH_ROWS))
     if low is None or high is None:
-        auto = max(HASH_BUCKETS[0], min(HASH_BUCKETS[1], rows // HASH_ROWS))
         return BucketScheme("hash", plan.buckets or auto)
     target = plan.bucket_rows or max(RANGE_ROWS[0], min(RANGE_ROWS[1], rows // RANGES))
     span = high - low + 1
     width = max(target, -(-span * target // max(rows, 1)))
+    if width > _BIGINT_MAX:
+        # Too sparse for ranges (snowflake ids, random bigints): hashed.
+        return BucketScheme("hash", plan.buckets or auto)
     return BucketScheme("range", width)
 
 
+_BIGINT_MAX = 2**63 - 1
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 # Key types whose values come back from Spark as Python values that are exact Spark literals.
 _EXACT_LITERALS = (*_INTEGRAL, T.StringType, T.DateType, T.DecimalType)

@@ -67,6 +67,9 @@ def _plan() -> WritePlan:
         # sparse keys: ranges widen so each still holds ~1M rows
         (10_000_000, 1, 10**12, BucketScheme("range", 100_000_000_000)),
         (10, None, None, BucketScheme("hash", 16)),  # no integer key
+        # ids over the bigint range in a small load: a range would be wider than a bigint
+        (2, 7, 6_700_000_000_000_000_000, BucketScheme("hash", 16)),
+        (2, -(2**63), 2**63 - 1, BucketScheme("hash", 16)),
     ],
 )
 def test_the_scheme_follows_the_key(
