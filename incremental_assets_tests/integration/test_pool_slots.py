@@ -78,6 +78,17 @@ def _kill(process: subprocess.Popen[str]) -> None:
     process.communicate(timeout=30)
 
 
+def _free_slots(home: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    """`incremental-assets free-slots RUN_ID`, as the on-call runs it."""
+    return subprocess.run(
+        [INCREMENTAL_ASSETS, "free-slots", run_id],
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def _status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus:
     run = instance.get_run_by_id(run_id)
     assert run is not None
@@ -155,13 +166,7 @@ def test_a_holder_that_recorded_nothing_fails_the_run_naming_it_and_the_command_
     assert f"`incremental-assets free-slots {held_by}`" in message
     assert pool_holders(instance, "orders") == {held_by}
 
-    freed = subprocess.run(
-        [INCREMENTAL_ASSETS, "free-slots", held_by],
-        env={**os.environ, "DAGSTER_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    freed = _free_slots(home, held_by)
 
     assert freed.returncode == 0, freed.stderr
     assert f"run {held_by} held the pool {POOL}" in freed.stdout
@@ -172,13 +177,7 @@ def test_a_holder_that_recorded_nothing_fails_the_run_naming_it_and_the_command_
 def test_free_slots_refuses_a_run_seen_alive(home: Path, instance: dg.DagsterInstance) -> None:
     process, held_by = _holding(home, instance)
     try:
-        refused = subprocess.run(
-            [INCREMENTAL_ASSETS, "free-slots", held_by],
-            env={**os.environ, "DAGSTER_HOME": str(home)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        refused = _free_slots(home, held_by)
         assert refused.returncode == 1
         assert f"run {held_by} is alive" in refused.stderr and "Traceback" not in refused.stderr
         assert pool_holders(instance, "orders") == {held_by}
