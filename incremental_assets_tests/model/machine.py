@@ -1372,6 +1372,7 @@ class LakeMachine(RuleBasedStateMachine):
         compacted files (`maintain`)."""
         self.add_row()
         if self._kill("committed", full_refresh=False):
+            self.did["maintained after a kill"] += 1
             self.maintain(keep, run_after=True)
 
     @precondition(lambda self: self.dirty or bool(self.writers))

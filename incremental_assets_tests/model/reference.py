@@ -832,11 +832,16 @@ class Reference:
         lake_rows = {key: copies[0] for key, copies in in_lake.items()}
         source = {self.key(row): row for row in facts.snapshot.rows}
         # `deletes: reconcile` (every batch: reconcile_every 1) reconciles in every run that
-        # doesn't replace the table, whatever else the run does (a new key, say).
+        # doesn't replace the table, whatever else the run does (a new key, say): every key
+        # the source deleted is gone after it. A run that proved nothing new without Spark
+        # reconciles nothing, and needs not (a files source's listing is unchanged, so no file
+        # went).
         reconciled = full or self.config.reconcile
+        with_spark = not str(facts.metadata.get("spark", "")).startswith("not started")
         if (
             self.config.reconcile
             and not full
+            and with_spark
             and facts.metadata.get("deletes_reconciled") is not True
         ):
             out.append(

@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             else (),
             maintenance=args.maintenance,
             keep_snapshots=tuple(int(n) for n in args.keep_snapshots.split(",")),
+            kills=args.kills,
             cli_runs=args.cli_runs,
             key_changes=args.key_changes,
             shapes=not args.no_shapes,
@@ -164,6 +165,12 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-snapshots",
         default="1,2,3",
         help="Iceberg: comma-separated lake.keep_snapshots values maintenance sets (1 to 3)",
+    )
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=1,
+        help="killed runs per example, at most (not with --no-kills)",
     )
     parser.add_argument(
         "--cli-runs",
@@ -249,6 +256,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "merge_writes",
             "maintenance",
             "keep_snapshots",
+            "kills",
             "cli_runs",
             "key_changes",
             "no_shapes",
@@ -277,6 +285,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--merge-writes '{args.merge_writes}'",
         f"--maintenance {args.maintenance}",
         f"--keep-snapshots {args.keep_snapshots}",
+        f"--kills {args.kills}",
         f"--cli-runs {args.cli_runs}",
         f"--key-changes {args.key_changes}",
         f"--instance {args.instance}",

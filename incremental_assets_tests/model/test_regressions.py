@@ -246,7 +246,6 @@ def test_position_deletes_on_a_format_v3_table_are_refused_before_the_source_is_
         )
 
 
-@pytest.mark.xfail(strict=True, reason="range buckets of a sparse key: a width past a bigint")
 def test_a_plain_merge_table_keyed_by_sparse_bigint_ids_loads(
     postgres: PostgresServer, spark_resource: IncrementalSparkResource, tmp_path: Path
 ) -> None:
@@ -257,7 +256,8 @@ def test_a_plain_merge_table_keyed_by_sparse_bigint_ids_loads(
     span * bucket_rows / rows (here 6.7e18 * 10,000 / 2), past the largest bigint, and
     `bucket_of` hands that width to `F.lit`. Any single integer key spanning more than about
     2^63 / 10,000 (1e15) in a first load of fewer rows than that ratio fails so, every run: the
-    table can't be loaded at all (Iceberg's partitions were fixed alike in aedb54b)."""
+    table can't be loaded at all (Iceberg's partitions were fixed alike in aedb54b). Fixed in
+    2a03bb9: a range wider than a bigint is hashed."""
     config = TableConfig("postgres", "merge", ("id",), "bigint", "bigint")
     env = Env(postgres, spark_resource, tmp_path)
     with replayed(env, config) as state:
@@ -266,7 +266,6 @@ def test_a_plain_merge_table_keyed_by_sparse_bigint_ids_loads(
         state.run()
 
 
-@pytest.mark.xfail(strict=True, reason="drop_loaded partitions a window by a map column")
 @pytest.mark.parametrize("lake_format", ["parquet", "iceberg"])
 def test_a_keyless_append_table_with_a_map_column_takes_incremental_runs(
     lake_format: str, spark_resource: IncrementalSparkResource, tmp_path: Path
@@ -276,8 +275,8 @@ def test_a_keyless_append_table_with_a_map_column_takes_incremental_runs(
     writes: "[EXPRESSION_TYPE_IS_NOT_ORDERABLE] Column expression "attrs" cannot be sorted
     because its type "MAP<STRING, INT>" is not orderable". Rows read again (ties at the
     inclusive lower bound) are dropped as a multiset (`drop_loaded`), numbering each row's copies
-    in a window partitioned by every column, and Spark can't partition by a map. The canonical
-    form merges now hash and compare maps in (c833191) isn't used there."""
+    in a window partitioned by every column, and Spark can't partition by a map. Fixed in
+    2a03bb9: the windows are partitioned by each column's canonical form (c833191's)."""
     config = TableConfig("files", "append", (), "", "bigint")
     env = Env(FilesRoot(tmp_path / "landing"), spark_resource, tmp_path, lake_format=lake_format)
     with replayed(env, config) as state:
@@ -287,7 +286,6 @@ def test_a_keyless_append_table_with_a_map_column_takes_incremental_runs(
         state.run()
 
 
-@pytest.mark.xfail(strict=True, reason="a key change's counts: rows_written without inserted")
 def test_an_iceberg_merge_whose_key_changed_counts_what_it_wrote(
     postgres: PostgresServer, spark_resource: IncrementalSparkResource, tmp_path: Path
 ) -> None:
@@ -295,7 +293,9 @@ def test_an_iceberg_merge_whose_key_changed_counts_what_it_wrote(
     recreated on (id, k2), nothing else changed. The next run replaces the Iceberg table by the
     new key (`_replace_merged`) and reports rows_written 2 (every row of the table written
     anew), but rows_inserted, rows_updated and rows_deleted empty: the metadata says it wrote two
-    rows that it neither inserted nor updated. (The plain format's key change counts agree.)"""
+    rows that it neither inserted nor updated. (The plain format's key change counts agree.)
+    Fixed in b349734: rows_written counts what it inserted and updated, rows_rewritten every
+    row."""
     env = Env(postgres, spark_resource, tmp_path, lake_format="iceberg")
     with replayed(env, MERGE) as state:
         state.add_row()
