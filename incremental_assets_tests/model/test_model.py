@@ -1,6 +1,7 @@
 """The model-based test within `make test`'s budget: a few short examples per mode family, on
 PostgreSQL and on MariaDB, and families whose settings change and whose lake is disturbed between
-runs, on a plain Parquet and on an Iceberg lake, each on both databases.
+runs, on a plain Parquet and on an Iceberg lake, each on both databases; and a files source (maps
+and arrays of structs) on an Iceberg lake.
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
@@ -58,9 +59,11 @@ class Family:
 ICEBERG_UPKEEP: dict[str, Any] = {"merge_writes": MERGE_WRITES, "maintenance": 2}
 
 # Under a minute each on two busy cores (make test's whole budget is 15 minutes); only the
-# PostgreSQL merge families start the Spark Connect server killed runs need, and one of them
-# patches merged buckets a job each. On MariaDB, one family draws every mode and type, the other
-# text cursors and keys only: the values that differ only in case or trailing spaces.
+# PostgreSQL merge families and the Iceberg one start the Spark Connect server killed runs (and
+# runs through `dagster asset materialize`) need, and one of them patches merged buckets a job
+# each. On MariaDB, one family draws every mode and type, the other text cursors and keys only:
+# the values that differ only in case or trailing spaces. Every PostgreSQL table holds arrays and
+# composites; keys are drawn among every type, sparse bigints included.
 FAMILIES = {
     "merge": Family("postgres", ("merge",), 20251101, 1, 14, kills=1),
     "merge_patch": Family("postgres", ("merge",), 20251104, 1, 14, kills=1, patch=True),
@@ -71,22 +74,24 @@ FAMILIES = {
         "mariadb", ("merge", "append"), 20251116, 1, 12, cursor_types=("text",), key_types=("text",)
     ),
     # Settings changed and the lake disturbed between runs. Hypothesis's first example is its
-    # simplest (a run of inserts), so these take two or three.
-    "settings": Family("postgres", MODES, 20251126, 3, 14, settings_changes=3, lake_events=2),
+    # simplest (a run of inserts), so these take two or three: a key named again and again, a
+    # mode changed, transactions left open (PostgreSQL); a lake restored (MariaDB).
+    "settings": Family("postgres", MODES, 20251142, 3, 14, settings_changes=3, lake_events=2),
     "mariadb_settings": Family(
         "mariadb", MODES, 20251122, 2, 12, settings_changes=3, lake_events=2
     ),
-    # The same on an Iceberg lake, on each database: a merge refused for its key's renaming and
-    # a full_refresh table killed and restored (PostgreSQL); a copied and a moved lake, a mode
-    # changed twice, an integer key widened to a decimal (its files rewritten, then compacted)
-    # (MariaDB).
+    # The same on an Iceberg lake, on each database: the source's key recreated, a run killed
+    # past its commit, then the table's maintenance and the run that recovers, a run through
+    # `dagster asset materialize`, a lake moved (PostgreSQL); a lake restored, maintenance, a
+    # soft delete (MariaDB).
     "iceberg": Family(
         "postgres",
         MODES,
-        20251121,
+        20251131,
         3,
         12,
         kills=1,
+        cli_runs=1,
         lake_format="iceberg",
         settings_changes=2,
         lake_events=2,
@@ -95,12 +100,25 @@ FAMILIES = {
     "mariadb_iceberg": Family(
         "mariadb",
         MODES,
-        20251120,
+        20251153,
         3,
         12,
         lake_format="iceberg",
         settings_changes=2,
         lake_events=2,
+        **ICEBERG_UPKEEP,
+    ),
+    # A folder of Parquet files, the one source with maps and arrays of structs, on an Iceberg
+    # lake: its maps rewritten in another entry order (no change), the key recreated with a soft
+    # and a hard delete in the same window.
+    "files": Family(
+        "files",
+        ("merge", "append"),
+        20251130,
+        2,
+        12,
+        lake_format="iceberg",
+        settings_changes=1,
         **ICEBERG_UPKEEP,
     ),
 }
