@@ -6,15 +6,19 @@
     python -m incremental_assets_tests.model.soak --format iceberg --steps 150
     make soak SEED=42 STEPS=2000 FORMAT=iceberg
 
-It starts its own PostgreSQL (or MariaDB), a local SparkSession and (unless --no-kills) a Spark
-Connect server for the runs it kills, then runs batches of examples until STEPS steps have run.
-Every example may also change its table's settings between runs and disturb its lake (removed,
-moved, copied with its catalog, restored from a copy, a new Dagster instance), as often as
---settings-changes and --lake-events allow; on an Iceberg lake, a merge table draws its
+It starts its own PostgreSQL or MariaDB (or, with --database files, writes folders of Parquet
+files: the source with maps and arrays of structs), a local SparkSession and (unless --no-kills)
+a Spark Connect server for the runs it kills and the runs it makes through `dagster asset
+materialize` (--kills, --cli-runs), then runs batches of examples until STEPS steps have run.
+Every Dagster home holds the project's dagster.yaml (--instance), and a run that hasn't ended
+after --run-timeout seconds fails its example as hung. Every example may also change its table's
+settings between runs (a merge table's source key recreated too, --key-changes) and disturb its
+lake (removed, moved, copied with its catalog, restored from a copy, a new Dagster instance), as
+often as --settings-changes and --lake-events allow; on an Iceberg lake, a merge table draws its
 `merge_writes` (--merge-writes; the settings changes switch it), and its maintenance runs
-between runs as often as --maintenance allows. Batch i uses the seed SEED+i and prints it first (on
-a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them, so
-both ways are tried); a failure prints the
+between runs (after a run killed past its commit too) as often as --maintenance allows. Batch i
+uses the seed SEED+i and prints it first (on a plain Parquet lake, odd seeds patch merged
+buckets one job each, even seeds shuffle them, so both ways are tried); a failure prints the
 shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
 """
 
