@@ -102,6 +102,9 @@ class SourceTable(ABC):
     NARROWER: ClassVar[dict[str, str]]
     VALUE_COLUMNS: ClassVar[dict[str, str]]  # `note` is never dropped and changes on every write,
     # so two versions of a row always differ in it (a keyless row's identity rests on that)
+    # The non-scalar value columns every table holds where `TableConfig.shapes`: name -> (type,
+    # its value at the n-th write); those the database can send over Spark's reader.
+    SHAPES: ClassVar[dict[str, tuple[str, Callable[[int], Any]]]] = {}
     TYPES: ClassVar[dict[str, str]]  # the config's type names (PostgreSQL's) -> this database's
     BOOLEAN: ClassVar[str]
     ADDED: ClassVar[tuple[str, str]]  # the types of added columns: text, integer
@@ -259,6 +262,7 @@ class SourceTable(ABC):
         for name, kind in columns.items():
             if name.startswith("x"):
                 values[name] = f"x{n}" if kind == self.ADDED[0] else n
+        values |= {name: shape(n) for name, (_, shape) in self.SHAPES.items() if name in columns}
         return values
 
     def cursor_for(self, frontier: CursorValue | None, bump: int, in_transaction: bool) -> Any:
@@ -306,8 +310,9 @@ class SourceTable(ABC):
         return self.NARROWER.get(self.columns().get(name, ""))
 
     def value_columns(self, config: TableConfig) -> dict[str, str]:
-        """The value columns a table of this config starts with."""
-        return self.VALUE_COLUMNS
+        """The value columns a table of this config starts with (the shapes too, if it says)."""
+        shapes = {name: kind for name, (kind, _) in self.SHAPES.items()} if config.shapes else {}
+        return {**self.VALUE_COLUMNS, **shapes}
 
     def column_types(self, config: TableConfig) -> list[str]:
         """The CREATE TABLE column definitions for the drawn configuration."""

@@ -108,8 +108,8 @@ class FilesTable(SourceTable):
         "qty": "int",
         "amount": "decimal(12,0)",
         "ratio": "float",
-        **{name: kind for name, (kind, _) in SHAPES.items()},
     }
+    SHAPES = SHAPES
     TYPES: ClassVar[dict[str, str]] = {
         "integer": "int",
         "bigint": "bigint",
@@ -214,19 +214,6 @@ class FilesTable(SourceTable):
             if name != "PRIMARY":
                 self.kinds[name] = _bare(kind)
         self._write(EMPTY, [])
-
-    def value_columns(self, config: TableConfig) -> dict[str, str]:
-        if config.shapes:
-            return self.VALUE_COLUMNS
-        return {name: kind for name, kind in self.VALUE_COLUMNS.items() if name not in SHAPES}
-
-    def _fresh_values(self, columns: dict[str, str]) -> dict[str, Any]:
-        values = super()._fresh_values(columns)
-        n = self.serial
-        return {
-            **values,
-            **{name: shape(n) for name, (_, shape) in SHAPES.items() if name in columns},
-        }
 
     def _row(self, values: dict[str, Any], cursor: Any) -> Row:
         """A full row in the columns' order: the cursor (the clock, if it says so), the values

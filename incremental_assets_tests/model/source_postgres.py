@@ -94,8 +94,8 @@ class PostgresTable(SourceTable):
         "qty": "integer",
         "amount": "numeric(12,0)",
         "ratio": "real",
-        **{name: kind for name, (kind, _) in SHAPES.items()},
     }
+    SHAPES = SHAPES
     TYPES: ClassVar[dict[str, str]] = {  # the config's names are PostgreSQL's
         name: name
         for name in (
@@ -110,19 +110,6 @@ class PostgresTable(SourceTable):
         super().__init__(schema, config, {})
         self.server = server
         self.conn = self._connect(autocommit=True)
-
-    def value_columns(self, config: TableConfig) -> dict[str, str]:
-        if config.shapes:
-            return self.VALUE_COLUMNS
-        return {name: kind for name, kind in self.VALUE_COLUMNS.items() if name not in SHAPES}
-
-    def _fresh_values(self, columns: dict[str, str]) -> dict[str, Any]:
-        values = super()._fresh_values(columns)
-        n = self.serial
-        return {
-            **values,
-            **{name: shape(n) for name, (_, shape) in SHAPES.items() if name in columns},
-        }
 
     def _connect(self, autocommit: bool) -> psycopg.Connection:
         conn = self.server.connect(autocommit=autocommit)
