@@ -1349,7 +1349,13 @@ class LakeMachine(RuleBasedStateMachine):
             )
             self.reference.killed(full_refresh, committed, holds_rows)
             if committed and self.env.lake_format == "iceberg":
-                self.reference.saw(self._lake())  # main moved: the next run's expiry counts it
+                # Main moved: the next run's expiry counts it. The run's own maintenance (after
+                # its commit) may have expired snapshots, under the retention of that moment.
+                lake = self._lake()
+                self.reference.saw(lake)
+                problems = self.reference.expired_early(lake)
+                if problems:
+                    self._fail(f"a run killed at {point}, past its commit", problems)
             self.dirty = True
             self.after_kill = self.after_kill or committed
             self.killed_at = point

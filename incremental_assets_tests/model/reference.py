@@ -311,7 +311,7 @@ class Reference:
             f"{self.keep_snapshots_for.total_seconds():g}s"
         )
 
-    def _expired_early(self, lake: LakeState) -> list[str]:
+    def expired_early(self, lake: LakeState) -> list[str]:
         """Recorded snapshots gone from the lake that the retention keeps; forget the others."""
         gone = self.recorded_snapshots - lake.snapshots
         early = sorted(s for s in gone if not self.may_expire(s))
@@ -420,7 +420,7 @@ class Reference:
                 f"head {lake.head})"
             )
         self.saw(lake)
-        out += self._expired_early(lake)
+        out += self.expired_early(lake)
         if recorded is not None:
             self.recorded_snapshots.add(int(recorded))
             self.recorded_rows[int(recorded)] = Counter(freeze(row) for row in lake.rows)
@@ -520,7 +520,7 @@ class Reference:
             out.append(
                 f"the branches changed: {sorted(before.branches)} -> {sorted(after.branches)}"
             )
-        out += self._expired_early(after)
+        out += self.expired_early(after)
         if after.missing:
             out.append(f"files that kept snapshots reference are gone: {list(after.missing)}")
         left = sorted(set(after.unreferenced) - set(before.unreferenced) - self.inherited_files)
