@@ -95,3 +95,35 @@ def test_a_changed_partition_setting_applies_at_the_next_full_refresh_and_merges
         assert merged.success, merged.failure
         assert (merged.metadata["rows_inserted"], merged.metadata["rows_updated"]) == (1, 6)
         assert loads.rows(["id", "note"]) == _held(pg)
+
+
+def test_merges_go_on_after_a_changed_width_then_a_type_only_a_new_table_can_hold(
+    loads: Loads, pg: Schema
+) -> None:
+    """The review's finding: a full refresh changed the width in place (`id_trunc_130`), then
+    a change of the key's type made the table be created again, naming its field `id_trunc`
+    for the new width while the first spec's `id_trunc` had another: every MERGE INTO after
+    it failed ("multiple fields for name _partition.id_trunc"), a full refresh included."""
+    pg.execute(ITEMS.replace("id bigint", "id integer"))
+    _insert(pg, tuple(range(1, 41)), "v0", 0)
+    loads.configure(pg, ITEMS_MERGE, lake=ICEBERG, bucket_rows=10)
+    assert loads.run().success
+    _insert(pg, tuple(range(1001, 1041)), "v0", 1)
+    assert loads.run(full_refresh=True).success  # a wider span: another width, in place
+    assert _spec(loads)[0][0].startswith("id_trunc_")
+    pg.execute("ALTER TABLE items ALTER COLUMN id TYPE numeric(20, 0)")  # the table made again
+
+    for hour in (2, 3):
+        pg.execute(
+            f"UPDATE items SET note = 'v{hour}', at = TIMESTAMPTZ '2025-01-01 00:00:00+00' "
+            f"+ INTERVAL '{hour} day' WHERE id % 9 = {hour}"
+        )
+        merged = loads.run()
+        assert merged.success, merged.failure
+        assert loads.rows(["id", "note"]) == _held(pg)
+    refreshed = loads.run(full_refresh=True)
+    assert refreshed.success, refreshed.failure
+    pg.execute("UPDATE items SET note = 'v4', at = TIMESTAMPTZ '2025-02-01 00:00:00+00'")
+    merged = loads.run()
+    assert merged.success, merged.failure
+    assert loads.rows(["id", "note"]) == _held(pg)

@@ -227,22 +227,26 @@ def test_the_partition_spec_is_read_as_spark_sql_transforms() -> None:
     state = _state([], current=None)
 
     assert state.partitioning == ("truncate(1000, `id`)",)
-    assert state.partitioned_before == ("truncate(1000, `id`)",)
+    assert state.partition_fields == (("id_trunc", "truncate(1000, `id`)"),)
 
 
 def test_every_earlier_spec_is_read_too_the_newest_first_after_the_default() -> None:
-    def spec(spec_id: int, transform: str) -> dict[str, Any]:
-        field = {"source-id": 1, "field-id": 1000, "name": "id_x", "transform": transform}
+    def spec(spec_id: int, name: str, transform: str) -> dict[str, Any]:
+        field = {"source-id": 1, "field-id": 1000, "name": name, "transform": transform}
         return {"spec-id": spec_id, "fields": [field]}
 
-    specs = [spec(0, "truncate[4]"), spec(1, "bucket[8]"), spec(2, "truncate[6]")]
+    specs = [
+        spec(0, "id_trunc", "truncate[4]"),
+        spec(1, "id_bucket", "bucket[8]"),
+        spec(2, "id_trunc_6", "truncate[6]"),
+    ]
     state = _state([], current=None, **{"partition-specs": specs, "default-spec-id": 1})
 
     assert state.partitioning == ("bucket(8, `id`)",)
-    assert state.partitioned_before == (
-        "bucket(8, `id`)",
-        "truncate(6, `id`)",
-        "truncate(4, `id`)",
+    assert state.partition_fields == (
+        ("id_bucket", "bucket(8, `id`)"),
+        ("id_trunc_6", "truncate(6, `id`)"),
+        ("id_trunc", "truncate(4, `id`)"),
     )
 
 

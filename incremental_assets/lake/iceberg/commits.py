@@ -288,17 +288,29 @@ class IcebergCommit:
         if state is not None and _same_columns(state, frame.schema):
             self._partition(state, settings.partitioning)
             return self._overwrite(frame, settings)
-        before = state.partitioned_before if state is not None else ()
-        created = replace(settings, partitioning=consistent_with(settings.partitioning, before))
-        self._replace_table(frame, created, self.summary)
+        self._recreate(frame, settings, self.summary, state)
         self.landed = True
         head = self._head()
         self.lake.commits.pop(self.txn, None)
+        return head
+
+    def _recreate(
+        self,
+        frame: DataFrame,
+        settings: TableSettings,
+        summary: Mapping[str, str],
+        state: TableState | None,
+    ) -> None:
+        """`CREATE [OR REPLACE] TABLE ... AS SELECT` (`_replace_table`), partitioned so that no
+        field name of the table gets a second meaning (`partitions.consistent_with`), then the
+        spec made the settings' for the writes after it."""
+        fields = state.partition_fields if state is not None else ()
+        created = replace(settings, partitioning=consistent_with(settings.partitioning, fields))
+        self._replace_table(frame, created, summary)
         if created.partitioning != settings.partitioning:
             replaced = self._state()
             assert replaced is not None
-            self._partition(replaced, settings.partitioning)  # from the next write on
-        return head
+            self._partition(replaced, settings.partitioning)
 
     def _partition(self, state: TableState, wanted: tuple[str, ...]) -> None:
         """The table's partition spec made `wanted`, in place (`partitions.evolution`)."""
@@ -325,7 +337,7 @@ class IcebergCommit:
         assert state is not None and head is not None
         carried = {k: v for k, v in head.summary.items() if k.startswith(PREFIX) or k == RUN_ID}
         kept = replace(settings, partitioning=state.partitioning)
-        self._replace_table(frame, kept, {**carried, REWRITE: "types"})
+        self._recreate(frame, kept, {**carried, REWRITE: "types"}, state)
         rewritten = self._state()
         if rewritten is not None and rewritten.current_snapshot_id is not None:
             self._refuse_replaced_over(rewritten, rewritten.current_snapshot_id)

@@ -21,7 +21,8 @@ merge-on-read `MERGE INTO` fails on a table with two specs that give one name tw
 ("multiple fields for name _partition.id_trunc"). So an existing table's spec is changed in
 place (`evolution`), each new field named after its parameter too (`id_trunc_2000`), and the
 rows are then written under it; a table that must be created again (a column's type Iceberg
-can't change) is created with the parameters its fields had (`consistent_with`), then evolved.
+can't change) is created with each field as the table's field of the name a `CREATE` gives it
+means it (`consistent_with`), then evolved.
 """
 
 from __future__ import annotations
@@ -90,19 +91,23 @@ def _hashed(column: str, count: int, bucketable: bool) -> tuple[str, ...]:
     return (f"bucket({min(count, MAX_PARAMETER)}, `{column}`)",)
 
 
-def consistent_with(spec: tuple[str, ...], before: Iterable[str]) -> tuple[str, ...]:
-    """`spec`, each bucket or truncate field of which takes the parameter the table's newest
-    earlier field of the same transform and column had, if it had one."""
-    earlier: dict[tuple[str, str], str] = {}
-    for field in before:
-        match = _PARAMETRIZED.match(field)
-        if match is not None:
-            earlier.setdefault((match[1], match[3]), field)
-    kept = []
-    for field in spec:
-        match = _PARAMETRIZED.match(field)
-        kept.append(field if match is None else earlier.get((match[1], match[3]), field))
-    return tuple(kept)
+def consistent_with(
+    spec: tuple[str, ...], fields: Iterable[tuple[str, str]]
+) -> tuple[str, ...]:
+    """`spec` as a `CREATE TABLE` of an existing table can make it: each bucket or truncate
+    field that Iceberg would name as one of the table's fields (`id_trunc`) with the transform
+    that field has (its parameter), so that no name gets a second meaning."""
+    meaning = {name: transform for name, transform in reversed(list(fields))}
+    return tuple(meaning.get(_auto_name(field), field) for field in spec)
+
+
+def _auto_name(field: str) -> str:
+    """The name Iceberg gives a field a `CREATE TABLE` makes: its column, then `_trunc` or
+    `_bucket` (a column alone, for identity)."""
+    match = _PARAMETRIZED.match(field)
+    if match is None:
+        return _unquoted(field)
+    return f"{_unquoted(match[3])}_{'trunc' if match[1] == 'truncate' else 'bucket'}"
 
 
 def evolution(current: tuple[str, ...], wanted: tuple[str, ...]) -> list[str]:

@@ -69,9 +69,9 @@ class TableState:
     refs: Mapping[str, int] = field(default_factory=dict)  # branches and tags: their snapshot
     schema: Mapping[str, Any] | None = None  # the current schema, as the metadata file has it
     partitioning: tuple[str, ...] = ()  # the default partition spec, as Spark SQL spells it
-    # Every spec's fields, the newest first: a spec reuses a field's name, so a new spec keeps
-    # an old field's parameters (`partitions.consistent_with`).
-    partitioned_before: tuple[str, ...] = ()
+    # Every spec's fields as (name, transform), the default spec's first, then the newest: a
+    # table created again must not give a name another meaning (`partitions.consistent_with`).
+    partition_fields: tuple[tuple[str, str], ...] = ()
     format_version: int = 2
     # Every snapshot main has been at, oldest first (the metadata's snapshot log): its ancestry,
     # and the history a full refresh's `CREATE OR REPLACE` replaced.
@@ -108,7 +108,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
     current = metadata.get("current-snapshot-id")
     schemas = {s.get("schema-id"): s for s in metadata.get("schemas") or []}
     schema = schemas.get(metadata.get("current-schema-id"))
-    partitioning, partitioned_before = _partitioning(metadata, schema)
+    partitioning, partition_fields = _partitioning(metadata, schema)
     return TableState(
         table_uuid=str(metadata["table-uuid"]),
         location=str(metadata["location"]),
@@ -119,7 +119,7 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
         refs={str(k): int(v["snapshot-id"]) for k, v in (metadata.get("refs") or {}).items()},
         schema=schema,
         partitioning=partitioning,
-        partitioned_before=partitioned_before,
+        partition_fields=partition_fields,
         format_version=int(metadata.get("format-version", 1)),
         main_history=tuple(int(e["snapshot-id"]) for e in metadata.get("snapshot-log") or []),
     )
@@ -127,29 +127,29 @@ def state_from_json(metadata: Mapping[str, Any], metadata_location: str) -> Tabl
 
 def _partitioning(
     metadata: Mapping[str, Any], schema: Mapping[str, Any] | None
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The default partition spec's fields, and every spec's, as Spark SQL transforms
-    (`truncate(1000, `id`)`), the default spec's first."""
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The default partition spec's fields as Spark SQL transforms (`truncate(1000, `id`)`),
+    and every spec's fields as (name, transform), the default spec's first, then the newest."""
     specs = {s.get("spec-id"): s for s in metadata.get("partition-specs") or []}
     default = specs.pop(metadata.get("default-spec-id"), {})
     names = {f["id"]: f["name"] for f in (schema or {}).get("fields", [])}
-    current = tuple(_transforms(default, names))
-    older = [t for spec in reversed(list(specs.values())) for t in _transforms(spec, names)]
-    return current, tuple(dict.fromkeys([*current, *older]))
+    current = _fields(default, names)
+    older = [f for spec in reversed(list(specs.values())) for f in _fields(spec, names)]
+    return tuple(t for _, t in current), tuple(dict.fromkeys([*current, *older]))
 
 
-def _transforms(spec: Mapping[str, Any], names: Mapping[int, str]) -> list[str]:
+def _fields(spec: Mapping[str, Any], names: Mapping[int, str]) -> list[tuple[str, str]]:
     found = []
     for part in spec.get("fields", []):
         column = f"`{names.get(part['source-id'], part['name'])}`"
         transform = str(part["transform"])
         if transform == "identity":
-            found.append(column)
+            found.append((str(part["name"]), column))
         elif "[" in transform:  # bucket[16], truncate[1000]
             kind, width = transform.rstrip("]").split("[")
-            found.append(f"{kind}({width}, {column})")
+            found.append((str(part["name"]), f"{kind}({width}, {column})"))
         elif transform != "void":  # year, month, day, hour
-            found.append(f"{transform}s({column})")
+            found.append((str(part["name"]), f"{transform}s({column})"))
     return found
 
 
