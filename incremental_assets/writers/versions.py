@@ -207,11 +207,16 @@ def _clashes(plan: WritePlan, in_order: WindowSpec) -> Column:
 def row_hash(columns: list[str], schema: T.StructType) -> Column:
     """The hash of the row's `columns`: each in its canonical form (`comparable_sql`, which needs
     its type), beside whether it is NULL (xxhash64 skips NULLs, so without the flags a row with
-    (NULL, 'x') would hash as one with ('x', NULL), and a NULL array as an empty one)."""
+    (NULL, 'x') would hash as one with ('x', NULL), and a NULL array as an empty one). A nested
+    value is hashed as its JSON, NULLs inside it spelled out: xxhash64 skips those too, so
+    ['x'] and ['x', NULL] would hash alike."""
     parts: list[Column] = []
     for c in columns:
         column = SPARK_SQL.quote(c)
-        parts += [F.expr(comparable_sql(column, schema[c].dataType)), F.col(column).isNull()]
+        value = comparable_sql(column, schema[c].dataType)
+        if isinstance(schema[c].dataType, T.ArrayType | T.StructType | T.MapType):
+            value = f"to_json(named_struct('v', {value}), map('ignoreNullFields', 'false'))"
+        parts += [F.expr(value), F.col(column).isNull()]
     return F.xxhash64(*parts)
 
 
