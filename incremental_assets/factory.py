@@ -33,6 +33,7 @@ from incremental_assets.lake import LakeTable, open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.metadata import TableMetadata, metadata_for
 from incremental_assets.pause_points import pause_point
+from incremental_assets.pool_slots import refuse_if_freed
 from incremental_assets.progress import spark_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
@@ -118,6 +119,7 @@ def build_table_asset(
                 if checks.NEXT_RUN in selected:
                     recorded = TableMetadata.extract(metadata)
                     check_results.append(CursorInForce.after_run(recorded, context.run_id).result())
+                refuse_if_freed(context.instance, context.run_id, table.name)
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata, check_results=check_results
                 )

@@ -36,7 +36,7 @@ from incremental_assets.metadata import (
     OBSERVED_FOR,
     ROWS_WAITING,
 )
-from incremental_assets.pool_slots import GUARD_INTERVAL, free_dead
+from incremental_assets.pool_slots import GUARD_INTERVAL, free_dead, sensor_cursor, sensor_watch
 from incremental_assets.probes import Probe, probe_source
 from incremental_assets.results import StoredState
 from incremental_assets.state import (
@@ -101,11 +101,15 @@ def build_pool_guard_sensor(name: str, pools: Sequence[str]) -> dg.SensorDefinit
         description="Frees the tables' pool slots held by runs that died (their process is gone, "
         "or they stopped saying they are alive), marking those runs failed.",
     )
-    def pool_guard(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-        freed = free_dead(context.instance, pools, "", f"the sensor {name}")
+    def pool_guard(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        watch = sensor_watch(context.cursor)
+        freed = free_dead(context.instance, pools, "", f"the sensor {name}", watch)
         for line in freed:
             context.log.warning(line)
-        return dg.SkipReason(" ".join(freed) or "no table's pool slot is held by a run that died")
+        return dg.SensorResult(
+            skip_reason=" ".join(freed) or "no table's pool slot is held by a run that died",
+            cursor=sensor_cursor(watch),
+        )
 
     return pool_guard
 

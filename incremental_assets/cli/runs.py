@@ -37,7 +37,7 @@ def run_backfill(args: argparse.Namespace) -> int:
 
 def free_run_slots(args: argparse.Namespace) -> int:
     with open_instance() as instance:
-        print(free_slots(instance, args.run_id))
+        print(free_slots(instance, args.run_id, _say))
     return 0
 
 

@@ -20,6 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from incremental_assets.lake.table import LakeFormat
+from incremental_assets.pool_slots import Judged, free
+from incremental_assets.run_liveness import Holder, Verdict
 from incremental_assets.translator import ALL_TABLES_JOB
 from incremental_assets_tests.support.cli import DAGSTER, cli_env, materializations, start_cli
 from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
@@ -27,6 +29,7 @@ from incremental_assets_tests.support.postgres import PostgresServer, Schema, wa
 from incremental_assets_tests.support.project import pool_holders
 
 VERSIONS = ["id", "v", "updated_at"]
+POOL = "incremental_assets/orders"
 
 
 def _setup(loads: Loads, pg: Schema, mode: str, **options: Any) -> None:
@@ -327,7 +330,9 @@ def test_a_batch_committed_but_not_recorded_is_repeated_after_compaction_packed_
     compacted = loads.compact()
     assert "data files rewritten" in compacted and not compacted.startswith("compact: 0 data")
     assert loads.iceberg_table().current_snapshot().summary.operation.value == "replace"
-    assert lake.current_snapshot().snapshot_id != loads.iceberg_table().current_snapshot().snapshot_id
+    assert (
+        lake.current_snapshot().snapshot_id != loads.iceberg_table().current_snapshot().snapshot_id
+    )
 
     rerun = loads.run()
 
@@ -336,3 +341,30 @@ def test_a_batch_committed_but_not_recorded_is_repeated_after_compaction_packed_
     held = _source(pg) if mode == "merge" else _appended(loaded, _source(pg))
     assert loads.rows(VERSIONS) == held
 
+
+def test_a_run_judged_dead_while_it_stalled_records_nothing_when_it_goes_on(
+    loads: Loads, pg: Schema
+) -> None:
+    """The review's finding: a run frozen after its commit on another machine was judged dead,
+    its slot given to the next run, which repeated its batch; resumed, it recorded its
+    materialization after that run's, and the table was refused until a full refresh. A run
+    whose slot was freed records nothing; the next run recognises its commit."""
+    _setup(loads, pg, "merge")
+    assert loads.run().success
+    _change(pg)
+    process, marker = loads.paused_run("committed")
+    (stalled,) = pool_holders(loads.instance, "orders")
+    holder = Holder(stalled, "STARTED", False, None, None, "elsewhere", True)
+    free(loads.instance, Judged(holder, Verdict("dead", "it stalled"), (POOL,)), "a test")
+
+    marker.unlink()
+    _, stderr = process.communicate(timeout=300)
+
+    assert process.returncode != 0
+    assert "this run stalled long enough to be judged dead by a test" in stderr
+    assert len(materializations(loads.home, "orders")) == 1  # it recorded nothing
+    rerun = loads.run()
+    assert rerun.success, rerun.failure
+    assert loads.rows(VERSIONS) == _source(pg)
+    again = loads.run()
+    assert again.success, again.failure

@@ -81,9 +81,7 @@ def test_a_changed_partition_setting_applies_at_the_next_full_refresh_and_merges
         refreshed = loads.run(full_refresh=True)
         assert refreshed.success, refreshed.failure
         ((rows, low, high),) = pg.query("SELECT count(*), min(id), max(id) FROM items")
-        (field,) = partition_spec(
-            "id", rows, (low, high), bucketable=True, bucket_rows=bucket_rows
-        )
+        (field,) = partition_spec("id", rows, (low, high), bucketable=True, bucket_rows=bucket_rows)
         width = field.removeprefix("truncate(").partition(",")[0]
         assert _spec(loads) == [(f"id_trunc_{width}", f"truncate[{width}]")]
         pg.execute(

@@ -269,7 +269,7 @@ class _TableFiles:
             for path in Path(self.uri).rglob("*"):
                 os.utime(path, (then.timestamp(), then.timestamp()))
             return
-        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.core.models import DEFAULT_ACCOUNT_ID
         from moto.s3.models import s3_backends
 
         bucket = s3_backends[DEFAULT_ACCOUNT_ID]["global"].get_bucket(self.bucket)

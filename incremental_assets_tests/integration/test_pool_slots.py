@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,8 +21,8 @@ import pytest
 
 from incremental_assets import pool_slots
 from incremental_assets.errors import ConcurrentRunError
-from incremental_assets.pool_slots import BEAT_TAG, WORKER_TAG, guarding
-from incremental_assets.run_liveness import Worker
+from incremental_assets.pool_slots import BEAT_TAG, WORKER_TAG, free_dead, guarding, judge
+from incremental_assets.run_liveness import BeatWatch, Worker
 from incremental_assets.sensors import build_pool_guard_sensor
 from incremental_assets_tests.support import pool_holder
 from incremental_assets_tests.support.cli import DAGSTER
@@ -162,7 +163,7 @@ def test_a_holder_that_recorded_nothing_fails_the_run_naming_it_and_the_command_
 
     message = str(refused.value)
     assert f"run {held_by} ({POOL})" in message
-    assert "recorded nothing of its process" in message
+    assert "recorded nothing this package can read of its process" in message
     assert f"`incremental-assets free-slots {held_by}`" in message
     assert pool_holders(instance, "orders") == {held_by}
 
@@ -185,9 +186,12 @@ def test_free_slots_refuses_a_run_seen_alive(home: Path, instance: dg.DagsterIns
         _kill(process)
 
 
-def test_a_holder_on_another_machine_is_dead_once_it_stops_saying_it_is_alive(
+def test_a_holder_on_another_machine_is_dead_once_its_beat_stops_moving_whatever_its_clock(
     home: Path, instance: dg.DagsterInstance
 ) -> None:
+    """Its beat is watched with the judge's own clock: a beat stamped 90 s in the past by a
+    machine whose clock is behind is alive while it moves (the review's finding: it was judged
+    dead on sight), and a beat that stops moving for a minute is dead."""
     process, held_by = _holding(home, instance)
     _kill(process)
     run = instance.get_run_by_id(held_by)
@@ -195,21 +199,66 @@ def test_a_holder_on_another_machine_is_dead_once_it_stops_saying_it_is_alive(
     worker = Worker.from_tag(run.tags[WORKER_TAG])
     assert worker is not None
     elsewhere = Worker("another-host", "another-boot", worker.pid_namespace, worker.pid, "1")
-    now = datetime.now(UTC)
-    instance.add_run_tags(held_by, {WORKER_TAG: elsewhere.to_tag(), BEAT_TAG: now.isoformat()})
+    behind = (datetime.now(UTC) - timedelta(seconds=90)).isoformat()  # a clock 90 s behind
+    instance.add_run_tags(held_by, {WORKER_TAG: elsewhere.to_tag(), BEAT_TAG: behind})
+    watch = BeatWatch()
 
-    assert _guard(instance)[0].startswith(f"waiting for run {held_by}")
+    assert [j.verdict.kind for j in judge(instance, {POOL}, "judge", watch)] == ["live"]
+    moved = (datetime.now(UTC) - timedelta(seconds=80)).isoformat()
+    instance.add_run_tags(held_by, {BEAT_TAG: moved})
+    later = {held_by: (moved, time.monotonic() - 30)}  # seen 30 s ago, unchanged since
+    assert [j.verdict.kind for j in judge(instance, {POOL}, "judge", BeatWatch(later))] == ["live"]
     assert pool_holders(instance, "orders") == {held_by}
 
-    silent = (now - timedelta(seconds=61)).isoformat()
-    instance.add_run_tags(held_by, {BEAT_TAG: silent})
-    said = _guard(instance)
+    silent = BeatWatch({held_by: (moved, time.monotonic() - 61)})  # unchanged for 61 s
+    said = free_dead(instance, {POOL}, "judge", "a test", silent)
 
     assert said == [
-        f"run {held_by} held the pool {POOL}, but it runs as pid {worker.pid} on another-host "
-        f"and said it was alive not since {silent}: it was marked failed and its slots freed."
+        f"run {held_by} held the pool {POOL}, but it runs as pid {worker.pid} on another-host, "
+        "and its beat hasn't moved for 61 s: it was marked failed and its slots freed."
     ]
     assert pool_holders(instance, "orders") == set()
+
+
+def test_a_queued_run_that_recorded_nothing_never_fails_the_next(
+    home: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review's finding: behind a live holder, a run of another executor only queued for
+    the slot (it holds nothing) failed the next run after a minute, which named it as holding
+    the pool and offered to free a live run's slots."""
+    holding, held_by = _holding(home, instance)
+    queued, _ = _start(home, executor="dagster")
+    try:
+        wait_for(
+            lambda: len(instance.event_log_storage.get_concurrency_info(POOL).pending_steps) == 2,
+            120,
+        )
+        monkeypatch.setattr(pool_slots, "UNKNOWN_WAIT", timedelta(seconds=1))
+        said = _guard(instance)
+        assert len(said) == 1 and said[0].startswith(f"waiting for run {held_by}, which holds")
+    finally:
+        _kill(queued)
+        _kill(holding)
+
+
+def test_free_slots_says_plainly_when_there_is_nothing_to_free(
+    home: Path, instance: dg.DagsterInstance
+) -> None:
+    """The review's finding: a mistyped run id, or a run that ended holding nothing, got "it was
+    marked failed and its slots freed"."""
+    process, held_by = _holding(home, instance)
+    _kill(process)
+    assert _free_slots(home, held_by).returncode == 0  # its slots freed: it holds none now
+
+    again = _free_slots(home, held_by)
+    missing = _free_slots(home, "no-such-run")
+
+    assert again.returncode == 0
+    assert (
+        again.stdout.strip()
+        == f"run {held_by} (FAILURE) holds no pool slot and is queued for none."
+    )
+    assert missing.returncode == 1 and "there is no run no-such-run" in missing.stderr
 
 
 def test_under_the_daemon_the_pool_guard_sensor_frees_a_dead_runs_slot(
@@ -220,13 +269,14 @@ def test_under_the_daemon_the_pool_guard_sensor_frees_a_dead_runs_slot(
     sensor = build_pool_guard_sensor("pool_guard", [POOL])
     with dg.build_sensor_context(instance=instance) as context:
         alive = sensor(context)
-    assert isinstance(alive, dg.SkipReason) and "no table's pool slot" in str(alive.skip_message)
+    assert isinstance(alive, dg.SensorResult) and alive.skip_reason is not None
+    assert "no table's pool slot" in str(alive.skip_reason.skip_message)
     _kill(process)
 
-    with dg.build_sensor_context(instance=instance) as context:
+    with dg.build_sensor_context(instance=instance, cursor=alive.cursor) as context:
         freed = sensor(context)
 
-    assert isinstance(freed, dg.SkipReason)
-    assert f"run {held_by} held the pool {POOL}" in str(freed.skip_message)
+    assert isinstance(freed, dg.SensorResult) and freed.skip_reason is not None
+    assert f"run {held_by} held the pool {POOL}" in str(freed.skip_reason.skip_message)
     assert pool_holders(instance, "orders") == set()
     assert _status(instance, held_by) == dg.DagsterRunStatus.FAILURE
