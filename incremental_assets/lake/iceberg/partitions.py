@@ -91,9 +91,7 @@ def _hashed(column: str, count: int, bucketable: bool) -> tuple[str, ...]:
     return (f"bucket({min(count, MAX_PARAMETER)}, `{column}`)",)
 
 
-def consistent_with(
-    spec: tuple[str, ...], fields: Iterable[tuple[str, str]]
-) -> tuple[str, ...]:
+def consistent_with(spec: tuple[str, ...], fields: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     """`spec` as a `CREATE TABLE` of an existing table can make it: each bucket or truncate
     field that Iceberg would name as one of the table's fields (`id_trunc`) with the transform
     that field has (its parameter), so that no name gets a second meaning."""
