@@ -5,15 +5,17 @@
                            rerun in the same snapshot; a run that replaces the table writes a
                            snapshot of the whole table
     merge                  each key's latest version in the delta (rows that clash, or have a
-                           NULL key, fail the run before anything is written), then one
-                           `MERGE INTO` on the run's branch: a version newer than the lake's (or
-                           as new: the delta wins a tie) replaces it, a delete column removes it,
-                           a reconciled key gone from the source is removed, and a version equal
-                           to the lake's changes nothing. Merge tables are merge-on-read: a run
-                           writes its new rows and delete files, not the files they touch.
+                           NULL key, fail the run before anything is written), matched with the
+                           lake's rows of its key (`writers/matched.py`): a version newer than
+                           the lake's (or as new: the delta wins a tie) replaces it, a delete
+                           column removes it, a reconciled key gone from the source is removed,
+                           and a version equal to the lake's changes nothing. The replaced keys'
+                           rows are deleted and the new versions appended on the run's branch.
+                           Merge tables are merge-on-read: a run writes its new rows and delete
+                           files, not the files they touch.
 
-Whatever the mode, a run's commit goes through `lake/iceberg/commits.py`: a snapshot on the run's
-branch, then `main` moved to it if nothing else moved `main` meanwhile; or a snapshot replacing
+Whatever the mode, a run's commit goes through `lake/iceberg/commits.py`: a snapshot (a merge's
+delete and append: two) on the run's branch, then `main` moved to it if nothing else moved `main` meanwhile; or a snapshot replacing
 the whole table. Its summary carries the run's commit id, batch, cursor and records.
 """
 
@@ -26,7 +28,6 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
@@ -45,6 +46,14 @@ from incremental_assets.writers.base import (
     observed,
 )
 from incremental_assets.writers.buckets import integer_key, key_changed
+from incremental_assets.writers.matched import (
+    KeyRange,
+    decided,
+    delete_sql,
+    inserted_rows,
+    replaced_keys,
+    tally,
+)
 from incremental_assets.writers.schema import ColumnHistory
 from incremental_assets.writers.versions import (
     CHANGED,
@@ -54,15 +63,12 @@ from incremental_assets.writers.versions import (
     KEY_CLASHES,
     KEY_ROWS,
     VERSIONS,
-    comparable_sql,
     duplicate_keys,
     latest_versions,
     version_counts,
     with_key_rows,
 )
 
-# What Spark's MERGE INTO counts, in the summary of the snapshot it makes.
-_MERGED = "spark.merge-into.num-target-rows-"
 REMOVED = "__removed"  # a replaced table's row left out (deleted, or gone from the source)
 
 
@@ -139,13 +145,14 @@ class IcebergAppendWriter:
 
 
 class IcebergMergeWriter:
-    """Merge tables: each key's latest version, merged into the table row by row."""
+    """Merge tables: each key's latest version, its lake rows replaced where it changes them."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self._commit: IcebergCommit | None = None
         self._source: DataFrame | None = None
         self._clashes = 0
+        self._span: KeyRange | None = None
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         """Each key's latest version, kept in Spark's storage (the source is read once, here):
@@ -157,9 +164,12 @@ class IcebergMergeWriter:
         if keys is not None and plan.reconcile:
             winners = winners.unionByName(_gone_keys(commit, plan, keys, winners), True)
         kept = winners.localCheckpoint()
-        seen = version_counts(kept, plan)
+        spanned = plan.row_key[0] if integer_key(kept, plan) else None
+        seen = version_counts(kept, plan, spanned)
         self._source = kept.drop(VERSIONS, KEY_CLASHES)
         self._clashes = seen["clashes"]
+        if spanned is not None and "low" in seen:
+            self._span = KeyRange(spanned, seen["low"], seen["high"])
         return Staged(
             rows_extracted=seen["rows"],
             rows_written=seen["rows"],
@@ -169,6 +179,8 @@ class IcebergMergeWriter:
         )
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
+        """The replaced keys' lake rows deleted, then the written rows appended, on the run's
+        branch (`writers/matched.py`); `main` moves once, to both."""
         commit, source = self._commit, self._source
         assert commit is not None and source is not None
         if self._clashes:
@@ -176,30 +188,43 @@ class IcebergMergeWriter:
         if plan.replace_all or key_changed(plan):
             return _replace_merged(commit, source, staged, plan)
         _evolve(commit, plan, merge=True)
-        target = commit.begin()
-        with commit.viewed(source, "delta") as view, commit.summarized():
-            commit.spark.sql(_merge_sql(target, view, source.schema, plan))
-        snapshot = commit.written()
-        counts = _merge_counts(snapshot)
-        if snapshot is None or (counts == MergeCounts(0, 0, 0) and not _evolved(plan)):
+        rows = staged.rows_extracted
+        lake = conformed(commit.base_frame(), plan)
+        decisions = decided(lake, source, plan, self._span, rows).localCheckpoint()
+        counts = tally(decisions)
+        if not counts.changes and not _evolved(plan):
             commit.abandon()
             return _nothing_written(staged, MergeCounts(0, 0, 0))
-        duplicates = _duplicates_among(commit.spark.table(target), source, plan)
+        target = commit.begin()
+        snapshots = []
+        with commit.summarized():
+            if counts.replaced_keys:
+                keys = replaced_keys(decisions, plan, rows)
+                with commit.viewed(keys, "replaced") as view:
+                    commit.spark.sql(delete_sql(target, view, plan, self._span))
+                snapshots.append(commit.written())
+            if counts.inserted or counts.updated or not snapshots:
+                inserted_rows(decisions).writeTo(target).append()
+                snapshots.append(commit.written())
         head = commit.publish()
+        made = [s for s in snapshots if s is not None]
         merged = WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=counts.inserted + counts.updated,
-            files_written=_files_added(commit.snapshot),
-            rows_rewritten=int(snapshot.summary.get("added-records", 0)),
-            merge=counts,
+            files_written=sum(_files_added(s) for s in made),
+            rows_rewritten=counts.inserted + counts.updated,
+            merge=MergeCounts(counts.inserted, counts.updated, counts.deleted),
             columns=staged.columns,
             merge_path=MergePath(
                 strategy=_strategy(commit),
-                buckets_touched=_int(snapshot.summary.get("changed-partition-count")),
+                buckets_touched=max(
+                    (_int(s.summary.get("changed-partition-count")) or 0 for s in made),
+                    default=None,
+                ),
                 buckets_held=None,
             ),
             head=head,
-            duplicate_keys=duplicates,
+            duplicate_keys=counts.duplicate_keys,
             rows_held=_rows_held(commit),
         )
         return _with_deletes(merged, commit.snapshot)
@@ -357,55 +382,6 @@ def _gone_keys(
         winners.select(*key), key, "left_anti"
     )
     return gone.distinct().withColumn(GONE, F.lit(True)).withColumn(DELETED, F.lit(False))
-
-
-def _merge_sql(target: str, view: str, schema: T.StructType, plan: WritePlan) -> str:
-    """The MERGE INTO that applies each key's latest version to the table."""
-    fields = [f for f in schema.fields if f.name not in (DELETED, GONE)]
-    data = [f.name for f in fields]
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in plan.row_key)
-    newer = "TRUE"
-    if plan.cursor_column and not plan.delta_beats_lake:
-        c = f"`{plan.cursor_column}`"
-        newer = f"(t.{c} IS NULL OR s.{c} >= t.{c})"
-    same = " AND ".join(_same(f) for f in fields if f.name != BATCH_COLUMN) or "TRUE"
-    sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in data)
-    names = ", ".join(f"`{c}`" for c in data)
-    values = ", ".join(f"s.`{c}`" for c in data)
-    return (
-        f"MERGE INTO {target} t USING {view} s ON {on} "
-        f"WHEN MATCHED AND s.`{GONE}` THEN DELETE "
-        f"WHEN MATCHED AND s.`{DELETED}` AND {newer} THEN DELETE "
-        f"WHEN MATCHED AND NOT s.`{DELETED}` AND NOT s.`{GONE}` AND {newer} AND NOT ({same}) "
-        f"THEN UPDATE SET {sets} "
-        f"WHEN NOT MATCHED AND NOT s.`{DELETED}` AND NOT s.`{GONE}` THEN INSERT ({names}) "
-        f"VALUES ({values})"
-    )
-
-
-def _same(field: T.StructField) -> str:
-    """The lake's value of a column equal to the delta's, NULL equal to NULL, maps whatever their
-    entries' order, in the canonical form the row's hash reads (`comparable_sql`)."""
-    name = SPARK_SQL.quote(field.name)
-    lake, delta = (comparable_sql(f"{side}.{name}", field.dataType) for side in ("t", "s"))
-    return f"{lake} <=> {delta}"
-
-
-def _merge_counts(snapshot: SnapshotInfo | None) -> MergeCounts:
-    summary = snapshot.summary if snapshot is not None else {}
-    return MergeCounts(
-        inserted=int(summary.get(_MERGED + "inserted", 0)),
-        updated=int(summary.get(_MERGED + "updated", 0)),
-        deleted=int(summary.get(_MERGED + "deleted", 0)),
-    )
-
-
-def _duplicates_among(table: DataFrame, source: DataFrame, plan: WritePlan) -> int:
-    """Keys the run touched that the table (its branch, before main moves) holds twice."""
-    key = list(plan.row_key)
-    touched = source.select(*key).distinct()
-    rows = table.join(touched, key, "left_semi")
-    return rows.groupBy(*key).count().where(F.col("count") > 1).count()
 
 
 def _strategy(commit: IcebergCommit) -> MergeStrategy:

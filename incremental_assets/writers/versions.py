@@ -131,18 +131,28 @@ def latest_versions(
     )
 
 
-def version_counts(winners: DataFrame, plan: WritePlan) -> dict[str, int]:
+def version_counts(
+    winners: DataFrame, plan: WritePlan, spanned: str | None = None
+) -> dict[str, int]:
     """The delta's `rows`, those with a NULL key (`null_keys`), and `clashes`, summed over the
-    winners `latest_versions` chose (a key's NULL makes its winner's whole key NULL-keyed)."""
+    winners `latest_versions` chose (a key's NULL makes its winner's whole key NULL-keyed); with
+    `spanned`, an integer column, also its `low` and `high` (absent if the delta has none)."""
     null_key = F.lit(False)
     for column in plan.row_key:
         null_key = null_key | F.col(f"`{column}`").isNull()
+    spans = []
+    if spanned is not None:
+        span = F.col(SPARK_SQL.quote(spanned))
+        spans = [F.min(span).alias("low"), F.max(span).alias("high")]
     row = winners.agg(
         F.sum(VERSIONS).alias("rows"),
         F.sum(F.when(null_key, F.col(VERSIONS))).alias("null_keys"),
         F.sum(KEY_CLASHES).alias("clashes"),
+        *spans,
     ).first()
-    return {name: int(row[name] or 0) if row is not None else 0 for name in COUNTED}
+    seen = row.asDict() if row is not None else {}
+    counts = {name: int(seen.get(name) or 0) for name in COUNTED}
+    return counts | {n: int(seen[n]) for n in ("low", "high") if seen.get(n) is not None}
 
 
 def with_key_rows(merged: DataFrame, plan: WritePlan) -> DataFrame:

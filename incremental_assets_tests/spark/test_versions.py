@@ -9,9 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from incremental_assets.config import LakeSpec
-from incremental_assets.lake import LakeFacts, open_lake
-from incremental_assets.writers.base import WritePlan, counted, observed
+from incremental_assets.writers.base import counted, observed
 from incremental_assets.writers.versions import (
     BUCKET,
     KEY_CLASHES,
@@ -21,26 +19,7 @@ from incremental_assets.writers.versions import (
     version_counts,
     with_key_count,
 )
-
-
-def _plan(**settings: Any) -> WritePlan:
-    lake = open_lake(LakeSpec(path="/tmp/unused"), "t")
-    defaults: dict[str, Any] = {
-        "lake": lake,
-        "facts": LakeFacts(uri="/tmp/unused"),
-        "txn": "t",
-        "batch": 1,
-        "cursor": None,
-        "replace_all": False,
-        "primary_key": ("id",),
-        "cursor_column": "c",
-        "delete_column": None,
-        "buckets": 4,
-        "bucket_rows": 10,
-        "compression": "zstd",
-        "max_rows_per_file": 10,
-    }
-    return WritePlan(**{**defaults, **settings})
+from incremental_assets_tests.support.plans import write_plan as _plan
 
 
 def test_the_key_count_made_while_writing_finds_every_key_written_twice(

@@ -1,0 +1,156 @@
+"""What an Iceberg merge does to each key, decided before anything is written.
+
+The delta's winners (each key's latest version, `versions.latest_versions`, with the keys
+reconcile found gone) are matched with the lake's rows of their keys only: a join that
+broadcasts the delta, so the table is read once and never shuffled (a `MERGE INTO` with an
+insert clause is an outer join that shuffles the whole table with its row positions). Per key:
+
+    replaced   the key is in the lake and the delta changes it: gone from the source, or the
+               delta's version is as new as the lake's (the delta wins a tie) and deletes the
+               key or differs from the lake's row in some column (compared as the MERGE did,
+               maps in their canonical form)
+    inserted   the delta's version is written: not a delete, and the key is new or replaced
+
+The commit then removes the replaced keys' lake rows (a `MERGE ... WHEN MATCHED THEN DELETE`,
+an inner join that broadcasts the keys) and appends the inserted rows, both on the run's branch.
+A key the lake holds twice is replaced whole, so the merge leaves it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
+from incremental_assets.writers.versions import DELETED, GONE, comparable_sql
+
+LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
+# Winners up to this many are broadcast to the table's scan; a larger delta is joined by
+# shuffling both sides, as any large join (Spark's own choice, which reads its statistics).
+BROADCAST_ROWS = 2_000_000
+
+
+@dataclass(frozen=True)
+class Tally:
+    inserted: int
+    updated: int
+    deleted: int
+    duplicate_keys: int  # touched keys the lake still holds more than once after the merge
+    replaced_keys: int  # keys whose lake rows the merge deletes
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.inserted or self.replaced_keys)
+
+
+def decided(
+    lake: DataFrame, winners: DataFrame, plan: WritePlan, key_range: KeyRange | None, rows: int
+) -> DataFrame:
+    """`winners`, each with how many lake rows its key has (`LAKE_ROWS`, NULL: none), whether
+    the merge replaces them (`REPLACED`) and whether it writes the winner (`INSERTED`)."""
+    key = list(plan.row_key)
+    small = _broadcast_if_small(winners, rows)
+    if key_range is not None:
+        lake = lake.where(key_range.condition(""))
+    pairs = lake.alias("t").join(small.alias("s"), _on(key), "inner")
+    found = pairs.groupBy(*[F.col(f"t.{SPARK_SQL.quote(c)}").alias(c) for c in key]).agg(
+        F.count(F.lit(1)).alias(LAKE_ROWS),
+        F.max(_replaces(winners.schema, plan)).alias(REPLACED),
+    )
+    joined = winners.join(found, key, "left")
+    in_lake = F.col(LAKE_ROWS).isNotNull()
+    replaced = in_lake & F.coalesce(F.col(REPLACED), F.lit(False))
+    written = ~F.col(DELETED) & ~F.col(GONE) & (~in_lake | replaced)
+    return joined.withColumn(REPLACED, replaced).withColumn(INSERTED, written)
+
+
+def tally(decisions: DataFrame) -> Tally:
+    in_lake, replaced, inserted = (
+        F.col(LAKE_ROWS).isNotNull(),
+        F.col(REPLACED),
+        F.col(INSERTED),
+    )
+    removed = replaced & ~inserted
+    row = decisions.agg(
+        F.count_if(inserted & ~in_lake).alias("inserted"),
+        F.count_if(inserted & in_lake).alias("updated"),
+        F.sum(F.when(removed, F.col(LAKE_ROWS))).alias("deleted"),
+        F.count_if(in_lake & ~replaced & (F.col(LAKE_ROWS) > 1)).alias("duplicate_keys"),
+        F.count_if(replaced).alias("replaced_keys"),
+    ).first()
+    seen = row.asDict() if row is not None else {}
+    return Tally(**{name: int(seen.get(name) or 0) for name in Tally.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The span of a single integer key's values a merge touches: a static filter Iceberg prunes
+    data files by (their key's lower and upper bounds), which its runtime filter doesn't."""
+
+    column: str
+    low: int
+    high: int
+
+    def condition(self, alias: str) -> Column:
+        prefix = f"{alias}." if alias else ""
+        return F.expr(self.sql(prefix))
+
+    def sql(self, prefix: str) -> str:
+        return f"{prefix}{SPARK_SQL.quote(self.column)} BETWEEN {self.low} AND {self.high}"
+
+
+def delete_sql(target: str, view: str, plan: WritePlan, key_range: KeyRange | None) -> str:
+    """The MERGE that deletes every lake row of the keys in `view`: one DELETE clause, so an
+    inner join with no cardinality check, that broadcasts the keys and reads only the key
+    columns of the table."""
+    on = " AND ".join(f"t.{SPARK_SQL.quote(c)} = s.{SPARK_SQL.quote(c)}" for c in plan.row_key)
+    if key_range is not None:
+        on += f" AND {key_range.sql('t.')}"
+    return f"MERGE INTO {target} t USING {view} s ON {on} WHEN MATCHED THEN DELETE"
+
+
+def replaced_keys(decisions: DataFrame, plan: WritePlan, rows: int) -> DataFrame:
+    keys = decisions.where(F.col(REPLACED)).select(*[SPARK_SQL.quote(c) for c in plan.row_key])
+    return _broadcast_if_small(keys, rows)
+
+
+def inserted_rows(decisions: DataFrame) -> DataFrame:
+    return decisions.where(F.col(INSERTED)).drop(DELETED, GONE, LAKE_ROWS, REPLACED, INSERTED)
+
+
+def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
+    return frame.hint("broadcast") if rows <= BROADCAST_ROWS else frame
+
+
+def _on(key: list[str]) -> Column:
+    condition = F.lit(True)
+    for column in key:
+        name = SPARK_SQL.quote(column)
+        condition = condition & (F.col(f"t.{name}") == F.col(f"s.{name}"))
+    return condition
+
+
+def _replaces(schema: T.StructType, plan: WritePlan) -> Column:
+    """Whether the delta's winner replaces a lake row of its key (`t`: the lake's, `s`: the
+    delta's): as `MERGE INTO` matched them, row by row."""
+    newer = "TRUE"
+    if plan.cursor_column and not plan.delta_beats_lake:
+        c = SPARK_SQL.quote(plan.cursor_column)
+        newer = f"(t.{c} IS NULL OR s.{c} >= t.{c})"
+    fields = [f for f in schema.fields if f.name not in (DELETED, GONE, BATCH_COLUMN)]
+    same = " AND ".join(_same(f) for f in fields) or "TRUE"
+    return F.coalesce(
+        F.expr(f"s.`{GONE}` OR ({newer} AND (s.`{DELETED}` OR NOT ({same})))"), F.lit(False)
+    )
+
+
+def _same(field: T.StructField) -> str:
+    """The lake's value of a column equal to the delta's, NULL equal to NULL, maps whatever their
+    entries' order, in the canonical form the row's hash reads (`comparable_sql`)."""
+    name = SPARK_SQL.quote(field.name)
+    lake, delta = (comparable_sql(f"{side}.{name}", field.dataType) for side in ("t", "s"))
+    return f"{lake} <=> {delta}"
