@@ -212,7 +212,7 @@ class IcebergMergeWriter:
             rows_extracted=staged.rows_extracted,
             rows_written=counts.inserted + counts.updated,
             files_written=sum(_files_added(s) for s in made),
-            rows_rewritten=counts.inserted + counts.updated,
+            rows_rewritten=sum(int(s.summary.get("added-records", 0)) for s in made),
             merge=MergeCounts(counts.inserted, counts.updated, counts.deleted),
             columns=staged.columns,
             merge_path=MergePath(
