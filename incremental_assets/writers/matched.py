@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -29,6 +29,7 @@ from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
 from incremental_assets.writers.versions import DELETED, GONE, comparable_sql
 
 LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
+_FROM_LAKE = "__from_lake"
 # Winners up to this many are broadcast to the table's scan; a larger delta is joined by
 # shuffling both sides, as any large join (Spark's own choice, which reads its statistics).
 BROADCAST_ROWS = 2_000_000
@@ -50,38 +51,55 @@ class Tally:
 def decided(
     lake: DataFrame, winners: DataFrame, plan: WritePlan, key_range: KeyRange | None, rows: int
 ) -> DataFrame:
-    """`winners`, each with how many lake rows its key has (`LAKE_ROWS`, NULL: none), whether
-    the merge replaces them (`REPLACED`) and whether it writes the winner (`INSERTED`)."""
-    key = list(plan.row_key)
+    """`winners`, each with how many lake rows its key has (`LAKE_ROWS`), whether the merge
+    replaces them (`REPLACED`) and whether it writes the winner (`INSERTED`).
+
+    The matched pairs go back to their winners in one shuffle of both (a window over the key),
+    not an aggregate joined back: a Spark job less per run."""
+    key = [SPARK_SQL.quote(c) for c in plan.row_key]
     small = _broadcast_if_small(winners, rows)
     if key_range is not None:
         lake = lake.where(key_range.condition(""))
-    pairs = lake.alias("t").join(small.alias("s"), _on(key), "inner")
-    found = pairs.groupBy(*[F.col(f"t.{SPARK_SQL.quote(c)}").alias(c) for c in key]).agg(
-        F.count(F.lit(1)).alias(LAKE_ROWS),
-        F.max(_replaces(winners.schema, plan)).alias(REPLACED),
+    pairs = (
+        lake.alias("t")
+        .join(small.alias("s"), _on(plan.row_key), "inner")
+        .select(
+            *[F.col(f"t.{c}").alias(name) for c, name in zip(key, plan.row_key, strict=True)],
+            _replaces(winners.schema, plan).alias(REPLACED),
+            F.lit(1).alias(_FROM_LAKE),
+        )
     )
-    joined = winners.join(found, key, "left")
-    in_lake = F.col(LAKE_ROWS).isNotNull()
-    replaced = in_lake & F.coalesce(F.col(REPLACED), F.lit(False))
-    written = ~F.col(DELETED) & ~F.col(GONE) & (~in_lake | replaced)
-    return joined.withColumn(REPLACED, replaced).withColumn(INSERTED, written)
+    both = winners.withColumn(_FROM_LAKE, F.lit(0)).unionByName(pairs, allowMissingColumns=True)
+    by_key = Window.partitionBy(*key)
+    matched = (
+        both.withColumn(LAKE_ROWS, F.sum(_FROM_LAKE).over(by_key))
+        .withColumn(REPLACED, F.coalesce(F.max(REPLACED).over(by_key), F.lit(False)))
+        .where(F.col(_FROM_LAKE) == 0)
+        .drop(_FROM_LAKE)
+    )
+    in_lake = F.col(LAKE_ROWS) > 0
+    written = ~F.col(DELETED) & ~F.col(GONE) & (~in_lake | F.col(REPLACED))
+    return matched.withColumn(INSERTED, written)
 
 
 def tally(decisions: DataFrame) -> Tally:
     in_lake, replaced, inserted = (
-        F.col(LAKE_ROWS).isNotNull(),
+        F.col(LAKE_ROWS) > 0,
         F.col(REPLACED),
         F.col(INSERTED),
     )
     removed = replaced & ~inserted
-    row = decisions.agg(
-        F.count_if(inserted & ~in_lake).alias("inserted"),
-        F.count_if(inserted & in_lake).alias("updated"),
-        F.sum(F.when(removed, F.col(LAKE_ROWS))).alias("deleted"),
-        F.count_if(in_lake & ~replaced & (F.col(LAKE_ROWS) > 1)).alias("duplicate_keys"),
-        F.count_if(replaced).alias("replaced_keys"),
-    ).first()
+    row = (
+        decisions.coalesce(1)
+        .agg(  # one job, as `versions.version_counts`
+            F.count_if(inserted & ~in_lake).alias("inserted"),
+            F.count_if(inserted & in_lake).alias("updated"),
+            F.sum(F.when(removed, F.col(LAKE_ROWS))).alias("deleted"),
+            F.count_if(in_lake & ~replaced & (F.col(LAKE_ROWS) > 1)).alias("duplicate_keys"),
+            F.count_if(replaced).alias("replaced_keys"),
+        )
+        .first()
+    )
     seen = row.asDict() if row is not None else {}
     return Tally(**{name: int(seen.get(name) or 0) for name in Tally.__dataclass_fields__})
 
@@ -126,7 +144,7 @@ def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
     return frame.hint("broadcast") if rows <= BROADCAST_ROWS else frame
 
 
-def _on(key: list[str]) -> Column:
+def _on(key: tuple[str, ...]) -> Column:
     condition = F.lit(True)
     for column in key:
         name = SPARK_SQL.quote(column)
