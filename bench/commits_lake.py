@@ -10,12 +10,12 @@ day): `orders` in append mode, 100 new rows a commit, and `orders_merge` in merg
 a commit (50 updates in one or two of its key ranges, `truncate(1000, id)`, and 50 new ids),
 after a first load of 10,000 rows each. Commits come faster than one a minute, so no snapshot
 is old enough to expire: the table keeps every snapshot, as one committed every minute would
-for its first day (1,440 snapshots).
+for its first day (1,440 commits; a merge's makes two snapshots).
 
 Per commit, timed: the table's facts read before it (`facts`: its current metadata, as every
 run reads it), the writer's stage (`stage`: for append the batch written on the run's branch,
-for merge each key's latest version), its commit (`commit`: for merge the `MERGE INTO` on the
-branch, then `main` fast-forwarded to the branch and the branch dropped), and the maintenance a
+for merge each key's latest version), its commit (`commit`: for merge the changed keys' rows deleted and their new versions appended
+on the branch, then `main` fast-forwarded to the branch and the branch dropped), and the maintenance a
 run does after it (`maintenance`: compaction, expiry, orphans, when due). After the commit,
 outside the clock (bench/lake_state.py): the snapshots kept, the size of the current metadata
 file (what every commit rewrites, several times, and every reader parses), the live data and

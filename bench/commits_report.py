@@ -6,7 +6,8 @@ For each table: the medians of a window of 10 commits around commits 1, 10, 100,
 that commit; and whether the commit and the metadata file stay flat: the last window against
 the one around commit 10. A step is called flat when it costs at most FLAT times as much at the
 end; the metadata file is compared with the snapshots kept, and both are carried on, in a
-straight line, to the snapshots a table committed every minute keeps for a day (1,440).
+straight line, to the snapshots a table committed every minute keeps for a day (1,440 commits:
+twice as many snapshots for a merge table).
 Written to bench/COMMITS.md, which bench/report.py puts into BENCHMARKS.md.
 """
 
@@ -20,7 +21,9 @@ from typing import Any
 CHECKPOINTS = (1, 10, 100, 250, 500, 1000)
 WINDOW = 10
 FLAT = 1.5  # a step is flat if the last window costs at most this many times commit 10's
-A_DAY = 1_440  # snapshots a table committed once a minute keeps for a day
+A_DAY = 1_440  # commits a table committed once a minute makes in a day
+# Snapshots a commit makes, by mode: a merge's delete, then its append.
+SNAPSHOTS_PER_COMMIT = {"append": 1, "merge": 2}
 # The tables the benchmark commits to, by mode, in the order the section shows them.
 TABLES = {"orders": "append", "orders_merge": "merge"}
 # The times a section shows per checkpoint: the key in the results, and the column's name.
@@ -99,7 +102,8 @@ def _method(meta: dict[str, Any], last: int, lake_only: bool) -> list[str]:
         f"`keep_snapshots: {meta.get('keep_snapshots', '?')}` and `keep_snapshots_for: "
         f"{meta.get('keep_snapshots_for', '?')}` (the defaults): commits come faster than one a "
         "minute, so no snapshot is old enough to expire and the table keeps every one, as a "
-        f"table committed every minute would for its first day ({A_DAY:,} snapshots)."
+        f"table committed every minute would for its first day ({A_DAY:,} commits: as many "
+        "snapshots for an append table, twice as many for a merge table)."
     )
     if lake_only:
         how = (
@@ -113,7 +117,8 @@ def _method(meta: dict[str, Any], last: int, lake_only: bool) -> list[str]:
             f"load of {meta.get('first_rows', 0):,} rows. *Facts*: the table's metadata read "
             "before the commit. *Stage*: the writer's stage (append: the batch written on the "
             "run's branch; merge: each key's latest version). *Commit*: the writer's commit "
-            "(merge: `MERGE INTO` on the branch), `main` fast-forwarded to the branch, the "
+            "(merge: the changed keys' rows deleted and their new versions appended on the "
+            "branch), `main` fast-forwarded to the branch, the "
             "branch dropped. *Maintenance*: what a run does after its commit, when due. *All*: "
             "their sum."
         )
@@ -171,10 +176,10 @@ def _table_lines(
             f"{state['delete_files']:,} | {state['objects']:,} | "
             f"{state['bytes'] / 2**20:,.1f} |"
         )
-    return [*lines, "", *_flat(runs, last), ""]
+    return [*lines, "", *_flat(runs, last, A_DAY * SNAPSHOTS_PER_COMMIT[TABLES[table]]), ""]
 
 
-def _flat(runs: dict[int, dict[str, Any]], last: int) -> list[str]:
+def _flat(runs: dict[int, dict[str, Any]], last: int, a_day: int) -> list[str]:
     """Whether the commit and the metadata file stay flat: the last window against commit 10's,
     and both carried on to a day of commits once a minute."""
     if last < 2 * WINDOW:
@@ -197,9 +202,9 @@ def _flat(runs: dict[int, dict[str, Any]], last: int) -> list[str]:
     verdict = "stays flat" if growth <= FLAT else "does not stay flat"
     per_snapshot = (meta_late - meta_early) / max(snaps_late - snaps_early, 1)
     seconds_per = (commit_late - commit_early) / max(snaps_late - snaps_early, 1)
-    day_bytes = meta_late + max(per_snapshot, 0.0) * (A_DAY - snaps_late)
+    day_bytes = meta_late + max(per_snapshot, 0.0) * (a_day - snaps_late)
     if seconds_per > 0:
-        day = f"a commit of about {commit_late + seconds_per * (A_DAY - snaps_late):.2f} s"
+        day = f"a commit of about {commit_late + seconds_per * (a_day - snaps_late):.2f} s"
     else:
         day = "a commit that, not having grown, stays where it is"
     return [
@@ -209,7 +214,7 @@ def _flat(runs: dict[int, dict[str, Any]], last: int) -> list[str]:
         f"went from {meta_early / 1024:,.0f} KB to {meta_late / 1024:,.0f} KB "
         f"({meta_late / meta_early:.1f}x, about {per_snapshot:,.0f} bytes per snapshot kept): "
         + ("it stays flat. " if meta_late <= FLAT * meta_early else "it grows with the snapshots. ")
-        + f"Carried on in a straight line to the {A_DAY:,} snapshots a table committed every "
+        + f"Carried on in a straight line to the {a_day:,} snapshots a table committed every "
         f"minute keeps for a day: a metadata file of about {day_bytes / 2**20:,.1f} MB and "
         f"{day}."
     ]

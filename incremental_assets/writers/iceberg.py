@@ -153,6 +153,7 @@ class IcebergMergeWriter:
         self._source: DataFrame | None = None
         self._clashes = 0
         self._span: KeyRange | None = None
+        self._keys = 0
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         """Each key's latest version, kept in Spark's storage (the source is read once, here):
@@ -167,7 +168,7 @@ class IcebergMergeWriter:
         spanned = plan.row_key[0] if integer_key(kept, plan) else None
         seen = version_counts(kept, plan, spanned)
         self._source = kept.drop(VERSIONS, KEY_CLASHES)
-        self._clashes = seen["clashes"]
+        self._clashes, self._keys = seen["clashes"], seen["keys"]
         if spanned is not None and "low" in seen:
             self._span = KeyRange(spanned, seen["low"], seen["high"])
         return Staged(
@@ -188,9 +189,8 @@ class IcebergMergeWriter:
         if plan.replace_all or key_changed(plan):
             return _replace_merged(commit, source, staged, plan)
         _evolve(commit, plan, merge=True)
-        rows = staged.rows_extracted
         lake = conformed(commit.base_frame(), plan)
-        decisions = decided(lake, source, plan, self._span, rows).localCheckpoint()
+        decisions = decided(lake, source, plan, self._span, self._keys).localCheckpoint()
         counts = tally(decisions)
         if not counts.changes and not _evolved(plan):
             commit.abandon()
@@ -199,7 +199,7 @@ class IcebergMergeWriter:
         snapshots = []
         with commit.summarized():
             if counts.replaced_keys:
-                keys = replaced_keys(decisions, plan, rows)
+                keys = replaced_keys(decisions, plan, self._keys)
                 with commit.viewed(keys, "replaced") as view:
                     commit.spark.sql(delete_sql(target, view, plan, self._span))
                 snapshots.append(commit.written())
@@ -217,10 +217,10 @@ class IcebergMergeWriter:
             columns=staged.columns,
             merge_path=MergePath(
                 strategy=_strategy(commit),
-                buckets_touched=max(
-                    (_int(s.summary.get("changed-partition-count")) or 0 for s in made),
-                    default=None,
-                ),
+                # Where rows changed: the delete's partitions (the append's, if none changed).
+                buckets_touched=_int(made[0].summary.get("changed-partition-count"))
+                if made
+                else None,
                 buckets_held=None,
             ),
             head=head,

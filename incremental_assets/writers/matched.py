@@ -2,18 +2,21 @@
 
 The delta's winners (each key's latest version, `versions.latest_versions`, with the keys
 reconcile found gone) are matched with the lake's rows of their keys only: a join that
-broadcasts the delta, so the table is read once and never shuffled (a `MERGE INTO` with an
-insert clause is an outer join that shuffles the whole table with its row positions). Per key:
+broadcasts each winner's key, row hash, cursor and flags to the table's scan, so the table is
+never shuffled (a `MERGE INTO` with an insert clause is an outer join that shuffles the whole
+table with its row positions). Per key:
 
     replaced   the key is in the lake and the delta changes it: gone from the source, or the
-               delta's version is as new as the lake's (the delta wins a tie) and deletes the
-               key or differs from the lake's row in some column (compared as the MERGE did,
-               maps in their canonical form)
+               delta's version is as new as every lake row of the key (the delta wins a tie)
+               and deletes the key or differs from one of them (by the row hash of
+               `versions.row_hash`, maps in their canonical form, as re-read rows are compared
+               everywhere)
     inserted   the delta's version is written: not a delete, and the key is new or replaced
 
 The commit then removes the replaced keys' lake rows (a `MERGE ... WHEN MATCHED THEN DELETE`,
-an inner join that broadcasts the keys) and appends the inserted rows, both on the run's branch.
-A key the lake holds twice is replaced whole, so the merge leaves it once.
+an inner join that broadcasts the keys and reads only the table's key columns) and appends the
+inserted rows, both on the run's branch: the table is read twice, and shuffled never. An update
+is thus a delete and an insert: on a format v3 table the new version gets a new row id.
 """
 
 from __future__ import annotations
@@ -22,16 +25,15 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
-from incremental_assets.writers.versions import DELETED, GONE, comparable_sql
+from incremental_assets.writers.versions import DELETED, GONE, HASH, row_hash
 
 LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
-_FROM_LAKE = "__from_lake"
-# Winners up to this many are broadcast to the table's scan; a larger delta is joined by
-# shuffling both sides, as any large join (Spark's own choice, which reads its statistics).
+_FROM_LAKE, _NEWER, _CHANGES = "__from_lake", "__newer", "__changes"
+# Winners (keys) up to this many are broadcast to the table's scan, about 40 bytes each; a larger
+# delta is joined by shuffling both sides, as any large join (Spark's own choice).
 BROADCAST_ROWS = 2_000_000
 
 
@@ -49,37 +51,58 @@ class Tally:
 
 
 def decided(
-    lake: DataFrame, winners: DataFrame, plan: WritePlan, key_range: KeyRange | None, rows: int
+    lake: DataFrame, winners: DataFrame, plan: WritePlan, key_range: KeyRange | None, keys: int
 ) -> DataFrame:
     """`winners`, each with how many lake rows its key has (`LAKE_ROWS`), whether the merge
-    replaces them (`REPLACED`) and whether it writes the winner (`INSERTED`).
+    replaces them (`REPLACED`) and whether it writes the winner (`INSERTED`). `keys`: how many
+    winners there are (gone keys included), which decides the broadcast.
 
     The matched pairs go back to their winners in one shuffle of both (a window over the key),
     not an aggregate joined back: a Spark job less per run."""
     key = [SPARK_SQL.quote(c) for c in plan.row_key]
-    small = _broadcast_if_small(winners, rows)
+    content = [c for c in winners.columns if c not in (DELETED, GONE, BATCH_COLUMN)]
+    cursor = [plan.cursor_column] if plan.cursor_column and not plan.delta_beats_lake else []
+    narrow = winners.select(
+        *key,
+        *[SPARK_SQL.quote(c) for c in cursor if c not in plan.row_key],
+        row_hash(content, winners.schema).alias(HASH),
+        DELETED,
+        GONE,
+    )
     if key_range is not None:
         lake = lake.where(key_range.condition(""))
+    newer = F.lit(True)
+    if cursor:
+        c = SPARK_SQL.quote(cursor[0])
+        newer = F.expr(f"t.{c} IS NULL OR s.{c} >= t.{c}")
     pairs = (
         lake.alias("t")
-        .join(small.alias("s"), _on(plan.row_key), "inner")
+        .join(_broadcast_if_small(narrow, keys).alias("s"), _on(plan.row_key), "inner")
         .select(
             *[F.col(f"t.{c}").alias(name) for c, name in zip(key, plan.row_key, strict=True)],
-            _replaces(winners.schema, plan).alias(REPLACED),
+            F.coalesce(newer, F.lit(False)).alias(_NEWER),
+            (F.col(f"s.{DELETED}") | (row_hash(content, lake.schema) != F.col(f"s.{HASH}"))).alias(
+                _CHANGES
+            ),
             F.lit(1).alias(_FROM_LAKE),
         )
     )
     both = winners.withColumn(_FROM_LAKE, F.lit(0)).unionByName(pairs, allowMissingColumns=True)
     by_key = Window.partitionBy(*key)
+    # Every lake row of the key no newer than the delta's version, and one of them changed.
+    replaces = F.col(GONE) | (
+        F.coalesce(F.min(_NEWER).over(by_key), F.lit(False))
+        & F.coalesce(F.max(_CHANGES).over(by_key), F.lit(False))
+    )
     matched = (
         both.withColumn(LAKE_ROWS, F.sum(_FROM_LAKE).over(by_key))
-        .withColumn(REPLACED, F.coalesce(F.max(REPLACED).over(by_key), F.lit(False)))
+        .withColumn(REPLACED, replaces)
         .where(F.col(_FROM_LAKE) == 0)
-        .drop(_FROM_LAKE)
+        .drop(_FROM_LAKE, _NEWER, _CHANGES)
     )
     in_lake = F.col(LAKE_ROWS) > 0
     written = ~F.col(DELETED) & ~F.col(GONE) & (~in_lake | F.col(REPLACED))
-    return matched.withColumn(INSERTED, written)
+    return matched.withColumn(REPLACED, in_lake & F.col(REPLACED)).withColumn(INSERTED, written)
 
 
 def tally(decisions: DataFrame) -> Tally:
@@ -131,17 +154,17 @@ def delete_sql(target: str, view: str, plan: WritePlan, key_range: KeyRange | No
     return f"MERGE INTO {target} t USING {view} s ON {on} WHEN MATCHED THEN DELETE"
 
 
-def replaced_keys(decisions: DataFrame, plan: WritePlan, rows: int) -> DataFrame:
-    keys = decisions.where(F.col(REPLACED)).select(*[SPARK_SQL.quote(c) for c in plan.row_key])
-    return _broadcast_if_small(keys, rows)
+def replaced_keys(decisions: DataFrame, plan: WritePlan, keys: int) -> DataFrame:
+    replaced = decisions.where(F.col(REPLACED))
+    return _broadcast_if_small(replaced.select(*[SPARK_SQL.quote(c) for c in plan.row_key]), keys)
 
 
 def inserted_rows(decisions: DataFrame) -> DataFrame:
     return decisions.where(F.col(INSERTED)).drop(DELETED, GONE, LAKE_ROWS, REPLACED, INSERTED)
 
 
-def _broadcast_if_small(frame: DataFrame, rows: int) -> DataFrame:
-    return frame.hint("broadcast") if rows <= BROADCAST_ROWS else frame
+def _broadcast_if_small(frame: DataFrame, keys: int) -> DataFrame:
+    return frame.hint("broadcast") if keys <= BROADCAST_ROWS else frame
 
 
 def _on(key: tuple[str, ...]) -> Column:
@@ -150,25 +173,3 @@ def _on(key: tuple[str, ...]) -> Column:
         name = SPARK_SQL.quote(column)
         condition = condition & (F.col(f"t.{name}") == F.col(f"s.{name}"))
     return condition
-
-
-def _replaces(schema: T.StructType, plan: WritePlan) -> Column:
-    """Whether the delta's winner replaces a lake row of its key (`t`: the lake's, `s`: the
-    delta's): as `MERGE INTO` matched them, row by row."""
-    newer = "TRUE"
-    if plan.cursor_column and not plan.delta_beats_lake:
-        c = SPARK_SQL.quote(plan.cursor_column)
-        newer = f"(t.{c} IS NULL OR s.{c} >= t.{c})"
-    fields = [f for f in schema.fields if f.name not in (DELETED, GONE, BATCH_COLUMN)]
-    same = " AND ".join(_same(f) for f in fields) or "TRUE"
-    return F.coalesce(
-        F.expr(f"s.`{GONE}` OR ({newer} AND (s.`{DELETED}` OR NOT ({same})))"), F.lit(False)
-    )
-
-
-def _same(field: T.StructField) -> str:
-    """The lake's value of a column equal to the delta's, NULL equal to NULL, maps whatever their
-    entries' order, in the canonical form the row's hash reads (`comparable_sql`)."""
-    name = SPARK_SQL.quote(field.name)
-    lake, delta = (comparable_sql(f"{side}.{name}", field.dataType) for side in ("t", "s"))
-    return f"{lake} <=> {delta}"

@@ -152,6 +152,7 @@ def version_counts(
             F.sum(VERSIONS).alias("rows"),
             F.sum(F.when(null_key, F.col(VERSIONS))).alias("null_keys"),
             F.sum(KEY_CLASHES).alias("clashes"),
+            F.count(F.lit(1)).alias("keys"),
             *spans,
         )
         .first()

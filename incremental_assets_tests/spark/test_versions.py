@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from incremental_assets.writers.base import counted, observed
 from incremental_assets.writers.versions import (
     BUCKET,
+    GONE,
     KEY_CLASHES,
     comparable_sql,
     latest_versions,
@@ -126,7 +127,12 @@ def test_copies_of_a_row_whose_maps_list_entries_in_another_order_are_one_versio
 
     winners = latest_versions(rows, _plan()).localCheckpoint()
 
-    assert version_counts(winners, _plan()) == {"rows": 4, "null_keys": 0, "clashes": 1}
+    assert version_counts(winners, _plan()) == {
+        "rows": 4,
+        "null_keys": 0,
+        "clashes": 1,
+        "keys": 2,
+    }
     clashes = {r["id"]: r[KEY_CLASHES] for r in winners.collect()}
     assert clashes == {1: 0, 2: 1}
 
@@ -178,3 +184,17 @@ def test_nested_values_that_differ_only_in_a_null_inside_hash_apart(
     )
     hashed = frame.select(row_hash(["c"], frame.schema).alias("h")).collect()
     assert hashed[0]["h"] != hashed[1]["h"]
+
+
+def test_the_winners_count_holds_the_gone_keys_the_delta_has_no_version_of(
+    spark: SparkSession,
+) -> None:
+    """Review finding: the broadcast was sized by the delta's rows, without reconcile's gone
+    keys, which a purge makes millions of."""
+    rows = spark.sql("SELECT * FROM VALUES (1, 5), (2, 5) AS t(id, c)")
+    winners = latest_versions(rows, _plan()).withColumn(GONE, F.lit(False))
+    gone = spark.sql("SELECT id FROM range(10, 13)").withColumn(GONE, F.lit(True))
+
+    counts = version_counts(winners.unionByName(gone, True).localCheckpoint(), _plan())
+
+    assert (counts["rows"], counts["keys"]) == (2, 5)

@@ -1,7 +1,8 @@
-"""An Iceberg merge costs its delta, not its table: the physical plans of its two passes over the
-table (matching the delta's keys, deleting the replaced rows) broadcast the delta to the table's
-scan, so no `Exchange` lies between the scan and the join. A `MERGE INTO` with an insert clause
-is an outer join that shuffles the whole table with its row positions.
+"""What an Iceberg merge does to each key (`writers/matched.py`), and what it costs: the
+physical plans of its two passes over the table (matching the delta's keys, deleting the replaced
+rows) broadcast the delta to the table's scan, so no `Exchange` lies between the scan and the
+join. A `MERGE INTO` with an insert clause is an outer join that shuffles the whole table with
+its row positions.
 
 Spark's own broadcast by size is turned off here, as it is for a delta read over JDBC (no
 statistics): the plan holds because the writer asks for it.
@@ -77,7 +78,7 @@ def test_matching_the_delta_broadcasts_it_to_the_tables_scan(
     spark: SparkSession, table: str
 ) -> None:
     plan = write_plan()
-    decisions = decided(spark.table(table), _delta(spark), plan, None, rows=10)
+    decisions = decided(spark.table(table), _delta(spark), plan, None, keys=10)
 
     explained = decisions._jdf.queryExecution().executedPlan().toString()
 
@@ -93,8 +94,8 @@ def test_deleting_the_replaced_rows_broadcasts_the_keys_to_the_tables_scan(
     spark: SparkSession, table: str
 ) -> None:
     plan = write_plan()
-    decisions = decided(spark.table(table), _delta(spark), plan, None, rows=10)
-    keys = replaced_keys(decisions.localCheckpoint(), plan, rows=10)
+    decisions = decided(spark.table(table), _delta(spark), plan, None, keys=10)
+    keys = replaced_keys(decisions.localCheckpoint(), plan, keys=10)
     keys.createOrReplaceTempView("replaced")
     span = KeyRange("id", 100, 1000)
 
@@ -112,8 +113,31 @@ def test_deleting_the_replaced_rows_broadcasts_the_keys_to_the_tables_scan(
 
 def test_a_large_delta_is_left_to_sparks_own_join(spark: SparkSession, table: str) -> None:
     """Above `BROADCAST_ROWS` the writer asks for nothing: broadcast off, Spark shuffles."""
-    decisions = decided(spark.table(table), _delta(spark), write_plan(), None, rows=10**9)
+    decisions = decided(spark.table(table), _delta(spark), write_plan(), None, keys=10**9)
 
     explained = decisions._jdf.queryExecution().executedPlan().toString()
 
     assert _exchanges_above_scan(explained, table) != [], explained
+
+
+def test_a_key_the_lake_holds_twice_keeps_its_newer_copy_from_an_older_delta(
+    spark: SparkSession, catalog: str
+) -> None:
+    """Review finding: one lake copy older than the delta's version replaced the key whole, and
+    the copy newer than it was lost. A key is replaced only if the delta's version is as new as
+    every lake row of it."""
+    name = f"{catalog}.shop.doubled"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.shop")
+    spark.sql(
+        f"CREATE TABLE {name} USING iceberg AS SELECT * FROM VALUES "
+        "(1L, 'a', 10L, 1L), (1L, 'a-newer', 30L, 1L), (2L, 'b', 10L, 1L) AS t(id, note, c, _batch)"
+    )
+    schema = f"id long, note string, c long, _batch long, {DELETED} boolean, {GONE} boolean"
+    older = spark.createDataFrame([(1, "a-20", 20, 2, False, False)], schema)
+    newest = spark.createDataFrame([(1, "a-40", 40, 2, False, False)], schema)
+
+    kept = tally(decided(spark.table(name), older, write_plan(), None, keys=1))
+    replaced = tally(decided(spark.table(name), newest, write_plan(), None, keys=1))
+
+    assert kept == Tally(inserted=0, updated=0, deleted=0, duplicate_keys=1, replaced_keys=0)
+    assert replaced == Tally(inserted=0, updated=1, deleted=0, duplicate_keys=0, replaced_keys=1)
