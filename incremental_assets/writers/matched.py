@@ -32,6 +32,7 @@ from incremental_assets.writers.versions import DELETED, GONE, HASH, row_hash
 
 LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
 _FROM_LAKE, _NEWER, _CHANGES = "__from_lake", "__newer", "__changes"
+_LAKE_HASH = "__lake_hash"
 # Winners (keys) up to this many are broadcast to the table's scan, about 40 bytes each; a larger
 # delta is joined by shuffling both sides, as any large join (Spark's own choice).
 BROADCAST_ROWS = 2_000_000
@@ -71,6 +72,7 @@ def decided(
     )
     if key_range is not None:
         lake = lake.where(key_range.condition(""))
+    lake = lake.withColumn(_LAKE_HASH, row_hash(content, lake.schema))
     newer = F.lit(True)
     if cursor:
         c = SPARK_SQL.quote(cursor[0])
@@ -81,7 +83,7 @@ def decided(
         .select(
             *[F.col(f"t.{c}").alias(name) for c, name in zip(key, plan.row_key, strict=True)],
             F.coalesce(newer, F.lit(False)).alias(_NEWER),
-            (F.col(f"s.{DELETED}") | (row_hash(content, lake.schema) != F.col(f"s.{HASH}"))).alias(
+            (F.col(f"s.{DELETED}") | (F.col(f"t.{_LAKE_HASH}") != F.col(f"s.{HASH}"))).alias(
                 _CHANGES
             ),
             F.lit(1).alias(_FROM_LAKE),

@@ -36,7 +36,7 @@ SOURCE, HASH, RANK, IN_LAKE, IN_DELTA, LAKE_HASH, GONE, CLASHES = (
 )
 VERSIONS, KEY_CLASHES, KEY_ROWS = "__versions", "__key_clashes", "__key_rows"
 CHANGED = "__changed"
-COUNTED = ("rows", "null_keys", "clashes")
+COUNTED = ("rows", "null_keys", "clashes", "keys")
 
 
 def ranked_merge(
@@ -135,8 +135,9 @@ def version_counts(
     winners: DataFrame, plan: WritePlan, spanned: str | None = None
 ) -> dict[str, int]:
     """The delta's `rows`, those with a NULL key (`null_keys`), and `clashes`, summed over the
-    winners `latest_versions` chose (a key's NULL makes its winner's whole key NULL-keyed); with
-    `spanned`, an integer column, also its `low` and `high` (absent if the delta has none)."""
+    winners `latest_versions` chose (a key's NULL makes its winner's whole key NULL-keyed), and
+    the winners' own count (`keys`: reconcile's gone keys among them); with `spanned`, an
+    integer column, also its `low` and `high` (absent if the delta has none)."""
     null_key = F.lit(False)
     for column in plan.row_key:
         null_key = null_key | F.col(f"`{column}`").isNull()
