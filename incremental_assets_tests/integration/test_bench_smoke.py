@@ -106,10 +106,12 @@ def test_the_smoke_benchmark_runs_every_in_process_scenario_for_every_engine(
 def test_the_read_amplification_phase_scans_the_merged_table_and_the_compacted_one(
     tmp_path: Path,
 ) -> None:
-    """A50 alone on both Iceberg engines: three merges of a different 1% (maintenance not yet
-    due), then the scans around the benchmark's compaction, which leaves no delete file."""
+    """A50 alone on the local Iceberg engine (the object store's runs through the same phase
+    code; its merges are in the smoke run above): three merges of a different 1% (maintenance
+    not yet due), then the scans around the benchmark's compaction, which leaves no delete
+    file."""
     out, report = tmp_path / "results.json", tmp_path / "BENCHMARKS.md"
-    engines = ",".join(ICEBERG)
+    engines = "ours_iceberg"
     _bench(
         "bench.run",
         *(
@@ -125,7 +127,7 @@ def test_the_read_amplification_phase_scans_the_merged_table_and_the_compacted_o
     )
 
     results = json.loads(out.read_text())["results"]
-    for engine in ICEBERG:
+    for engine in [engines]:
         (setup,) = _by(results, "A50 setup", engine)
         assert setup["rows"] == 10_000, engine
         merges = _by(results, "A50", engine)
