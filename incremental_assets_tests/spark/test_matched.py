@@ -45,8 +45,10 @@ def table(spark: SparkSession, catalog: str) -> Iterator[str]:
 
 
 def _delta(spark: SparkSession) -> DataFrame:
-    """Ten keys changed, one the same as the lake's, one deleted, one new."""
-    rows = [(i * 100, "changed", ROWS + i, 2, False, False) for i in range(1, 8)]
+    """Seven keys changed, one the same as the lake's, one deleted, one new."""
+    rows: list[tuple[int, str | None, int, int, bool, bool]] = [
+        (i * 100, "changed", ROWS + i, 2, False, False) for i in range(1, 8)
+    ]
     rows += [(900, "900", 900, 2, False, False), (1000, None, ROWS, 2, True, False)]
     rows += [(ROWS + 5, "new", ROWS + 5, 2, False, False)]
     schema = f"id long, note string, c long, _batch long, {DELETED} boolean, {GONE} boolean"
@@ -57,7 +59,8 @@ def _exchanges_above_scan(plan: str, table: str) -> list[str]:
     """The `Exchange` nodes between the table's scan and the join above it, in a plan's tree."""
     lines = plan.splitlines()
     scan = next(i for i, line in enumerate(lines) if "BatchScan" in line and table in line)
-    found, depth = [], _depth(lines[scan])
+    found: list[str] = []
+    depth = _depth(lines[scan])
     for line in reversed(lines[:scan]):
         if _depth(line) >= depth or not line.strip():
             continue
