@@ -15,8 +15,9 @@
                            files, not the files they touch.
 
 Whatever the mode, a run's commit goes through `lake/iceberg/commits.py`: a snapshot (a merge's
-delete and append: two) on the run's branch, then `main` moved to it if nothing else moved `main` meanwhile; or a snapshot replacing
-the whole table. Its summary carries the run's commit id, batch, cursor and records.
+delete and append: two) on the run's branch, then `main` moved to it if nothing else moved
+`main` meanwhile; or a snapshot replacing the whole table. Its summary carries the run's commit
+id, batch, cursor and records.
 """
 
 from __future__ import annotations

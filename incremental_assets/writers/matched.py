@@ -71,7 +71,7 @@ def decided(
         GONE,
     )
     if key_range is not None:
-        lake = lake.where(key_range.condition(""))
+        lake = lake.where(key_range.condition())
     lake = lake.withColumn(_LAKE_HASH, row_hash(content, lake.schema))
     newer = F.lit(True)
     if cursor:
@@ -138,9 +138,8 @@ class KeyRange:
     low: int
     high: int
 
-    def condition(self, alias: str) -> Column:
-        prefix = f"{alias}." if alias else ""
-        return F.expr(self.sql(prefix))
+    def condition(self) -> Column:
+        return F.expr(self.sql(""))
 
     def sql(self, prefix: str) -> str:
         return f"{prefix}{SPARK_SQL.quote(self.column)} BETWEEN {self.low} AND {self.high}"
