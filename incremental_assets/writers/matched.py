@@ -32,7 +32,7 @@ from incremental_assets.writers.versions import DELETED, GONE, HASH, row_hash
 
 LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
 _FROM_LAKE, _NEWER, _CHANGES = "__from_lake", "__newer", "__changes"
-_LAKE_HASH = "__lake_hash"
+_CURSOR = "__s_cursor"
 # Winners (keys) up to this many are broadcast to the table's scan, about 40 bytes each; a larger
 # delta is joined by shuffling both sides, as any large join (Spark's own choice).
 BROADCAST_ROWS = 2_000_000
@@ -62,32 +62,28 @@ def decided(
     not an aggregate joined back: a Spark job less per run."""
     key = [SPARK_SQL.quote(c) for c in plan.row_key]
     content = [c for c in winners.columns if c not in (DELETED, GONE, BATCH_COLUMN)]
-    cursor = [plan.cursor_column] if plan.cursor_column and not plan.delta_beats_lake else []
-    narrow = winners.select(
-        *key,
-        *[SPARK_SQL.quote(c) for c in cursor if c not in plan.row_key],
-        row_hash(content, winners.schema).alias(HASH),
-        DELETED,
-        GONE,
-    )
+    # The winners' side is renamed so that the lake's columns keep their own names past the join:
+    # each lake row is hashed after it (only the matched ones), not all of the table's before.
+    probe = [F.col(c).alias(f"__s{i}") for i, c in enumerate(key)]
+    cursor = plan.cursor_column if plan.cursor_column and not plan.delta_beats_lake else None
+    if cursor is not None and cursor not in plan.row_key:
+        probe.append(F.col(SPARK_SQL.quote(cursor)).alias(_CURSOR))
+    narrow = winners.select(*probe, row_hash(content, winners.schema).alias(HASH), DELETED, GONE)
     if key_range is not None:
         lake = lake.where(key_range.condition())
-    lake = lake.withColumn(_LAKE_HASH, row_hash(content, lake.schema))
     newer = F.lit(True)
-    if cursor:
-        c = SPARK_SQL.quote(cursor[0])
-        newer = F.expr(f"t.{c} IS NULL OR s.{c} >= t.{c}")
-    pairs = (
-        lake.alias("t")
-        .join(_broadcast_if_small(narrow, keys).alias("s"), _on(plan.row_key), "inner")
-        .select(
-            *[F.col(f"t.{c}").alias(name) for c, name in zip(key, plan.row_key, strict=True)],
-            F.coalesce(newer, F.lit(False)).alias(_NEWER),
-            (F.col(f"s.{DELETED}") | (F.col(f"t.{_LAKE_HASH}") != F.col(f"s.{HASH}"))).alias(
-                _CHANGES
-            ),
-            F.lit(1).alias(_FROM_LAKE),
-        )
+    if cursor is not None:
+        theirs = f"__s{plan.row_key.index(cursor)}" if cursor in plan.row_key else _CURSOR
+        mine = F.col(SPARK_SQL.quote(cursor))
+        newer = mine.isNull() | (F.col(theirs) >= mine)
+    on = F.lit(True)
+    for i, column in enumerate(key):
+        on = on & (F.col(column) == F.col(f"__s{i}"))
+    pairs = lake.join(_broadcast_if_small(narrow, keys), on, "inner").select(
+        *[F.col(c).alias(name) for c, name in zip(key, plan.row_key, strict=True)],
+        F.coalesce(newer, F.lit(False)).alias(_NEWER),
+        (F.col(DELETED) | (row_hash(content, lake.schema) != F.col(HASH))).alias(_CHANGES),
+        F.lit(1).alias(_FROM_LAKE),
     )
     both = winners.withColumn(_FROM_LAKE, F.lit(0)).unionByName(pairs, allowMissingColumns=True)
     by_key = Window.partitionBy(*key)
@@ -166,11 +162,3 @@ def inserted_rows(decisions: DataFrame) -> DataFrame:
 
 def _broadcast_if_small(frame: DataFrame, keys: int) -> DataFrame:
     return frame.hint("broadcast") if keys <= BROADCAST_ROWS else frame
-
-
-def _on(key: tuple[str, ...]) -> Column:
-    condition = F.lit(True)
-    for column in key:
-        name = SPARK_SQL.quote(column)
-        condition = condition & (F.col(f"t.{name}") == F.col(f"s.{name}"))
-    return condition
