@@ -39,12 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import dagster as dg
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window as W
-from pyspark.sql import functions as F
 
 from incremental_assets.config import Mode, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
@@ -53,9 +51,13 @@ from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
+from incremental_assets.spark_api import F, sql
 from incremental_assets.translator import NEXT_RUN_CHECK
 from incremental_assets.window import Window
 from incremental_assets.writers.versions import soft_deleted
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"
@@ -288,7 +290,7 @@ def live_source_rows(spark: SparkSession, table: TableSpec, result: LoadResult) 
             [F.col(f"`{result.cursor_column}`").desc_nulls_last()] if result.cursor_column else []
         )
         latest = frame.withColumn(
-            "_version", F.row_number().over(W.partitionBy(*keys).orderBy(*order or keys))
+            "_version", F.row_number().over(sql.Window.partitionBy(*keys).orderBy(*order or keys))
         ).where(F.col("_version") == 1)
         return latest.where(~soft_deleted(latest, table.delete_column)).count()
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import LakeSpec, TableSpec
 from incremental_assets.decisions import check_lake_matches
@@ -32,6 +31,9 @@ from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.pause_points import pause_point
 from incremental_assets.results import StoredState
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,14 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyspark.sql import types as T
-
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.facts import files_digest
 from incremental_assets.results import StoredState
 from incremental_assets.settings import changed_settings
+from incremental_assets.spark_api import T
 
 
 @dataclass(frozen=True, kw_only=True)

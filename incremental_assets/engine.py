@@ -10,6 +10,7 @@ is not; every run says which in its log and its metadata (`spark`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -21,13 +22,19 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyspark
-
 from incremental_assets.config import SparkSpec
 from incremental_assets.errors import EngineError
 from incremental_assets.jvm import check_before_session
 
-SPARK_HOME = Path(pyspark.__file__).parent
+
+def _pyspark_home() -> Path:
+    """pyspark's folder, found without importing it (the engine's commands start no session)."""
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None, "pyspark is a dependency"
+    return Path(spec.origin).parent
+
+
+SPARK_HOME = _pyspark_home()
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 _STATE = "engine.json"
 _LOG = "engine.log"

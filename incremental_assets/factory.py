@@ -13,11 +13,10 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import SparkSession
 
 from incremental_assets import checks
 from incremental_assets.backfill import check_backfill_window
@@ -40,6 +39,9 @@ from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
 from incremental_assets.state import CursorInForce, read_state_records, read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ALLOW_TEMPORARY_INSTANCE = "INCREMENTAL_ASSETS_ALLOW_TEMPORARY_INSTANCE"
 _TEMPORARY_HOME_PREFIX = ".tmp_dagster_home_"
@@ -172,7 +174,7 @@ def _load(
     return replace(result, report=replace(result.report, spark=spark.description))
 
 
-def _session(spark: IncrementalSparkResource, table: TableSpec) -> SparkSession:
+def _session(spark: IncrementalSparkResource, table: TableSpec) -> "SparkSession":
     """The resource's session; a Spark Connect server that doesn't answer is named as such."""
     try:
         return spark.spark_session

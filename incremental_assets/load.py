@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from incremental_assets.backfill import plan_backfill
 from incremental_assets.config import JdbcSourceSpec, LakeSpec, Mode, TableSpec
@@ -55,6 +54,9 @@ from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import ClashingVersions, Staged, WritePlan, column_types
 from incremental_assets.writers.schema import SchemaChange, plan_schema_change
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Log = Callable[[str], None]
 

@@ -5,14 +5,18 @@ pass over the data shows in the metadata and in a test."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from incremental_assets.errors import ConfigError
+from incremental_assets.spark_api import sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 INTERVAL_ENV = "INCREMENTAL_ASSETS_PROGRESS_SECONDS"
 DEFAULT_INTERVAL = 15.0
@@ -88,11 +92,11 @@ def spark_work() -> Iterator[SparkWork]:
     meanwhile. A session the block starts counts from nothing.
     """
     work = SparkWork()
-    before = _job_ids(SparkSession.getActiveSession())
+    before = _job_ids(_active_session())
     try:
         yield work
     finally:
-        session = SparkSession.getActiveSession()
+        session = _active_session()
         after = _job_ids(session)
         if session is None:
             work.jobs, work.stages = 0, 0
@@ -101,6 +105,11 @@ def spark_work() -> Iterator[SparkWork]:
             infos = [tracker.getJobInfo(job) for job in sorted(after - before)]
             work.jobs = len(infos)
             work.stages = sum(len(info.stageIds) for info in infos if info is not None)
+
+
+def _active_session() -> SparkSession | None:
+    """The process's session; none, and pyspark left unimported, where nothing imported it."""
+    return sql.SparkSession.getActiveSession() if "pyspark.sql" in sys.modules else None
 
 
 def _job_ids(session: SparkSession | None) -> set[int] | None:

@@ -1,7 +1,8 @@
-"""The Spark resource: dagster-pyspark's lazy session, built from the `spark:` section.
+"""The Spark resource: a lazy session, built from the `spark:` section.
 
-The session starts on first use, so runs that never touch Spark (checks, empty selections) don't
-pay for a JVM. One session serves every table of a run. It is stopped at teardown only if this
+The session starts on first use, so runs that never touch Spark (checks, empty selections,
+nothing new) don't pay for a JVM, nor for importing pyspark (dagster-pyspark's
+`LazyPySparkResource`, which this was, imports it with its module). One session serves every table of a run. It is stopped at teardown only if this
 resource started it: a session that already existed in the process (a notebook, a test suite)
 is left running.
 """
@@ -12,16 +13,19 @@ import os
 import tempfile
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
-from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
 from incremental_assets.engine import HOME_FOLDER, running_engine
 from incremental_assets.jvm import check_before_session
+from incremental_assets.spark_api import sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 # Defaults that make the lake exact and quiet; the `spark.conf` section overrides any of them.
 SPARK_DEFAULTS = {
@@ -69,7 +73,7 @@ def with_quiet_log(config: dict[str, Any]) -> dict[str, Any]:
 CONNECT_RETRIES, CONNECT_MAX_BACKOFF_MS = 5, 5_000
 
 
-class IncrementalSparkResource(LazyPySparkResource):
+class IncrementalSparkResource(dg.ConfigurableResource["IncrementalSparkResource"]):
     """A SparkSession for incremental loads: local, a cluster manager, or a Spark Connect server."""
 
     spark_config: dict[str, Any] = Field(
@@ -85,6 +89,7 @@ class IncrementalSparkResource(LazyPySparkResource):
         description="shared: use the engine `incremental-assets engine start` keeps warm under "
         "DAGSTER_HOME when it is up, else start a session of this process's own.",
     )
+    _spark_session: SparkSession | None = PrivateAttr(default=None)
     _owns_session: bool = PrivateAttr(default=False)
     _connected: bool = PrivateAttr(default=False)
     _description: str = PrivateAttr(default="not started")
@@ -132,8 +137,8 @@ class IncrementalSparkResource(LazyPySparkResource):
 
     def _start_local(self) -> SparkSession:
         check_before_session(self.spark_config)
-        self._owns_session = SparkSession.getActiveSession() is None
-        builder = SparkSession.builder
+        self._owns_session = sql.SparkSession.getActiveSession() is None
+        builder = sql.SparkSession.builder
         for key, value in with_quiet_log(self.spark_config).items():
             builder = builder.config(key, str(value))
         return builder.getOrCreate()
@@ -141,13 +146,12 @@ class IncrementalSparkResource(LazyPySparkResource):
     def _connect(self, url: str) -> SparkSession:
         # Only session settings travel to a Connect server; the rest was fixed when it started.
         self._owns_session = self._connected = True
-        session = SparkSession.builder.remote(url).getOrCreate()
+        session = sql.SparkSession.builder.remote(url).getOrCreate()
         # Imported here: the Connect client loads pandas, most of a second of every process's
         # start, and only Connect sessions need it.
         from pyspark.sql.connect.client.retries import DefaultPolicy
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        cast(ConnectSession, session).client.set_retry_policies(
+        cast("ConnectSession", session).client.set_retry_policies(
             [DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=CONNECT_MAX_BACKOFF_MS)]
         )
         for key, value in self.spark_config.items():
@@ -165,5 +169,5 @@ class IncrementalSparkResource(LazyPySparkResource):
             if self._connected:
                 # Releasing the session is best effort: a server that stopped answering must not
                 # hold the run's end for another round of retries.
-                self._spark_session.client.set_retry_policies([])
+                cast("ConnectSession", self._spark_session).client.set_retry_policies([])
             self._spark_session.stop()

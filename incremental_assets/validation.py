@@ -18,8 +18,6 @@ from typing import Any
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_type
 
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
 from incremental_assets.cursor import CursorType
@@ -31,14 +29,18 @@ from incremental_assets.sources.database import Connection, Database, described
 from incremental_assets.sources.failures import source_error
 from incremental_assets.sources.freeze_sql import relation_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.spark_api import T
+
 
 # The Spark type a column of each cursor type arrives as (`sources/base.py` maps them back).
-_ARRIVES_AS: dict[CursorType, T.DataType] = {
-    CursorType.INTEGER: T.LongType(),
-    CursorType.DATE: T.DateType(),
-    CursorType.TIMESTAMP: T.TimestampNTZType(),
-    CursorType.TIMESTAMPTZ: T.TimestampType(),
-}
+@cache
+def _arrives_as_kind() -> dict[CursorType, T.DataType]:
+    return {
+        CursorType.INTEGER: T.LongType(),
+        CursorType.DATE: T.DateType(),
+        CursorType.TIMESTAMP: T.TimestampNTZType(),
+        CursorType.TIMESTAMPTZ: T.TimestampType(),
+    }
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,9 @@ def _files_check(table: TableSpec, source: FilesSourceSpec) -> SourceCheck:
         footer = pq.read_schema(newest.path, filesystem=filesystem)
     except (OSError, ValueError) as exc:  # not Parquet, or unreadable
         return _failed(table, source_error(table, exc, f"reading {newest.path}").problem)
+    # Imported here: pyspark's Arrow conversions load pandas, and only a files source needs them.
+    from pyspark.sql.pandas.types import from_arrow_type
+
     schema = T.StructType(
         [T.StructField(f.name, from_arrow_type(f.type, prefer_timestamp_ntz=True)) for f in footer]
     )
@@ -187,7 +192,7 @@ def _arrives_as(
     if kind is CursorType.DECIMAL:
         return T.DecimalType(min(precision or 38, 38), scale or 0)
     if kind is not CursorType.STRING:
-        return _ARRIVES_AS[kind]
+        return _arrives_as_kind()[kind]
     if database.name != "postgres":
         return _mysql_others().get(type_code, T.StringType())
     from psycopg.postgres import types
@@ -195,18 +200,20 @@ def _arrives_as(
     info = types.get(type_code)
     if info is not None and info.array_oid == type_code:
         return T.ArrayType(_arrives_as(database, info.oid))
-    return _POSTGRES_OTHERS.get(info.name if info else "", T.StringType())
+    return _postgres_others().get(info.name if info else "", T.StringType())
 
 
 # What Spark's PostgreSQL reader makes of the types that aren't a cursor kind, nor text.
-_POSTGRES_OTHERS: dict[str, T.DataType] = {
-    "bool": T.BooleanType(),
-    "float4": T.FloatType(),
-    "float8": T.DoubleType(),
-    "bytea": T.BinaryType(),
-    "bit": T.BinaryType(),
-    "varbit": T.BinaryType(),
-}
+@cache
+def _postgres_others() -> dict[str, T.DataType]:
+    return {
+        "bool": T.BooleanType(),
+        "float4": T.FloatType(),
+        "float8": T.DoubleType(),
+        "bytea": T.BinaryType(),
+        "bit": T.BinaryType(),
+        "varbit": T.BinaryType(),
+    }
 
 
 @cache

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pyspark.sql import types as T
-
 from incremental_assets.lake.names import DataFile
+from incremental_assets.spark_api import T
 
 # What a table's rows are laid out for: `merge` (matched on a key), `batches` (append and
 # full_refresh tables). A table written in one can't take the other's runs incrementally.

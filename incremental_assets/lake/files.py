@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import types as T
 
 from incremental_assets.errors import WriteError
 from incremental_assets.lake.names import DataFile, data_file
+from incremental_assets.spark_api import T
 
 STAGING = "_staging"
 SPARK_SCHEMA = b"org.apache.spark.sql.parquet.row.metadata"

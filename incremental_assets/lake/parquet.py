@@ -19,11 +19,7 @@ from __future__ import annotations
 import uuid
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
-
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any
 
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import (
@@ -46,6 +42,10 @@ from incremental_assets.lake.journal import (
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.names import DataFile
 from incremental_assets.lake.table import Commit, LakeFormat
+from incremental_assets.spark_api import F, T
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class ParquetLake:

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
-
-from pyspark.sql import SparkSession
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from incremental_assets.errors import TableProblem, WriteError, unknown_cause_fix
 from incremental_assets.lake.facts import LakeFacts
+from incremental_assets.spark_api import T
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LakeFormat = Literal["parquet", "iceberg"]
 

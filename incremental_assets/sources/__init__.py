@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.sources.base import Source
@@ -11,6 +11,9 @@ from incremental_assets.sources.files import FilesSource
 from incremental_assets.sources.jdbc import JdbcSource
 from incremental_assets.sources.mysql import MYSQL_DATABASE
 from incremental_assets.sources.postgres import POSTGRES_DATABASE
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _DATABASES: dict[str, Database] = {"postgres": POSTGRES_DATABASE, "mysql": MYSQL_DATABASE}
 

@@ -8,28 +8,30 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Protocol
 
 from incremental_assets.config import TableSpec
 from incremental_assets.config.rules import TimeLimits
 from incremental_assets.cursor import CursorType, CursorValue, decode_wire
 from incremental_assets.dialects import Dialect
 from incremental_assets.errors import ConfigError, CursorError, TableProblem
+from incremental_assets.spark_api import T
 from incremental_assets.window import Window
 
-_CURSOR_TYPES: dict[type[T.DataType], CursorType] = {
-    T.LongType: CursorType.INTEGER,
-    T.IntegerType: CursorType.INTEGER,
-    T.ShortType: CursorType.INTEGER,
-    T.ByteType: CursorType.INTEGER,
-    T.DecimalType: CursorType.DECIMAL,
-    T.DateType: CursorType.DATE,
-    T.TimestampNTZType: CursorType.TIMESTAMP,
-    T.TimestampType: CursorType.TIMESTAMPTZ,
-    T.StringType: CursorType.STRING,
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# By Spark's type name (`DataType.typeName()`): naming the classes would import pyspark.
+_CURSOR_TYPES: dict[str, CursorType] = {
+    "long": CursorType.INTEGER,
+    "integer": CursorType.INTEGER,
+    "short": CursorType.INTEGER,
+    "byte": CursorType.INTEGER,
+    "decimal": CursorType.DECIMAL,
+    "date": CursorType.DATE,
+    "timestamp_ntz": CursorType.TIMESTAMP,
+    "timestamp": CursorType.TIMESTAMPTZ,
+    "string": CursorType.STRING,
 }
 # A partition column is split by value; these cursor types have a wire form that is an integer.
 SPLITTABLE = (CursorType.INTEGER, CursorType.DATE, CursorType.TIMESTAMPTZ)
@@ -139,7 +141,7 @@ def weight_column(name: str) -> str:
 
 
 def cursor_type_of(data_type: T.DataType) -> CursorType | None:
-    return _CURSOR_TYPES.get(type(data_type))
+    return _CURSOR_TYPES.get(data_type.typeName())
 
 
 def resolve_cursor(table: TableSpec, schema: T.StructType) -> Cursor | None:

@@ -10,16 +10,17 @@ numbers, text) that Spark rebuilds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlencode
-
-from pyspark.sql import Column
-from pyspark.sql import types as T
 
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.dialects import SourceDialect
 from incremental_assets.sources.transactions import OpenTransactions
+from incremental_assets.spark_api import T
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 APPLICATION_NAME = "incremental_assets"
 

@@ -7,9 +7,7 @@ read again through `lookback`.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import FilesSourceSpec, TableSpec
 from incremental_assets.dialects import SPARK_SQL, Dialect, local_clock
@@ -24,7 +22,11 @@ from incremental_assets.sources.base import (
     selected,
 )
 from incremental_assets.sources.failures import failures_of
+from incremental_assets.spark_api import F, T
 from incremental_assets.window import Window, render_window
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _FORMAT_DEFAULTS = {"csv": {"header": "true"}}
 

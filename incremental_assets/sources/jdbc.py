@@ -15,12 +15,8 @@ chooses, and are rebuilt in Spark (`transport.py`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlparse
-
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.dialects import Dialect
@@ -44,7 +40,11 @@ from incremental_assets.sources.freeze_sql import (
     relation_of,
 )
 from incremental_assets.sources.transactions import OpenTransactions
+from incremental_assets.spark_api import F, T
 from incremental_assets.window import Window, render_window
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 class JdbcSource:

@@ -23,10 +23,6 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType
 from incremental_assets.dialects import MYSQL, sql_string
@@ -35,9 +31,11 @@ from incremental_assets.sources.database import APPLICATION_NAME, Query, with_pa
 from incremental_assets.sources.mysql_client import SESSION_SETUP, connect
 from incremental_assets.sources.transactions import OpenTransactions, instant
 from incremental_assets.sources.transport import decimal_fits, from_epoch
+from incremental_assets.spark_api import F, T
 
 if TYPE_CHECKING:
     import pymysql
+    from pyspark.sql import Column
 
 _ZERO = "zero date"
 _WRITERS = (
@@ -85,17 +83,21 @@ def _cursor_type_codes() -> dict[int, CursorType]:
     }
 
 
-_NEUTRAL = (T.TimestampNTZType, T.TimestampType, T.DateType)
+_NEUTRAL = frozenset({"timestamp_ntz", "timestamp", "date"})  # Spark's type names
 _CHAR_MARKER = "__CHAR_VARCHAR_TYPE_STRING"
+
+
 # Columns (by the driver's type name) that travel as SQL of their own and arrive as another type:
 # TIME can be negative or past 24 hours; YEAR is a number, not a date; BIT is a number, not its
 # digits' text; CHAR, ENUM and SET hold their values unpadded.
-_RETYPED: dict[str, tuple[str, T.DataType]] = {
-    "TIME": ("CAST({} AS CHAR)", T.StringType()),
-    "YEAR": ("CAST({} AS SIGNED)", T.IntegerType()),
-    "BIT": ("CAST({} AS SIGNED)", T.LongType()),
-    "CHAR": ("CAST({} AS CHAR)", T.StringType()),
-}
+@cache
+def _retyped() -> dict[str, tuple[str, T.DataType]]:
+    return {
+        "TIME": ("CAST({} AS CHAR)", T.StringType()),
+        "YEAR": ("CAST({} AS SIGNED)", T.IntegerType()),
+        "BIT": ("CAST({} AS SIGNED)", T.LongType()),
+        "CHAR": ("CAST({} AS CHAR)", T.StringType()),
+    }
 
 
 class MySqlDatabase:
@@ -214,7 +216,7 @@ class MySqlDatabase:
         )
 
     def arriving(self, field: T.StructField) -> T.StructField:
-        retyped = _RETYPED.get(_client_type(field))
+        retyped = _retyped().get(_client_type(field))
         if retyped is None:
             return field
         # Without Spark's char(n) marker, which would pad the values to n characters.
@@ -223,10 +225,10 @@ class MySqlDatabase:
 
     def transport(self, table: TableSpec, field: T.StructField) -> str | None:
         column = MYSQL.quote(field.name)
-        retyped = _RETYPED.get(_client_type(field))
+        retyped = _retyped().get(_client_type(field))
         if retyped is not None:
             return retyped[0].format(column)
-        if isinstance(field.dataType, _NEUTRAL):
+        if field.dataType.typeName() in _NEUTRAL:
             kind = (
                 CursorType.DATE if isinstance(field.dataType, T.DateType) else CursorType.TIMESTAMP
             )
@@ -240,7 +242,7 @@ class MySqlDatabase:
         return None
 
     def rebuild(self, table: TableSpec, field: T.StructField, value: Column) -> Column:
-        retyped = _RETYPED.get(_client_type(field))
+        retyped = _retyped().get(_client_type(field))
         if retyped is not None:
             return value.cast(retyped[1])
         scalar = field.dataType

@@ -14,12 +14,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor
@@ -33,6 +30,10 @@ from incremental_assets.sources.transport import (
     from_epoch,
     scalar_type,
 )
+from incremental_assets.spark_api import F, T
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 _OTHER_SESSIONS = (
     "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"

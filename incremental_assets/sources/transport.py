@@ -8,11 +8,13 @@ fails the run naming the column instead of being rounded.
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import TableSpec
+from incremental_assets.spark_api import F, T
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 def scalar_type(data_type: T.DataType) -> tuple[T.DataType, int]:

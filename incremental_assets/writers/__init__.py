@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import Mode
 from incremental_assets.lake import LakeTable
 from incremental_assets.writers.append import AppendWriter
 from incremental_assets.writers.base import Writer
 from incremental_assets.writers.merge import MergeWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def writer_for(mode: Mode, spark: SparkSession, lake: LakeTable) -> Writer:

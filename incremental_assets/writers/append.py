@@ -14,15 +14,13 @@ source dropped, or added since, is NULL in the lake and would make every re-read
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window as W
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS
 from incremental_assets.lake.names import batch_group, data_file_name
 from incremental_assets.results import WriteOutcome
+from incremental_assets.spark_api import F, sql
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
@@ -39,6 +37,9 @@ from incremental_assets.writers.base import (
 )
 from incremental_assets.writers.schema import ColumnHistory
 from incremental_assets.writers.versions import comparable_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _SUBDIR = "data"
 _COPY, _HELD = "__copy", "__held"
@@ -154,7 +155,7 @@ def _beyond_counts(frame: DataFrame, loaded: DataFrame, columns: list[str]) -> D
     numbered = _canonical(_canonical(frame, columns, values), others, order).withColumn(
         _COPY,
         F.row_number().over(
-            W.partitionBy(*[F.col(v) for v in values]).orderBy(
+            sql.Window.partitionBy(*[F.col(v) for v in values]).orderBy(
                 *[F.col(o) for o in order] or [F.lit(1)]
             )
         ),

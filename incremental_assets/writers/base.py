@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any, Protocol
 
 from incremental_assets.config import MergeTuning, MergeWrites
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
+from incremental_assets.spark_api import F, T, sql
 from incremental_assets.window import Window
 from incremental_assets.writers.schema import SchemaChange, conform
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 BATCH_COLUMN = "_batch"
 
@@ -119,13 +119,13 @@ def write_parquet(
     writer.parquet(uri)
 
 
-def counted(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+def counted(frame: DataFrame, name: str) -> tuple[DataFrame, sql.Observation]:
     """Count rows as they stream through the next action, without a second scan."""
-    observation = Observation(name)
+    observation = sql.Observation(name)
     return frame.observe(observation, F.count(F.lit(1)).alias("rows")), observation
 
 
-def observed(observation: Observation, key: str = "rows") -> int:
+def observed(observation: sql.Observation, key: str = "rows") -> int:
     return int(observation.get.get(key) or 0)
 
 

@@ -7,12 +7,14 @@ configuration until a change of key or a full refresh buckets the table again.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING
 
 from incremental_assets.lake import BucketScheme, DataFile
+from incremental_assets.spark_api import F, T
 from incremental_assets.writers.base import WritePlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 
 def rewrites_every_bucket(plan: WritePlan, existing: list[DataFile]) -> bool:
@@ -74,18 +76,18 @@ def choose_scheme(plan: WritePlan, rows: int, low: int | None, high: int | None)
 
 
 _BIGINT_MAX = 2**63 - 1
-_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_INTEGRAL = frozenset({"byte", "short", "integer", "long"})  # Spark's type names
 # Key types whose values come back from Spark as Python values that are exact Spark literals.
-_EXACT_LITERALS = (*_INTEGRAL, T.StringType, T.DateType, T.DecimalType)
+_EXACT_LITERALS = _INTEGRAL | {"string", "date", "decimal"}
 
 
 def integer_key(frame: DataFrame, plan: WritePlan) -> bool:
-    return len(plan.row_key) == 1 and isinstance(frame.schema[plan.row_key[0]].dataType, _INTEGRAL)
+    return len(plan.row_key) == 1 and frame.schema[plan.row_key[0]].dataType.typeName() in _INTEGRAL
 
 
 def bounded_keys(frame: DataFrame, plan: WritePlan) -> list[str]:
     """The key columns whose range in the delta can filter the lake."""
-    return [c for c in plan.row_key if isinstance(frame.schema[c].dataType, _EXACT_LITERALS)]
+    return [c for c in plan.row_key if frame.schema[c].dataType.typeName() in _EXACT_LITERALS]
 
 
 def bucket_of(frame: DataFrame, key: tuple[str, ...], scheme: BucketScheme) -> Column:

@@ -23,11 +23,7 @@ id, batch, cursor and records.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
@@ -35,6 +31,7 @@ from incremental_assets.lake.iceberg.partitions import bucketable, partition_spe
 from incremental_assets.lake.iceberg.records import SnapshotInfo, deletes_of, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
+from incremental_assets.spark_api import F, T, sql
 from incremental_assets.writers.append import drop_loaded
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
@@ -70,6 +67,9 @@ from incremental_assets.writers.versions import (
     with_key_rows,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 REMOVED = "__removed"  # a replaced table's row left out (deleted, or gone from the source)
 
 
@@ -85,7 +85,7 @@ class IcebergAppendWriter:
         self.spark = spark
         self._commit: IcebergCommit | None = None
         self._frame: DataFrame | None = None
-        self._observed: tuple[Observation, Observation] | None = None
+        self._observed: tuple[sql.Observation, sql.Observation] | None = None
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         """Write the batch on the run's branch (a replaced table: in its snapshot, at commit)."""

@@ -22,13 +22,15 @@ is thus a delete and an insert: on a format v3 table the new version gets a new 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.spark_api import F, sql
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan
 from incremental_assets.writers.versions import DELETED, GONE, HASH, row_hash
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 LAKE_ROWS, REPLACED, INSERTED = "__lake_rows", "__replaced", "__inserted"
 _FROM_LAKE, _NEWER, _CHANGES = "__from_lake", "__newer", "__changes"
@@ -86,7 +88,7 @@ def decided(
         F.lit(1).alias(_FROM_LAKE),
     )
     both = winners.withColumn(_FROM_LAKE, F.lit(0)).unionByName(pairs, allowMissingColumns=True)
-    by_key = Window.partitionBy(*key)
+    by_key = sql.Window.partitionBy(*key)
     # Every lake row of the key no newer than the delta's version, and one of them changed.
     replaces = F.col(GONE) | (
         F.coalesce(F.min(_NEWER).over(by_key), F.lit(False))

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.lake.facts import KEY
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.results import MergeCounts, MergePath, WriteOutcome
+from incremental_assets.spark_api import F, sql
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     ClashingVersions,
@@ -65,6 +64,9 @@ from incremental_assets.writers.versions import (
     soft_deleted,
     with_key_count,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 
@@ -101,7 +103,7 @@ class MergeWriter:
         for i, column in enumerate(bounded):
             key = F.col(f"`{column}`") if scheme is None else F.when(reread, F.col(f"`{column}`"))
             measures += [F.min(key).alias(f"low{i}"), F.max(key).alias(f"high{i}")]
-        extracted = Observation("extracted")
+        extracted = sql.Observation("extracted")
         write_parquet(delta.observe(extracted, *measures), self._staged(plan, _DELTA), plan)
         if keys is not None:
             write_parquet(keys, self._staged(plan, _KEYS), plan)
@@ -380,7 +382,7 @@ class _Written:
     duplicate_keys: int | None = None
 
 
-def _counts(observation: Observation) -> MergeCounts:
+def _counts(observation: sql.Observation) -> MergeCounts:
     return MergeCounts(*(observed(observation, f) for f in ("inserted", "updated", "deleted")))
 
 

@@ -14,21 +14,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any
 
 from incremental_assets.errors import TableProblem, WriteError
+from incremental_assets.spark_api import F, T
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 # Each integral type by the decimal digits its largest value has, narrowest first.
-_INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
-    T.ByteType: 3,
-    T.ShortType: 5,
-    T.IntegerType: 10,
-    T.LongType: 19,
-}
+_INTEGRAL_DIGITS: dict[str, int] = {"byte": 3, "short": 5, "integer": 10, "long": 19}
 _BOOKKEEPING = "_"
 
 
@@ -96,9 +91,9 @@ def plan_schema_change(
 
 
 def _widens(old: T.DataType, new: T.DataType) -> bool:
-    digits = _INTEGRAL_DIGITS.get(type(old))
-    if digits is not None and type(new) in _INTEGRAL_DIGITS:
-        return _INTEGRAL_DIGITS[type(new)] > digits
+    digits = _INTEGRAL_DIGITS.get(old.typeName())
+    if digits is not None and new.typeName() in _INTEGRAL_DIGITS:
+        return _INTEGRAL_DIGITS[new.typeName()] > digits
     if digits is not None and isinstance(new, T.DecimalType):
         # BIGINT -> BIGINT UNSIGNED (decimal(20,0)) on MySQL, integer -> numeric on PostgreSQL.
         return new.precision - new.scale >= digits

@@ -14,13 +14,14 @@ arrays and structs.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Observation, WindowSpec
-from pyspark.sql import Window as W
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.spark_api import F, T, sql
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, WindowSpec
 
 BUCKET = "__bucket"
 DELETED = "__deleted"
@@ -41,7 +42,7 @@ COUNTED = ("rows", "null_keys", "clashes", "keys")
 
 def ranked_merge(
     delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
-) -> tuple[DataFrame, Observation]:
+) -> tuple[DataFrame, sql.Observation]:
     """Each key's winning version, deleted keys left out; inserted/updated/deleted are observed."""
     data_columns = [c for c in delta.columns if c != BUCKET]
     incoming = delta.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")).withColumn(
@@ -56,7 +57,7 @@ def ranked_merge(
     combined = combined.withColumn(HASH, row_hash(data_columns, combined.schema))
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(BUCKET)
-    by_key = W.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
+    by_key = sql.Window.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
     in_order = by_key.orderBy(*precedence(plan))
     ranked = (
         combined.withColumn(RANK, F.row_number().over(in_order))
@@ -68,7 +69,7 @@ def ranked_merge(
     # Observed before the winners are picked, so that the losing rows' clashes are counted too.
     winner, deleted = F.col(RANK) == 1, deleted_rows(ranked, plan)
     from_delta, in_lake = winner & (F.col(SOURCE) == 1), F.col(IN_LAKE) == 1
-    counts = Observation("merge")
+    counts = sql.Observation("merge")
     ranked = ranked.observe(
         counts,
         F.sum((from_delta & ~in_lake & ~deleted).cast("long")).alias("inserted"),
@@ -109,7 +110,7 @@ def latest_versions(
         rows = rows.unionByName(lake_rows.withColumn(SOURCE, F.lit(0)), allowMissingColumns=True)
     content = [c for c in data_columns if c != BATCH_COLUMN]  # a version is its data, not its run
     hashed = rows.withColumn(HASH, row_hash(content, rows.schema))
-    by_key = W.partitionBy(*key)
+    by_key = sql.Window.partitionBy(*key)
     in_order = by_key.orderBy(*precedence(plan))
     ranked = (
         hashed.withColumn(RANK, F.row_number().over(in_order))
@@ -170,7 +171,7 @@ def with_key_rows(merged: DataFrame, plan: WritePlan) -> DataFrame:
     window), so the count needs no pass of its own.
     """
     buckets = [F.col(BUCKET)] if BUCKET in merged.columns else []
-    by_key = W.partitionBy(*buckets, *[F.col(f"`{c}`") for c in plan.row_key])
+    by_key = sql.Window.partitionBy(*buckets, *[F.col(f"`{c}`") for c in plan.row_key])
     return merged.withColumn(KEY_ROWS, F.count(F.lit(1)).over(by_key))
 
 
@@ -182,17 +183,17 @@ def duplicate_keys(among: Column | None = None) -> Column:
     return F.round(F.sum(share)).alias("duplicate_keys")
 
 
-def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, Observation]:
+def with_key_count(merged: DataFrame, plan: WritePlan) -> tuple[DataFrame, sql.Observation]:
     """`merged`, observed for keys that more than one written row has (`primary_key_unique`):
     the count rides on the write, with no pass over the files once they are written."""
-    duplicates = Observation("keys")
+    duplicates = sql.Observation("keys")
     observed = with_key_rows(merged, plan).observe(duplicates, duplicate_keys())
     return observed.drop(KEY_ROWS), duplicates
 
 
 def patched_merge(
     delta: DataFrame, lake_rows: DataFrame | None, gone: DataFrame, plan: WritePlan
-) -> tuple[DataFrame, Observation]:
+) -> tuple[DataFrame, sql.Observation]:
     """`_merge`, with the lake rows of keys the delta doesn't name passed through as they are."""
     if lake_rows is None:
         return ranked_merge(delta, None, gone, plan)

@@ -200,12 +200,12 @@ def test_a_column_narrowed_with_nothing_new_is_still_refused(loads: Loads, pg: S
     assert "column 'qty' is int in the lake but smallint in the source" in (narrowed.failure or "")
 
 
-def test_an_iceberg_run_with_nothing_new_reads_its_head_without_pyiceberg(
+def test_an_iceberg_run_with_nothing_new_reads_its_head_without_pyiceberg_or_pyspark(
     tmp_path: Path, pg: Schema
 ) -> None:
     """A fresh process with nothing new reads the default catalog's row and the metadata file
-    without importing PyIceberg, records what a run with PyIceberg would, and still refuses a
-    lake that is gone."""
+    without importing PyIceberg or pyspark (`spark_api.py`), records what a run with PyIceberg
+    would, and still refuses a lake that is gone."""
     pg.execute(TABLE, ROWS)
     spec = {"name": "orders", "source": "shop", "table": f"{pg.name}.orders", **DEFAULTS}
     config = write_cli_config(tmp_path, {"shop": pg.source()}, [spec], format="iceberg")
@@ -217,7 +217,7 @@ def test_an_iceberg_run_with_nothing_new_reads_its_head_without_pyiceberg(
 
     assert quick.returncode == 0, quick.stderr[-3000:]
     imported = {line.split("|")[-1].strip() for line in quick.stderr.splitlines() if "|" in line}
-    assert not {m for m in imported if m.startswith("pyiceberg")}
+    assert not {m for m in imported if m.startswith(("pyiceberg", "pyspark", "py4j"))}
     first, second = materializations(home, "orders")
     assert second["spark"] == "not started (nothing new)"
     for key in (

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pyspark.sql import SparkSession
-
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from incremental_assets.config import LakeSpec
 
 DEFAULT_NAME = "incremental_assets"

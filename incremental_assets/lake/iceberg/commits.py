@@ -25,10 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
@@ -56,6 +53,10 @@ from incremental_assets.lake.iceberg.schema import promotable, spark_schema, sto
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.lake.names import txn_time
 from incremental_assets.pause_points import pause_point
+from incremental_assets.spark_api import F, T
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # A branch left younger than this may be a live run's (without the lock, runs can overlap).
 DEAD_BRANCH_AGE = timedelta(days=1)

@@ -31,9 +31,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Literal
 
 from incremental_assets.lake.iceberg.records import (
     PREFIX,
@@ -42,6 +40,9 @@ from incremental_assets.lake.iceberg.records import (
     deletes_of,
     head_snapshot,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Task = Literal["compact", "expire", "orphans"]
 # A file younger than this may be a live writer's, not an orphan (Iceberg's own default).

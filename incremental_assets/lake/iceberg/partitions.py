@@ -30,31 +30,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pyspark.sql import types as T
-
 from incremental_assets.dialects import SPARK_SQL
+from incremental_assets.spark_api import T
 
 PARTITION_ROWS = 2_000_000
 # Iceberg's transforms take a Java int: "Unsupported width for transform" above it.
 MAX_PARAMETER = 2**31 - 1
 # Key types Iceberg's `bucket` transform takes.
-_BUCKETABLE = (
-    T.IntegerType,
-    T.LongType,
-    T.DecimalType,
-    T.DateType,
-    T.TimestampType,
-    T.TimestampNTZType,
-    T.StringType,
-    T.BinaryType,
-)
+_BUCKETABLE = frozenset(
+    {"integer", "long", "decimal", "date", "timestamp", "timestamp_ntz", "string", "binary"}
+)  # Spark's type names
 
 
 _PARAMETRIZED = re.compile(r"^(bucket|truncate)\((\d+), (.+)\)$")
 
 
 def bucketable(column_type: T.DataType) -> bool:
-    return isinstance(column_type, _BUCKETABLE)
+    return column_type.typeName() in _BUCKETABLE
 
 
 def partition_spec(

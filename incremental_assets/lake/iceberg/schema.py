@@ -10,26 +10,30 @@ is made in place where Iceberg can (`promotable`: a column added, `int` to `bigi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from pyspark.sql import types as T
+from incremental_assets.spark_api import T
 
-_PRIMITIVES: dict[str, T.DataType] = {
-    "boolean": T.BooleanType(),
-    "int": T.IntegerType(),
-    "long": T.LongType(),
-    "float": T.FloatType(),
-    "double": T.DoubleType(),
-    "date": T.DateType(),
-    "time": T.LongType(),
-    "timestamp": T.TimestampNTZType(),
-    "timestamptz": T.TimestampType(),
-    "timestamp_ns": T.TimestampNTZType(),
-    "timestamptz_ns": T.TimestampType(),
-    "string": T.StringType(),
-    "uuid": T.StringType(),
-    "binary": T.BinaryType(),
-}
+
+@cache
+def _primitives() -> dict[str, T.DataType]:
+    return {
+        "boolean": T.BooleanType(),
+        "int": T.IntegerType(),
+        "long": T.LongType(),
+        "float": T.FloatType(),
+        "double": T.DoubleType(),
+        "date": T.DateType(),
+        "time": T.LongType(),
+        "timestamp": T.TimestampNTZType(),
+        "timestamptz": T.TimestampType(),
+        "timestamp_ns": T.TimestampNTZType(),
+        "timestamptz_ns": T.TimestampType(),
+        "string": T.StringType(),
+        "uuid": T.StringType(),
+        "binary": T.BinaryType(),
+    }
 
 
 def spark_schema(schema: Mapping[str, Any]) -> T.StructType:
@@ -50,7 +54,7 @@ def _type(kind: Any) -> T.DataType:
             return T.DecimalType(int(precision), int(scale))
         if kind.startswith("fixed["):
             return T.BinaryType()
-        return _PRIMITIVES[kind]
+        return _primitives()[kind]
     if kind["type"] == "struct":
         return spark_schema(kind)
     if kind["type"] == "list":

@@ -22,9 +22,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
 from incremental_assets.config import LakeSpec
 from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts
@@ -47,6 +44,7 @@ from incremental_assets.lake.iceberg.records import (
 from incremental_assets.lake.iceberg.schema import spark_schema, storable
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.table import LakeFormat
+from incremental_assets.spark_api import F, T
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
