@@ -24,8 +24,9 @@ from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
 from incremental_assets.lake.iceberg import IcebergLake
-from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.commits import IcebergCommit
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
+from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import CONVERTED, head_snapshot, summary_of
 from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake

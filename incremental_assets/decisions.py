@@ -24,6 +24,7 @@ from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.facts import files_digest
+from incremental_assets.lake.iceberg.properties import writes_allowed
 from incremental_assets.results import StoredState
 from incremental_assets.settings import changed_settings
 from incremental_assets.spark_api import T
@@ -250,9 +251,7 @@ def check_lake_fits(table: TableSpec, stored: StoredState, lake: LakeFacts) -> N
 def check_merge_writes(table: TableSpec, lake: LakeFacts) -> None:
     """A merge table's `merge_writes` is one its Iceberg table's format version allows: format v3
     has no position deletes, and no table goes back from v3 to v2."""
-    if table.mode is not Mode.MERGE or table.merge_writes != "position_deletes":
-        return
-    if lake.format_version is not None and lake.format_version >= 3:
+    if not writes_allowed(table.mode is Mode.MERGE, table.merge_writes, lake.format_version):
         raise ConfigError(
             TableProblem(
                 table.name,

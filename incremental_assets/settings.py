@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from incremental_assets.config import FilesSourceSpec, LakeSpec, TableSpec
+from incremental_assets.config import FilesSourceSpec, LakeSpec, Mode, TableSpec
 
 
 def lake_settings(table: TableSpec, lake: LakeSpec, format: str) -> dict[str, Any]:
@@ -32,7 +32,14 @@ def lake_settings(table: TableSpec, lake: LakeSpec, format: str) -> dict[str, An
         "null_cursor": table.null_cursor,
         "lake": lake.table_uri(table.name),
         "format": format,
+        "compression": lake.compression,
     }
+    if table.mode is Mode.MERGE:
+        # How merges write (which can move an Iceberg table to format v3 for good), and how the
+        # table is partitioned by its key when a run makes it.
+        settings["merge_writes"] = table.merge_writes
+        settings["buckets"] = table.buckets
+        settings["bucket_rows"] = table.bucket_rows
     if isinstance(table.source, FilesSourceSpec):
         settings["files"] = {
             "format": table.source.format,

@@ -26,8 +26,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
-from incremental_assets.lake.iceberg.commits import IcebergCommit, TableSettings
+from incremental_assets.lake.iceberg.commits import IcebergCommit
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
+from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import SnapshotInfo, deletes_of, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome

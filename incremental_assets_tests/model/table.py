@@ -158,10 +158,17 @@ class TableConfig:
     def lake_settings(self) -> dict[str, Any]:
         """The lake-shaping settings this config states, by the names the product records them
         under (its `settings_changed` metadata); the lake's path and format are the runner's.
-        `merge_writes` is not one: every setting holds the same rows."""
+        A merge table's also name how merges write and how the table is partitioned."""
         entry = self.table_entry("")
         names = ("mode", "primary_key", "delete_column", "deletes", "columns", "exclude_columns")
-        return {name: entry.get(name) for name in names}
+        settings = {name: entry.get(name) for name in names}
+        if self.mode == "merge":
+            settings |= {
+                "merge_writes": self.writes,
+                "buckets": entry.get("buckets"),
+                "bucket_rows": entry.get("bucket_rows"),
+            }
+        return settings
 
     def visible(self, columns: list[str]) -> list[str]:
         """The source columns a run reads: `columns:` (with the key, the cursor and the delete

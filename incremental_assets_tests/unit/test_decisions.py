@@ -25,7 +25,7 @@ from incremental_assets.lake.facts import LakeFacts, LakeHead, files_digest
 from incremental_assets.lake.names import DataFile, data_file, data_file_name
 from incremental_assets.lake.parquet import layout_of
 from incremental_assets.results import StoredState
-from incremental_assets.settings import settings_text
+from incremental_assets.settings import changed_settings, settings_digest, settings_text
 
 SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("note", T.StringType())])
 TABLE_ID, TXN, NEXT_TXN = "t" * 32, "20250101T000000aaaaaaaa", "20250102T000000bbbbbbbb"
@@ -335,3 +335,35 @@ def test_a_merge_writes_setting_the_tables_format_cant_take_is_refused_on_any_ru
                 kind_of_run(table, asked, stored(table), facts, None)
         else:
             kind_of_run(table, asked, stored(table), facts, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"merge_writes": "deletion_vectors"}, "merge_writes"),  # can move the table to v3
+        ({"buckets": 8}, "buckets"),
+        ({"bucket_rows": 1000}, "bucket_rows"),
+        ({"delete_column": "deleted"}, "delete_column"),
+    ],
+)
+def test_a_change_of_what_shapes_a_merge_table_moves_its_code_version_and_is_named(
+    change: dict[str, Any], named: str
+) -> None:
+    table, changed = table_spec(), table_spec(**change)
+    lake_spec = LakeSpec(path="/lake", format="parquet")
+
+    assert settings_digest(changed, lake_spec) != settings_digest(table, lake_spec)
+    assert set(changed_settings(request(table).settings, request(changed).settings)) == {named}
+
+
+def test_a_change_of_the_lakes_codec_moves_every_tables_code_version_and_is_named() -> None:
+    table = table_spec()
+    zstd, snappy = (
+        LakeSpec(path="/lake", format="parquet"),
+        LakeSpec(path="/lake", format="parquet", compression="snappy"),
+    )
+
+    assert settings_digest(table, zstd) != settings_digest(table, snappy)
+    assert changed_settings(
+        settings_text(table, zstd, "parquet"), settings_text(table, snappy, "parquet")
+    ) == {"compression": ("zstd", "snappy")}

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from incremental_assets.lake.iceberg.commits import MERGE_MODES, TableSettings
 from incremental_assets.lake.iceberg.partitions import (
     PARTITION_ROWS,
     consistent_with,
     partition_spec,
 )
+from incremental_assets.lake.iceberg.properties import MERGE_MODES, TableSettings
 
 LONG = 2**63 - 1
 

@@ -5,6 +5,7 @@ metadata.py  a table's metadata read from its catalog (PyIceberg, or the standar
 records.py   what the metadata says of this package's commits: the head, the records
 schema.py    Iceberg's types and Spark's
 table.py     the lake table (`LakeTable`): facts, lock, counts
+properties.py  the table properties a run sets, and the one rule of the format version
 commits.py   one run's commit: a snapshot on its own branch, then main moved to it
 """
 

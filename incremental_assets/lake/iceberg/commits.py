@@ -27,11 +27,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from incremental_assets.config import MergeWrites
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
 from incremental_assets.lake.iceberg.maintenance import apply_deletes
 from incremental_assets.lake.iceberg.partitions import consistent_with, evolution
+from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import (
     BATCH,
     DATA_PRESERVING,
@@ -61,57 +61,8 @@ if TYPE_CHECKING:
 # A branch left younger than this may be a live run's (without the lock, runs can overlap).
 DEAD_BRANCH_AGE = timedelta(days=1)
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
-MERGE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
-# The settings an existing table is kept in step with: a change applies from the next write.
-_KEPT_IN_STEP = (*MERGE_MODES, "write.parquet.compression-codec")
 # What Iceberg says when it can't tell whether the catalog took a commit.
 _UNKNOWN_OUTCOME = ("CommitStateUnknownException", "Commit state unknown")
-
-
-@dataclass(frozen=True)
-class TableSettings:
-    """How a table the run creates or replaces is laid out."""
-
-    partitioning: tuple[str, ...] = ()  # Spark SQL transforms: `truncate(1000, id)`, ...
-    properties: Mapping[str, str] = field(default_factory=dict)
-
-    @staticmethod
-    def of(
-        codec: str,
-        merge: bool,
-        partitioning: tuple[str, ...] = (),
-        writes: MergeWrites = "position_deletes",
-        version: int | None = None,
-    ) -> TableSettings:
-        """A table of this package's: format v2 (v3 for deletion vectors, or if the table is
-        already: no table goes back), old metadata files deleted as they are replaced, exact
-        statistics for `_batch` (a rerun replaces its batch by them), and merge tables
-        merge-on-read (a merge writes delete files, not the files its rows are in) unless
-        `writes` is copy_on_write."""
-        wanted = 3 if merge and writes == "deletion_vectors" else 2
-        properties = {
-            "format-version": str(max(wanted, version or 2)),
-            "write.parquet.compression-codec": codec,
-            "write.metadata.delete-after-commit.enabled": "true",
-            "write.metadata.previous-versions-max": "100",
-            "write.metadata.metrics.column._batch": "full",
-        }
-        if merge:
-            mode = "copy-on-write" if writes == "copy_on_write" else "merge-on-read"
-            properties |= dict.fromkeys(MERGE_MODES, mode)
-        return TableSettings(partitioning=partitioning, properties=properties)
-
-    @property
-    def copy_on_write(self) -> bool:
-        return self.properties.get("write.merge.mode") == "copy-on-write"
-
-    def changes_to(self, held: Mapping[str, str], version: int) -> dict[str, str]:
-        """The properties an existing table must be set to (its version only ever goes up)."""
-        changed = {k: v for k, v in self.properties.items() if k in _KEPT_IN_STEP}
-        changed = {k: v for k, v in changed.items() if held.get(k) != v}
-        if int(self.properties["format-version"]) > version:
-            changed["format-version"] = self.properties["format-version"]
-        return changed
 
 
 @dataclass
