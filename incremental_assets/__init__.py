@@ -1,4 +1,5 @@
-"""Incremental table loads into a Parquet lake as Dagster assets, with Spark doing the work."""
+"""Incremental table loads into a data lake (Iceberg, or plain Parquet) as Dagster assets, with
+Spark doing the work."""
 
 from incremental_assets.component import IncrementalTablesComponent
 from incremental_assets.definitions import build_definitions, defs

@@ -11,7 +11,7 @@ the lake's facts (`lake/facts.py`) and the source's facts.
 * the predicates the two paths share: `at_recorded_commit`, `weights_in_force`,
   `key_from_catalog`, `key_enforced` (the source itself keeps the merge key unique).
 
-The run with Spark (`load.py`) and the check without it (`unchanged.py`) both call these, so the
+The run with Spark (`load.py`) and the check without it (`nothing_new.py`) both call these, so the
 two paths refuse the same lakes with the same words.
 """
 

@@ -2,7 +2,7 @@
 
 Every run records them (`settings` metadata) and the asset's code version is their digest, so a
 change shows in Dagster's UI as a new code version. A run whose settings differ from the stored
-run's can't be proven to have nothing new without Spark (`unchanged.py`): it goes through the
+run's can't be proven to have nothing new without Spark (`nothing_new.py`): it goes through the
 same refusals and migrations as any run with Spark, and says what changed (`settings_changed`).
 Settings that only decide when or how a run reads (schedules, lookback, partitions, limits) are
 left out: they change nothing the lake holds.

@@ -7,7 +7,8 @@ Boundary semantics (the README states the same):
   not lost. Merge mode absorbs the re-read rows by key; append mode drops rows already in the lake
   by (primary key, cursor) or by whole-row identity.
 * the upper bound is **inclusive** and frozen before the read: `cursor <= max(cursor)` as measured
-  by one query, capped at `now - safety_lag` (and, for PostgreSQL, at the oldest open transaction).
+  by one query, capped at `now - safety_lag` (and, for a database, below the oldest open
+  transaction).
   Rows that arrive later above it wait for the next run.
 """
 
