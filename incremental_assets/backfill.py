@@ -5,7 +5,7 @@ recorded) and again by the load with the type the source reports."""
 from __future__ import annotations
 
 from incremental_assets.config import Mode, TableSpec
-from incremental_assets.cursor import CursorType, CursorValue, parse_cursor
+from incremental_assets.cursor import CursorType, CursorValue, order_of, parse_cursor
 from incremental_assets.errors import ConfigError, CursorError, TableProblem
 from incremental_assets.plan import PlanInputs, WindowPlan, read_previous_cursor
 from incremental_assets.results import Report
@@ -83,9 +83,8 @@ def check_backfill_window(
     low, high = (
         _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
     )
-    # Strings are ordered by the database's collation: only an equal pair is surely empty.
-    empty = low == high if kind is CursorType.STRING else low >= high  # type: ignore[operator]
-    if empty:
+    # Unequal text a database collates may be in either order: only an equal pair is surely empty.
+    if order_of(kind, table.collates_text).before(low, high) is False:
         raise ConfigError(
             TableProblem(
                 table.name,

@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 
 from incremental_assets.config import Mode, TableSpec
-from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
+from incremental_assets.cursor import CursorType, format_cursor, order_of, parse_cursor
 from incremental_assets.errors import TableProblem
 from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
@@ -119,7 +119,7 @@ def evaluate_checks(
     `primary_key_unique` is left out then (`not_examined` says why).
     """
     planned: list[tuple[str, Callable[[], dg.AssetCheckResult]]] = [
-        (CURSOR_FORWARD, lambda: cursor_not_backwards(result, stored))
+        (CURSOR_FORWARD, lambda: cursor_not_backwards(table, result, stored))
     ]
     if table.mode is Mode.MERGE and not_examined(table, result) is None:
         key = result.primary_key or table.primary_key
@@ -215,17 +215,21 @@ def _key_result(duplicates: int, files: int, key: tuple[str, ...], how: str) -> 
     )
 
 
-def cursor_not_backwards(result: LoadResult, stored: StoredState) -> dg.AssetCheckResult:
+def cursor_not_backwards(
+    table: TableSpec, result: LoadResult, stored: StoredState
+) -> dg.AssetCheckResult:
     kind, previous = result.cursor_type, stored.cursor
     metadata = {"previous_cursor": previous or "", "cursor": _text(kind, result.cursor)}
-    unlike = _incomparable(result, stored)
+    unlike = _incomparable(table, result, stored)
     if unlike:
         metadata["not_compared"] = unlike
     backwards = (
         not unlike
         and kind is not None
         and previous is not None
-        and result.cursor < parse_cursor(kind, previous)  # type: ignore[operator]
+        and result.cursor is not None
+        and order_of(kind, table.collates_text).before(result.cursor, parse_cursor(kind, previous))
+        is True
     )
     return dg.AssetCheckResult(
         check_name=CURSOR_FORWARD,
@@ -236,7 +240,7 @@ def cursor_not_backwards(result: LoadResult, stored: StoredState) -> dg.AssetChe
     )
 
 
-def _incomparable(result: LoadResult, stored: StoredState) -> str:
+def _incomparable(table: TableSpec, result: LoadResult, stored: StoredState) -> str:
     """Why the new cursor can't be compared with the stored one, or '' if it can."""
     if stored.cursor is None or result.cursor is None or result.cursor_type is None:
         return ""  # nothing to compare: passes
@@ -244,7 +248,7 @@ def _incomparable(result: LoadResult, stored: StoredState) -> str:
         return f"the previous cursor belongs to column {stored.cursor_column}"
     if stored.cursor_type is not result.cursor_type:
         return f"the previous cursor is a {stored.cursor_type or 'value of unknown type'}"
-    if result.cursor_type is CursorType.STRING:
+    if not order_of(result.cursor_type, table.collates_text).known:
         return "string cursors follow the database's collation"
     return ""
 

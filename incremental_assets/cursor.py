@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from enum import StrEnum
@@ -193,19 +194,56 @@ def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
     return parse_cursor(cursor_type, wire)
 
 
-def later_of(
-    cursor_type: CursorType, previous: CursorValue | None, upper: CursorValue | None
-) -> CursorValue | None:
-    """The cursor after a run: it never moves backwards, and an empty delta keeps it.
+@dataclass(frozen=True)
+class CursorOrder:
+    """How a cursor's values compare. A text cursor a database holds is ordered by its
+    collation, which Python can't reproduce: only equal values compare. Every other cursor,
+    and text a files source holds (Spark orders it by code point, as Python does), compares
+    in Python."""
 
-    Strings are ordered by the database's collation, which Python can't reproduce; the source
-    guarantees `upper >= previous` for them because the window's lower bound is `previous`.
-    """
-    if upper is None:
+    cursor_type: CursorType
+    collated: bool
+
+    @property
+    def known(self) -> bool:
+        """Whether Python can order any two values as the source does."""
+        return not self.collated
+
+    def before(self, a: CursorValue, b: CursorValue) -> bool | None:
+        """`a < b`; None where only the source can tell (unequal collated text)."""
+        if not self.known:
+            return False if a == b else None
+        return _less(a, b)
+
+    def later(self, previous: CursorValue | None, upper: CursorValue | None) -> CursorValue | None:
+        """The cursor after a run: it never moves backwards, and an empty delta keeps it. Where
+        Python can't order the values, the source guarantees `upper >= previous` (the window's
+        lower bound is `previous`)."""
+        if upper is None:
+            return previous
+        if previous is None or self.before(upper, previous) is not True:
+            return upper
         return previous
-    if previous is None or cursor_type is CursorType.STRING:
-        return upper
-    return max(previous, upper)
+
+
+def order_of(cursor_type: CursorType, collated: bool) -> CursorOrder:
+    """The order of a cursor; `collated`: its source orders text by a collation (a database)."""
+    return CursorOrder(cursor_type, collated and cursor_type is CursorType.STRING)
+
+
+def _less(a: CursorValue, b: CursorValue) -> bool:
+    """`a < b` for two values of one kind (a datetime is not a date here, as in Python)."""
+    if isinstance(a, datetime) or isinstance(b, datetime):
+        if isinstance(a, datetime) and isinstance(b, datetime):
+            return a < b
+        raise TypeError(f"a datetime and a date can't be ordered: {a!r}, {b!r}")
+    if isinstance(a, date) and isinstance(b, date):
+        return a < b
+    if isinstance(a, str) and isinstance(b, str):
+        return a < b
+    if isinstance(a, int | Decimal) and isinstance(b, int | Decimal):
+        return a < b
+    raise TypeError(f"cursor values of different kinds can't be ordered: {a!r}, {b!r}")
 
 
 def convert_cursor(

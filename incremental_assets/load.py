@@ -304,7 +304,7 @@ def _write_plan(
         boundary=boundary_of(table, plan),
         schema=change,
         reconcile=plan.reconcile,
-        delta_beats_lake=collated_cursor(plan, source),
+        delta_beats_lake=collated_cursor(table, plan),
         match_key=facts.match_key,
         weighed_by=tuple(weights_in_force(facts, run.facts).items()) if merge else (),
         key_enforced=key_enforced(table, facts),

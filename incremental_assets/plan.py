@@ -23,11 +23,10 @@ from incremental_assets.cursor import (
     CursorValue,
     convert_cursor,
     format_cursor,
-    later_of,
+    order_of,
     parse_cursor,
 )
 from incremental_assets.decisions import RunKind
-from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.errors import ConfigError, CursorError, TableProblem
 from incremental_assets.results import Report, StoredState
 from incremental_assets.sources.base import (
@@ -223,7 +222,12 @@ def with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
     upper = bounds.upper
     capped_at = None
     warnings = list(plan.warnings)
-    if bounds.future_cap is not None and upper is not None and upper > bounds.future_cap:  # type: ignore[operator]
+    order = order_of(kind, table.collates_text)
+    if (
+        bounds.future_cap is not None
+        and upper is not None
+        and order.before(bounds.future_cap, upper)
+    ):
         capped_at = format_cursor(kind, bounds.future_cap)
         warnings.append(
             f"rows are dated after the clock plus future_tolerance ({capped_at}); they were "
@@ -247,7 +251,7 @@ def with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
         transaction_cap=cap,
         transaction_cap_applied=held,
     )
-    new_cursor = upper if plan.replace_all else later_of(kind, plan.previous, upper)
+    new_cursor = upper if plan.replace_all else order.later(plan.previous, upper)
     return replace(plan, new_cursor=new_cursor, report=report, warnings=tuple(warnings))
 
 
@@ -364,10 +368,6 @@ def reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
     return batch % table.reconcile_every == 0
 
 
-def collated_cursor(plan: WindowPlan, source: Source) -> bool:
+def collated_cursor(table: TableSpec, plan: WindowPlan) -> bool:
     """A text cursor the database ordered by its collation, which Spark can't reproduce."""
-    return (
-        plan.cursor is not None
-        and plan.cursor.type is CursorType.STRING
-        and source.dialect is not SPARK_SQL
-    )
+    return plan.cursor is not None and not order_of(plan.cursor.type, table.collates_text).known

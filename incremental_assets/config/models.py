@@ -28,7 +28,7 @@ from pydantic import (
 from incremental_assets.config.durations import DURATION
 from incremental_assets.config.fields import Cron, Duration, FrozenModel, OptionText, cron
 from incremental_assets.config.lake import LakeSpec, MergeWrites
-from incremental_assets.config.sources import SourceSpec
+from incremental_assets.config.sources import FilesSourceSpec, SourceSpec
 from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_decimal
 from incremental_assets.errors import CursorError
 from incremental_assets.jvm import jars_needed, listed, with_jars
@@ -293,6 +293,12 @@ class TableSpec(FrozenModel):
     @property
     def freshness(self) -> timedelta | None:
         return self.checks.freshness
+
+    @property
+    def collates_text(self) -> bool:
+        """Whether the source orders a text cursor by a collation (a database's), which Python
+        can't reproduce (`cursor.order_of`); a files source's text is Spark's, by code point."""
+        return not isinstance(self.source, FilesSourceSpec)
 
     @property
     def reconcile_tolerance(self) -> float | None:

@@ -11,7 +11,7 @@ from incremental_assets.cursor import (
     cursor_type_from_name,
     decode_wire,
     format_cursor,
-    later_of,
+    order_of,
     parse_cursor,
 )
 from incremental_assets.errors import CursorError
@@ -149,25 +149,54 @@ def test_wire_values_outside_python_years_are_a_clear_error(
 
 
 @pytest.mark.parametrize(
-    ("cursor_type", "previous", "upper", "expected"),
+    ("cursor_type", "collated", "previous", "upper", "expected"),
     [
-        (CursorType.INTEGER, None, 5, 5),
-        (CursorType.INTEGER, 7, None, 7),
-        (CursorType.INTEGER, 7, 5, 7),  # never backwards, e.g. a lookback read only older rows
-        (CursorType.INTEGER, 7, 9, 9),
-        (CursorType.DATE, date(2025, 1, 2), date(2025, 1, 1), date(2025, 1, 2)),
-        (
-            CursorType.STRING,
-            "b",
-            "a",
-            "a",
-        ),  # the database's order, not Python's, decided "a" >= "b"
+        (CursorType.INTEGER, True, None, 5, 5),
+        (CursorType.INTEGER, True, 7, None, 7),
+        (CursorType.INTEGER, True, 7, 5, 7),  # never backwards: a lookback read only older rows
+        (CursorType.INTEGER, False, 7, 9, 9),
+        (CursorType.DATE, True, date(2025, 1, 2), date(2025, 1, 1), date(2025, 1, 2)),
+        (CursorType.STRING, True, "b", "a", "a"),  # the database's collation decided "a" >= "b"
+        (CursorType.STRING, False, "b", "a", "b"),  # a files source's text: Spark's, Python's
     ],
 )
 def test_the_cursor_only_moves_forward(
-    cursor_type: CursorType, previous: object, upper: object, expected: object
+    cursor_type: CursorType, collated: bool, previous: object, upper: object, expected: object
 ) -> None:
-    assert later_of(cursor_type, previous, upper) == expected  # type: ignore[arg-type]
+    order = order_of(cursor_type, collated)
+    assert order.later(previous, upper) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cursor_type", "collated", "a", "b", "before"),
+    [
+        (CursorType.STRING, True, "a", "a", False),
+        (CursorType.STRING, True, "a", "b", None),  # only the database can tell
+        (CursorType.STRING, False, "Z", "a", True),  # by code point, as Spark orders text
+        (CursorType.STRING, False, "é", "z", False),
+        (CursorType.DECIMAL, True, Decimal("1.5"), 2, True),  # a collation orders only text
+        (
+            CursorType.TIMESTAMPTZ,
+            True,
+            datetime(2025, 1, 2, tzinfo=UTC),
+            datetime(2025, 1, 1, tzinfo=UTC),
+            False,
+        ),
+    ],
+)
+def test_only_text_a_database_collates_is_left_unordered(
+    cursor_type: CursorType, collated: bool, a: object, b: object, before: bool | None
+) -> None:
+    order = order_of(cursor_type, collated)
+    assert order.known is not (collated and cursor_type is CursorType.STRING)
+    assert order.before(a, b) is before  # type: ignore[arg-type]
+
+
+def test_values_of_different_kinds_are_refused_not_ordered() -> None:
+    with pytest.raises(TypeError, match="a datetime and a date"):
+        order_of(CursorType.DATE, False).before(date(2025, 1, 1), datetime(2025, 1, 1))
+    with pytest.raises(TypeError, match="different kinds"):
+        order_of(CursorType.STRING, False).before("1", 1)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from incremental_assets.backfill import BACKFILL_FIELDS, check_backfill_window, 
 from incremental_assets.config import Mode, TableSpec, project_from_mapping
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
 from incremental_assets.decisions import RunKind
-from incremental_assets.dialects import POSTGRES, SPARK_SQL, Dialect
+from incremental_assets.dialects import POSTGRES, Dialect
 from incremental_assets.errors import ConfigError, CursorError, SourceError
 from incremental_assets.plan import (
     BOUNDARY_WARNING_ROWS,
@@ -72,6 +72,18 @@ def table_spec(**settings: Any) -> TableSpec:
         "lake": {"path": "/lake"},
         "sources": {"landing": {"type": "files", "path": "/landing", "format": "parquet"}},
         "tables": [entry],
+    }
+    return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
+
+
+def database_table() -> TableSpec:
+    """The table of `table_spec()` on a PostgreSQL source."""
+    raw = {
+        "lake": {"path": "/lake"},
+        "sources": {"shop": {"type": "jdbc", "url": "jdbc:postgresql://db/shop", "user": "u"}},
+        "tables": [
+            {"name": "orders", "source": "shop", "table": "public.orders", "cursor": "updated_at"}
+        ],
     }
     return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
 
@@ -626,11 +638,13 @@ def test_backfill_values_that_are_not_of_the_cursor_type_are_refused(
 
 
 def test_string_backfills_are_refused_only_when_surely_empty() -> None:
-    # The database's collation orders strings: only an equal pair is known to be empty.
-    kind = CursorType.STRING
-    assert check_backfill_window(table_spec(), kind, ("b", "a"), BACKFILL_FIELDS) == ("b", "a")
-    with pytest.raises(ConfigError, match="is empty"):
-        check_backfill_window(table_spec(), kind, ("a", "a"), BACKFILL_FIELDS)
+    # A database's collation orders its strings: only an equal pair is known to be empty. A files
+    # source's are Spark's, in code point order.
+    kind, database = CursorType.STRING, database_table()
+    assert check_backfill_window(database, kind, ("b", "a"), BACKFILL_FIELDS) == ("b", "a")
+    for table, window in ((database, ("a", "a")), (table_spec(), ("b", "a"))):
+        with pytest.raises(ConfigError, match="is empty"):
+            check_backfill_window(table, kind, window, BACKFILL_FIELDS)
 
 
 def test_a_backfill_of_an_undeclared_type_is_checked_once_the_type_is_known() -> None:
@@ -721,17 +735,17 @@ def test_nothing_to_check_when_the_lake_holds_none_of_the_read(
 
 
 @pytest.mark.parametrize(
-    ("kind", "dialect", "collated"),
+    ("kind", "database", "collated"),
     [
-        (CursorType.STRING, POSTGRES, True),
-        (CursorType.STRING, SPARK_SQL, False),
-        (INTEGER, POSTGRES, False),
+        (CursorType.STRING, True, True),
+        (CursorType.STRING, False, False),  # a files source: Spark orders its text
+        (INTEGER, True, False),
     ],
 )
 def test_only_a_text_cursor_ordered_by_a_database_is_collated(
-    kind: CursorType, dialect: Dialect, collated: bool
+    kind: CursorType, database: bool, collated: bool
 ) -> None:
+    table = database_table() if database else table_spec()
     plan = WindowPlan(Cursor("updated_at", kind), replace_all=False)
-    source = FakeSource(kind, Bounds(upper=None, rows=0), dialect=dialect)
-    assert collated_cursor(plan, source) is collated
-    assert not collated_cursor(WindowPlan(None, replace_all=True), source)
+    assert collated_cursor(table, plan) is collated
+    assert not collated_cursor(table, WindowPlan(None, replace_all=True))
