@@ -17,6 +17,7 @@ from incremental_assets.cursor import CursorType
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets_tests.support.load_results import load_result
+from incremental_assets_tests.support.specs import table_on
 
 JANUARY = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -39,7 +40,9 @@ def test_a_cursor_below_the_stored_one_fails(
     full_refresh: bool, severity: dg.AssetCheckSeverity
 ) -> None:
     result = load_result(cursor=JANUARY, full_refresh=full_refresh)
-    check = cursor_not_backwards(result, _stored("2025-02-01T00:00:00.000000+00:00"))
+    check = cursor_not_backwards(
+        table_on("postgres"), result, _stored("2025-02-01T00:00:00.000000+00:00")
+    )
     assert not check.passed and check.severity == severity
     assert check.metadata["previous_cursor"].value == "2025-02-01T00:00:00.000000+00:00"
 
@@ -62,14 +65,28 @@ def test_a_cursor_below_the_stored_one_fails(
 def test_cursors_that_cant_be_compared_pass_and_say_why(
     result: LoadResult, stored: StoredState, reason: str
 ) -> None:
-    check = cursor_not_backwards(result, stored)
+    check = cursor_not_backwards(table_on("postgres"), result, stored)
     assert check.passed
     assert reason in str(check.metadata["not_compared"].value)
 
 
+def test_a_files_sources_text_cursor_is_compared_as_spark_orders_it() -> None:
+    result = load_result(cursor="aa", cursor_type=CursorType.STRING, full_refresh=False)
+    backwards = cursor_not_backwards(
+        table_on("files"), result, _stored("zz", kind=CursorType.STRING)
+    )
+    forwards = cursor_not_backwards(
+        table_on("files"), result, _stored("Zz", kind=CursorType.STRING)
+    )
+
+    assert not backwards.passed and "not_compared" not in backwards.metadata
+    assert forwards.passed  # 'Z' is before 'a' by code point
+
+
 def test_a_cursor_at_or_past_the_stored_one_passes() -> None:
     result = load_result(cursor=JANUARY, full_refresh=False)
-    assert cursor_not_backwards(result, _stored("2025-01-01T00:00:00.000000+00:00")).passed
+    stored = _stored("2025-01-01T00:00:00.000000+00:00")
+    assert cursor_not_backwards(table_on("postgres"), result, stored).passed
 
 
 def _lake_file(lake: Path, name: str, ids: list[int]) -> str:

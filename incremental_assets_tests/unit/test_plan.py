@@ -47,6 +47,7 @@ from incremental_assets.sources.base import (
 )
 from incremental_assets.sources.transactions import OpenTransactions, cap_limits
 from incremental_assets.window import Window, render_window
+from incremental_assets_tests.support.specs import table_on
 
 PROPERTY = settings(derandomize=True, max_examples=100, deadline=None)
 
@@ -72,18 +73,6 @@ def table_spec(**settings: Any) -> TableSpec:
         "lake": {"path": "/lake"},
         "sources": {"landing": {"type": "files", "path": "/landing", "format": "parquet"}},
         "tables": [entry],
-    }
-    return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
-
-
-def database_table() -> TableSpec:
-    """The table of `table_spec()` on a PostgreSQL source."""
-    raw = {
-        "lake": {"path": "/lake"},
-        "sources": {"shop": {"type": "jdbc", "url": "jdbc:postgresql://db/shop", "user": "u"}},
-        "tables": [
-            {"name": "orders", "source": "shop", "table": "public.orders", "cursor": "updated_at"}
-        ],
     }
     return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
 
@@ -640,7 +629,7 @@ def test_backfill_values_that_are_not_of_the_cursor_type_are_refused(
 def test_string_backfills_are_refused_only_when_surely_empty() -> None:
     # A database's collation orders its strings: only an equal pair is known to be empty. A files
     # source's are Spark's, in code point order.
-    kind, database = CursorType.STRING, database_table()
+    kind, database = CursorType.STRING, table_on("postgres")
     assert check_backfill_window(database, kind, ("b", "a"), BACKFILL_FIELDS) == ("b", "a")
     for table, window in ((database, ("a", "a")), (table_spec(), ("b", "a"))):
         with pytest.raises(ConfigError, match="is empty"):
@@ -745,7 +734,7 @@ def test_nothing_to_check_when_the_lake_holds_none_of_the_read(
 def test_only_a_text_cursor_ordered_by_a_database_is_collated(
     kind: CursorType, database: bool, collated: bool
 ) -> None:
-    table = database_table() if database else table_spec()
+    table = table_on("postgres") if database else table_spec()
     plan = WindowPlan(Cursor("updated_at", kind), replace_all=False)
     assert collated_cursor(table, plan) is collated
     assert not collated_cursor(table, WindowPlan(None, replace_all=True))
