@@ -51,7 +51,7 @@ from incremental_assets.lake import LakeTable
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.spark_api import F, sql
+from incremental_assets.spark_api import F, column_named, sql
 from incremental_assets.translator import NEXT_RUN_CHECK
 from incremental_assets.window import Window
 from incremental_assets.writers.versions import soft_deleted
@@ -285,13 +285,13 @@ def row_counts_match(table: TableSpec, result: LoadResult, source_rows: int) -> 
 
 def live_source_rows(spark: SparkSession, table: TableSpec, result: LoadResult) -> int:
     """The rows a merge lake should hold by the source: per key the latest version, not deleted."""
-    keys = [F.col(f"`{c}`") for c in result.primary_key or table.primary_key]
+    keys = [column_named(c) for c in result.primary_key or table.primary_key]
     with failures_of(table, "counting the source's rows"):
         frame = _loadable_rows(spark, table, result)
         if not table.delete_column:
             return frame.select(*keys).distinct().count()
         order = (
-            [F.col(f"`{result.cursor_column}`").desc_nulls_last()] if result.cursor_column else []
+            [column_named(result.cursor_column).desc_nulls_last()] if result.cursor_column else []
         )
         latest = frame.withColumn(
             "_version", F.row_number().over(sql.Window.partitionBy(*keys).orderBy(*order or keys))
@@ -308,7 +308,7 @@ def _loadable_rows(spark: SparkSession, table: TableSpec, result: LoadResult) ->
         window = Window(column, kind, parse_cursor(kind, table.start), include_nulls=include_nulls)
     frame = open_source(spark, table).read(window, None, None)
     if column is not None and not include_nulls:
-        frame = frame.where(F.col(f"`{column}`").isNotNull())
+        frame = frame.where(column_named(column).isNotNull())
     return frame
 
 

@@ -111,6 +111,12 @@ class SparkSqlDialect:
     def quote(self, identifier: str) -> str:
         return "`" + identifier.replace("`", "``") + "`"
 
+    def unquote(self, identifier: str) -> str:
+        """A name as `quote` wrote it, back; a bare name as it is."""
+        if len(identifier) > 1 and identifier[0] == identifier[-1] == "`":
+            return identifier[1:-1].replace("``", "`")
+        return identifier
+
     def literal(self, cursor_type: CursorType, value: CursorValue) -> str:
         text = format_cursor(cursor_type, value)
         if cursor_type is CursorType.INTEGER:

@@ -2,7 +2,8 @@
 
 Loading the definitions, a sensor's tick and a run with nothing new start no JVM, and with this
 they don't import pyspark either (with numpy, about a fifth of a second of every process's
-start). Modules use `F`, `T` and `sql` from here at run time, and import pyspark's classes for
+start). Modules use `F`, `T` and `sql` from here at run time (and `column_named`, the one way to name
+a column), and import pyspark's classes for
 their annotations only under `TYPE_CHECKING`.
 """
 
@@ -12,7 +13,9 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-__all__ = ["F", "T", "sql"]
+from incremental_assets.dialects import SPARK_SQL
+
+__all__ = ["F", "T", "column_named", "sql"]
 
 
 class _Deferred(ModuleType):
@@ -26,9 +29,16 @@ class _Deferred(ModuleType):
 
 if TYPE_CHECKING:
     import pyspark.sql as sql
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 else:
     F = _Deferred("pyspark.sql.functions")
     T = _Deferred("pyspark.sql.types")
     sql = _Deferred("pyspark.sql")
+
+
+def column_named(name: str) -> Column:
+    """The column called `name`, whatever it holds (a dot, a space, a backtick): Spark reads an
+    unquoted name as a path, and a backtick ends a quoted one unless doubled."""
+    return F.col(SPARK_SQL.quote(name))

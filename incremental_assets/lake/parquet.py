@@ -42,7 +42,7 @@ from incremental_assets.lake.journal import (
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.names import DataFile
 from incremental_assets.lake.table import Commit, LakeFormat
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import F, T, column_named
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +115,7 @@ class ParquetLake:
                 )
         if not files:
             return 0, 0
-        columns = [F.col(f"`{c}`") for c in key]
+        columns = [column_named(c) for c in key]
         rows = spark.read.parquet(*self.file_uris(files)).groupBy(*columns).count()
         return rows.where(F.col("count") > 1).count(), len(files)
 

@@ -22,7 +22,7 @@ from incremental_assets.sources.base import (
     selected,
 )
 from incremental_assets.sources.failures import failures_of
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.window import Window, render_window
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class FilesSource:
     ) -> DataFrame:
         with failures_of(self.table, "opening the read"):
             frame = self._frame().select(
-                *[F.col(f"`{name}`") for name in self.schema().fieldNames()]
+                *[column_named(name) for name in self.schema().fieldNames()]
             )
             return (
                 frame
@@ -103,7 +103,7 @@ class FilesSource:
 
     def read_keys(self) -> DataFrame:
         with failures_of(self.table, "reading the primary keys"):
-            return self._frame().select(*[F.col(f"`{c}`") for c in self.table.primary_key])
+            return self._frame().select(*[column_named(c) for c in self.table.primary_key])
 
     def match_key(self) -> tuple[str, ...]:
         return self.table.primary_key

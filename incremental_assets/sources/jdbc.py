@@ -40,7 +40,7 @@ from incremental_assets.sources.freeze_sql import (
     relation_of,
 )
 from incremental_assets.sources.transactions import OpenTransactions
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import T, column_named
 from incremental_assets.window import Window, render_window
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class JdbcSource:
             )
             return frame.select(
                 *[self._rebuild(field) for field in fields],
-                *[F.col(f"`{name}`") for name, _ in weights],
+                *[column_named(name) for name, _ in weights],
             )
 
     def _select(self, field: T.StructField) -> str:
@@ -205,7 +205,7 @@ class JdbcSource:
         return column if sent is None else f"{sent} AS {column}"
 
     def _rebuild(self, field: T.StructField) -> Column:
-        column = F.col(f"`{field.name}`")
+        column = column_named(field.name)
         if self.database.transport(self.table, field) is None:
             return column
         return self.database.rebuild(self.table, field, column).alias(field.name)

@@ -20,7 +20,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS
 from incremental_assets.lake.names import batch_group, data_file_name
 from incremental_assets.results import WriteOutcome
-from incremental_assets.spark_api import F, sql
+from incremental_assets.spark_api import F, column_named, sql
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
@@ -128,7 +128,9 @@ def drop_loaded(
     if plan.primary_key:
         versions = list(dict.fromkeys([*plan.primary_key, plan.boundary.column]))
         return frame.alias("d").join(
-            loaded.select(*versions).alias("l"), null_safe_match("d", "l", versions), "left_anti"
+            loaded.select(*[column_named(c) for c in versions]).alias("l"),
+            null_safe_match("d", "l", versions),
+            "left_anti",
         )
     return _beyond_counts(frame, loaded, _comparable(frame, plan, earliest_batch))
 

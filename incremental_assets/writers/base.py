@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from incremental_assets.config import MergeTuning, MergeWrites
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake import BucketScheme, Commit, DataFile, LakeFacts, LakeHead, LakeTable
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.lake.parquet import ParquetLake
@@ -132,7 +133,9 @@ def observed(observation: sql.Observation, key: str = "rows") -> int:
 def null_safe_match(left: str, right: str, columns: list[str]) -> Column:
     condition = F.lit(True)
     for column in columns:
-        condition = condition & F.col(f"{left}.`{column}`").eqNullSafe(F.col(f"{right}.`{column}`"))
+        condition = condition & F.col(f"{left}.{SPARK_SQL.quote(column)}").eqNullSafe(
+            F.col(f"{right}.{SPARK_SQL.quote(column)}")
+        )
     return condition
 
 

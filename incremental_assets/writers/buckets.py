@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from incremental_assets.lake import BucketScheme, DataFile
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers.base import WritePlan
 
 if TYPE_CHECKING:
@@ -93,8 +93,8 @@ def bounded_keys(frame: DataFrame, plan: WritePlan) -> list[str]:
 def bucket_of(frame: DataFrame, key: tuple[str, ...], scheme: BucketScheme) -> Column:
     """The key's bucket, independent of int widths and of the session time zone."""
     if scheme.kind == "range":
-        return F.floor(F.col(f"`{key[0]}`").cast("bigint") / F.lit(scheme.size)).cast("bigint")
-    parts = [_canonical(F.col(f"`{c}`"), frame.schema[c].dataType) for c in key]
+        return F.floor(column_named(key[0]).cast("bigint") / F.lit(scheme.size)).cast("bigint")
+    parts = [_canonical(column_named(c), frame.schema[c].dataType) for c in key]
     return F.pmod(F.xxhash64(*parts), F.lit(scheme.size)).cast("bigint")
 
 

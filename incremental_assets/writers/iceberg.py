@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
 from incremental_assets.lake.iceberg.commits import IcebergCommit
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
@@ -32,7 +33,7 @@ from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import SnapshotInfo, deletes_of, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake
 from incremental_assets.results import MergeCounts, MergePath, MergeStrategy, WriteOutcome
-from incremental_assets.spark_api import F, T, sql
+from incremental_assets.spark_api import F, T, column_named, sql
 from incremental_assets.writers.append import drop_loaded
 from incremental_assets.writers.base import (
     BATCH_COLUMN,
@@ -109,7 +110,9 @@ class IcebergAppendWriter:
                 # The batch was committed by a run that died before recording it: its rows are
                 # replaced, deleted row by row (compaction may have packed them with other
                 # batches', where a delete by filter is refused), then appended again.
-                commit.spark.sql(f"DELETE FROM {target} WHERE `{BATCH_COLUMN}` = {plan.batch}")
+                commit.spark.sql(
+                    f"DELETE FROM {target} WHERE {SPARK_SQL.quote(BATCH_COLUMN)} = {plan.batch}"
+                )
             frame.writeTo(target).append()
         return self._staged()
 
@@ -246,7 +249,7 @@ def _replace_merged(
     # Counted once kept: an observation of a checkpoint never reaches a Spark Connect client.
     kept = with_key_rows(candidates, plan).localCheckpoint()
     written_row = ~F.col(REMOVED)
-    key = F.col(f"`{plan.row_key[0]}`")
+    key = column_named(plan.row_key[0])
     measures = [
         F.sum(written_row.cast("long")).alias("rows"),
         duplicate_keys(among=written_row),
@@ -296,7 +299,8 @@ def _matched_again(commit: IcebergCommit, source: DataFrame, plan: WritePlan) ->
     key = list(plan.row_key)
     delta = source.where(~F.col(GONE)).drop(DELETED, GONE)
     merged = latest_versions(delta, plan, conformed(commit.base_frame(), plan))
-    gone = source.where(F.col(GONE)).select(*key).withColumn(GONE, F.lit(True))
+    named = [column_named(c) for c in key]
+    gone = source.where(F.col(GONE)).select(*named).withColumn(GONE, F.lit(True))
     return merged.join(gone, key, "left").withColumn(
         REMOVED, F.col(DELETED) | F.coalesce(F.col(GONE), F.lit(False))
     )
@@ -378,10 +382,10 @@ def _gone_keys(
     commit: IcebergCommit, plan: WritePlan, keys: DataFrame, winners: DataFrame
 ) -> DataFrame:
     """The lake's keys the source no longer has (nor the delta), flagged `GONE`."""
-    key = list(plan.row_key)
-    in_lake = commit.base_frame().select(*key)
-    gone = in_lake.join(keys.select(*key), key, "left_anti").join(
-        winners.select(*key), key, "left_anti"
+    key, named = list(plan.row_key), [column_named(c) for c in plan.row_key]
+    in_lake = commit.base_frame().select(*named)
+    gone = in_lake.join(keys.select(*named), key, "left_anti").join(
+        winners.select(*named), key, "left_anti"
     )
     return gone.distinct().withColumn(GONE, F.lit(True)).withColumn(DELETED, F.lit(False))
 

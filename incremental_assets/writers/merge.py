@@ -29,7 +29,7 @@ from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.lake.facts import KEY
 from incremental_assets.lake.names import data_file_name
 from incremental_assets.results import MergeCounts, MergePath, WriteOutcome
-from incremental_assets.spark_api import F, sql
+from incremental_assets.spark_api import F, column_named, sql
 from incremental_assets.window import render_window
 from incremental_assets.writers.base import (
     ClashingVersions,
@@ -85,7 +85,7 @@ class MergeWriter:
         reread = _reread(plan)
         null_key = F.lit(False)
         for column in plan.primary_key:
-            null_key = null_key | F.col(f"`{column}`").isNull()
+            null_key = null_key | column_named(column).isNull()
         measures = [
             F.count(F.lit(1)).alias("rows"),
             F.count_if(reread).alias("reread"),
@@ -101,7 +101,7 @@ class MergeWriter:
         # rows (to find their versions in the lake).
         bounded = bounded_keys(delta, plan)
         for i, column in enumerate(bounded):
-            key = F.col(f"`{column}`") if scheme is None else F.when(reread, F.col(f"`{column}`"))
+            key = column_named(column) if scheme is None else F.when(reread, column_named(column))
             measures += [F.min(key).alias(f"low{i}"), F.max(key).alias(f"high{i}")]
         extracted = sql.Observation("extracted")
         write_parquet(delta.observe(extracted, *measures), self._staged(plan, _DELTA), plan)
@@ -132,7 +132,7 @@ class MergeWriter:
         existing = list(plan.facts.files)
         scheme = staged.scheme
         assert scheme is not None
-        schema = ", ".join(f"`{name}` {kind}" for name, kind in staged.columns)
+        schema = ", ".join(f"{SPARK_SQL.quote(name)} {kind}" for name, kind in staged.columns)
         delta = conformed(self.spark.read.schema(schema).parquet(self._staged(plan, _DELTA)), plan)
         delta = delta.withColumn(BUCKET, bucket_of(delta, plan.row_key, scheme))
         gone = self._gone_keys(plan, existing, delta, scheme)
@@ -333,7 +333,7 @@ class MergeWriter:
         self, plan: WritePlan, existing: list[DataFile], delta: DataFrame, scheme: BucketScheme
     ) -> DataFrame:
         """Keys in the lake that the source no longer has (empty unless reconciling deletes)."""
-        key_columns = [F.col(f"`{c}`") for c in plan.row_key]
+        key_columns = [column_named(c) for c in plan.row_key]
         empty = delta.select(*key_columns, BUCKET).limit(0)
         if not plan.reconcile or not existing:
             return empty.withColumn(GONE, F.lit(True))
@@ -354,7 +354,7 @@ def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame
     for column, low, high in key_ranges:
         if low is not None and high is not None:
             kind = frame.schema[column].dataType
-            condition = condition & F.col(f"`{column}`").between(
+            condition = condition & column_named(column).between(
                 F.lit(low).cast(kind), F.lit(high).cast(kind)
             )
     return condition

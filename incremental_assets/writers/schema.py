@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from incremental_assets.errors import TableProblem, WriteError
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import F, T, column_named
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -113,13 +113,13 @@ def conform(frame: DataFrame, target: T.StructType) -> DataFrame:
     present = set(frame.columns)
     columns = [
         (
-            F.col(f"`{f.name}`").cast(f.dataType)
+            column_named(f.name).cast(f.dataType)
             if f.name in present
             else F.lit(None).cast(f.dataType)
         ).alias(f.name)
         for f in target.fields
     ]
-    bookkeeping = [F.col(f"`{c}`") for c in frame.columns if c.startswith(_BOOKKEEPING)]
+    bookkeeping = [column_named(c) for c in frame.columns if c.startswith(_BOOKKEEPING)]
     return frame.select(*columns, *bookkeeping)
 
 

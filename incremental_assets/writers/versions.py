@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
-from incremental_assets.spark_api import F, T, sql
+from incremental_assets.spark_api import F, T, column_named, sql
 from incremental_assets.writers.base import BATCH_COLUMN, WritePlan, null_safe_match
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def ranked_merge(
     combined = combined.withColumn(HASH, row_hash(data_columns, combined.schema))
     # Clustering by bucket once serves both the per-key windows (bucket, key) and the writer.
     combined = combined.repartition(BUCKET)
-    by_key = sql.Window.partitionBy(F.col(BUCKET), *[F.col(f"`{c}`") for c in plan.row_key])
+    by_key = sql.Window.partitionBy(F.col(BUCKET), *[column_named(c) for c in plan.row_key])
     in_order = by_key.orderBy(*precedence(plan))
     ranked = (
         combined.withColumn(RANK, F.row_number().over(in_order))
@@ -85,7 +85,7 @@ def ranked_merge(
         BATCH_COLUMN,
         BUCKET,
     ]
-    return kept.select(*[F.col(f"`{c}`") for c in ordered]), counts
+    return kept.select(*[column_named(c) for c in ordered]), counts
 
 
 def latest_versions(
@@ -103,7 +103,7 @@ def latest_versions(
     new key.
     """
     data_columns = list(delta.columns)
-    key = [F.col(f"`{c}`") for c in plan.row_key]
+    key = [column_named(c) for c in plan.row_key]
     from_delta = F.col(SOURCE) == 1
     rows = delta.withColumn(SOURCE, F.lit(1))
     if lake_rows is not None:
@@ -128,7 +128,7 @@ def latest_versions(
     )
     compared = [IN_LAKE, CHANGED] if lake_rows is not None else []
     return winners.select(
-        *[F.col(f"`{c}`") for c in data_columns], DELETED, VERSIONS, KEY_CLASHES, *compared
+        *[column_named(c) for c in data_columns], DELETED, VERSIONS, KEY_CLASHES, *compared
     )
 
 
@@ -141,7 +141,7 @@ def version_counts(
     integer column, also its `low` and `high` (absent if the delta has none)."""
     null_key = F.lit(False)
     for column in plan.row_key:
-        null_key = null_key | F.col(f"`{column}`").isNull()
+        null_key = null_key | column_named(column).isNull()
     spans = []
     if spanned is not None:
         span = F.col(SPARK_SQL.quote(spanned))
@@ -171,7 +171,7 @@ def with_key_rows(merged: DataFrame, plan: WritePlan) -> DataFrame:
     window), so the count needs no pass of its own.
     """
     buckets = [F.col(BUCKET)] if BUCKET in merged.columns else []
-    by_key = sql.Window.partitionBy(*buckets, *[F.col(f"`{c}`") for c in plan.row_key])
+    by_key = sql.Window.partitionBy(*buckets, *[column_named(c) for c in plan.row_key])
     return merged.withColumn(KEY_ROWS, F.count(F.lit(1)).over(by_key))
 
 
@@ -199,14 +199,17 @@ def patched_merge(
         return ranked_merge(delta, None, gone, plan)
     keys = list(plan.row_key)
     named = F.broadcast(
-        delta.select(*keys).unionByName(gone.select(*keys)).distinct().alias("named")
+        delta.select(*[column_named(c) for c in keys])
+        .unionByName(gone.select(*[column_named(c) for c in keys]))
+        .distinct()
+        .alias("named")
     )
     rows = lake_rows.alias("lake")
     matching = null_safe_match("lake", "named", keys)
     untouched = rows.join(named, matching, "left_anti")
     contested = rows.join(named, matching, "left_semi")
     winners, counts = ranked_merge(delta, contested, gone, plan)
-    columns = [F.col(f"`{c}`") for c in winners.columns]
+    columns = [column_named(c) for c in winners.columns]
     return untouched.select(*columns).unionByName(winners), counts
 
 
@@ -217,7 +220,7 @@ def _clashes(plan: WritePlan, in_order: WindowSpec) -> Column:
     above = [F.lag(F.col(SOURCE)).over(in_order) == 1, F.lag(F.col(HASH)).over(in_order)]
     same_cursor = F.lit(True)
     if plan.cursor_column:
-        cursor = F.col(f"`{plan.cursor_column}`")
+        cursor = column_named(plan.cursor_column)
         same_cursor = cursor.eqNullSafe(F.lag(cursor).over(in_order))
     clash = (F.col(SOURCE) == 1) & above[0] & (F.col(HASH) != above[1]) & same_cursor
     return F.coalesce(clash, F.lit(False)).cast("long")
@@ -284,7 +287,7 @@ def _holds_map(data_type: T.DataType) -> bool:
 
 def precedence(plan: WritePlan) -> list[Column]:
     """The order of a key's versions, the winner first; within the delta, cursor order holds."""
-    cursor = [F.col(f"`{plan.cursor_column}`").desc_nulls_last()] if plan.cursor_column else []
+    cursor = [column_named(plan.cursor_column).desc_nulls_last()] if plan.cursor_column else []
     newest_source = F.col(SOURCE).desc()
     if plan.replace_all or plan.delta_beats_lake:
         return [newest_source, *cursor, F.col(HASH).desc()]
@@ -298,7 +301,7 @@ def soft_deleted(frame: DataFrame, delete_column: str | None) -> Column:
     """
     if not delete_column:
         return F.lit(False)
-    column = F.col(f"`{delete_column}`")
+    column = column_named(delete_column)
     kind = frame.schema[delete_column].dataType
     if isinstance(kind, T.BooleanType):
         return F.coalesce(column, F.lit(False))

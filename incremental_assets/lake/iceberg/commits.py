@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.errors import ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead
 from incremental_assets.lake.iceberg.maintenance import apply_deletes
@@ -119,7 +120,7 @@ class IcebergCommit:
         statements = []
         for column in target.fields:
             old = held.get(column.name)
-            name = f"`{column.name}`"
+            name = SPARK_SQL.quote(column.name)
             if old is None:
                 statements.append(f"ADD COLUMN {name} {column.dataType.simpleString()}")
             elif old != column.dataType:
@@ -157,7 +158,9 @@ class IcebergCommit:
         self._drop_orphan_branches()
         self.branch = branch_name(self.txn)
         at = f" AS OF VERSION {self.base}" if self.base is not None else ""
-        self.spark.sql(f"ALTER TABLE {self.lake.reference()} CREATE BRANCH `{self.branch}`{at}")
+        self.spark.sql(
+            f"ALTER TABLE {self.lake.reference()} CREATE BRANCH {SPARK_SQL.quote(self.branch)}{at}"
+        )
         return self.lake.reference(self.branch)
 
     def written(self) -> SnapshotInfo | None:
@@ -309,7 +312,9 @@ class IcebergCommit:
         self, frame: DataFrame, settings: TableSettings, summary: Mapping[str, str]
     ) -> None:
         lake, spark = self.lake, self.spark
-        namespace = ".".join(f"`{p}`" for p in [lake.catalog.name, *lake.namespace.split(".")])
+        namespace = ".".join(
+            SPARK_SQL.quote(p) for p in [lake.catalog.name, *lake.namespace.split(".")]
+        )
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
         state = self._state()
         exists = state is not None
@@ -356,7 +361,7 @@ class IcebergCommit:
         name = f"ia_{self.txn}_{what}"
         frame.createOrReplaceGlobalTempView(name)
         try:
-            yield f"global_temp.`{name}`"
+            yield f"global_temp.{SPARK_SQL.quote(name)}"
         finally:
             frame.sparkSession.catalog.dropGlobalTempView(name)
 
@@ -496,7 +501,9 @@ class IcebergCommit:
 
     def _drop_branch(self, branch: str) -> None:
         with suppress(Exception):
-            self.spark.sql(f"ALTER TABLE {self.lake.reference()} DROP BRANCH IF EXISTS `{branch}`")
+            self.spark.sql(
+                f"ALTER TABLE {self.lake.reference()} DROP BRANCH IF EXISTS {SPARK_SQL.quote(branch)}"
+            )
 
     def _drop_orphan_branches(self) -> None:
         state = self._state()

@@ -74,13 +74,13 @@ def partition_spec(
     width = max(1, -(-(high - low + 1) * per // max(rows, 1)))
     if width > MAX_PARAMETER:
         return _hashed(column, rows // per, bucketable)
-    return (f"truncate({width}, `{column}`)",)
+    return (f"truncate({width}, {SPARK_SQL.quote(column)})",)
 
 
 def _hashed(column: str, count: int, bucketable: bool) -> tuple[str, ...]:
     if count <= 1 or not bucketable:
         return ()
-    return (f"bucket({min(count, MAX_PARAMETER)}, `{column}`)",)
+    return (f"bucket({min(count, MAX_PARAMETER)}, {SPARK_SQL.quote(column)})",)
 
 
 def consistent_with(spec: tuple[str, ...], fields: Iterable[tuple[str, str]]) -> tuple[str, ...]:
@@ -96,8 +96,8 @@ def _auto_name(field: str) -> str:
     `_bucket` (a column alone, for identity)."""
     match = _PARAMETRIZED.match(field)
     if match is None:
-        return _unquoted(field)
-    return f"{_unquoted(match[3])}_{'trunc' if match[1] == 'truncate' else 'bucket'}"
+        return SPARK_SQL.unquote(field)
+    return f"{SPARK_SQL.unquote(match[3])}_{'trunc' if match[1] == 'truncate' else 'bucket'}"
 
 
 def evolution(current: tuple[str, ...], wanted: tuple[str, ...]) -> list[str]:
@@ -114,12 +114,6 @@ def evolution(current: tuple[str, ...], wanted: tuple[str, ...]) -> list[str]:
 def _field_name(field: str) -> str:
     match = _PARAMETRIZED.match(field)
     if match is None:
-        return _unquoted(field)
+        return SPARK_SQL.unquote(field)
     kind = "trunc" if match[1] == "truncate" else match[1]
-    return f"{_unquoted(match[3])}_{kind}_{match[2]}"
-
-
-def _unquoted(column: str) -> str:
-    if len(column) > 1 and column[0] == column[-1] == "`":
-        return column[1:-1].replace("``", "`")
-    return column
+    return f"{SPARK_SQL.unquote(match[3])}_{kind}_{match[2]}"

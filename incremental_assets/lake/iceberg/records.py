@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, LakeFacts, LakeHead, Layout
 from incremental_assets.lake.names import is_txn
 
@@ -141,7 +142,7 @@ def _partitioning(
 def _fields(spec: Mapping[str, Any], names: Mapping[int, str]) -> list[tuple[str, str]]:
     found = []
     for part in spec.get("fields", []):
-        column = f"`{names.get(part['source-id'], part['name'])}`"
+        column = SPARK_SQL.quote(names.get(part["source-id"], part["name"]))
         transform = str(part["transform"])
         if transform == "identity":
             found.append((str(part["name"]), column))

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from incremental_assets.config import LakeSpec
+from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.errors import TableProblem, WriteError
 from incremental_assets.lake.facts import LakeFacts
 from incremental_assets.lake.files import ParquetFolder
@@ -44,7 +45,7 @@ from incremental_assets.lake.iceberg.records import (
 from incremental_assets.lake.iceberg.schema import spark_schema, storable
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.table import LakeFormat
-from incremental_assets.spark_api import F, T
+from incremental_assets.spark_api import F, T, column_named
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,7 +150,7 @@ class IcebergLake:
     ) -> tuple[int, int]:
         """Keys held twice in the whole table (a merge counts its own as it commits)."""
         session = self.session(spark)
-        columns = [F.col(f"`{c}`") for c in key]
+        columns = [column_named(c) for c in key]
         table = session.read.table(self.reference())
         duplicates = table.groupBy(*columns).count().where(F.col("count") > 1).count()
         files = session.sql(f"SELECT count(*) FROM {self.reference()}.data_files").first()
@@ -172,7 +173,7 @@ class IcebergLake:
         parts = [self.catalog.name, *self.namespace.split("."), self.short_name]
         if branch is not None:
             parts.append(f"branch_{branch}")
-        return ".".join(f"`{part}`" for part in parts)
+        return ".".join(SPARK_SQL.quote(part) for part in parts)
 
     def procedure_table(self) -> str:
         """The table as Iceberg's procedures take it, a string naming its catalog."""
