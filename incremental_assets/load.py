@@ -141,7 +141,9 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
         "unchanged: Spark not started"
     )
     columns = column_types(facts.schema) if facts.schema is not None else stored.columns or ()
-    return _result(run, replace(plan, report=report), _nothing(columns), stored.batch, None)
+    return _result(
+        run, replace(plan, report=report), WriteOutcome.nothing(columns), stored.batch, None
+    )
 
 
 def run_incremental_load(
@@ -186,7 +188,7 @@ def run_incremental_load(
     plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
     change = _schema_change(run, source, plan.replace_all)
     if plan.nothing_new:
-        outcome = _nothing(column_types(change.target, with_batch=True))
+        outcome = WriteOutcome.nothing(column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, request.stored.batch, None)
     write = _write_plan(run, source, plan, change, source_facts)
     writer = writer_for(table.mode, spark, run.lake)
@@ -223,18 +225,6 @@ def _maintained(run: _Run, spark: SparkSession, log: Log) -> str | None:
         cause = run.lake.redact(root_messages(exc)[-1])
         log(f"{run.table.name}: the lake's maintenance failed (the next run tries again): {cause}")
         return f"failed: {cause}"
-
-
-def _nothing(columns: tuple[tuple[str, str], ...]) -> WriteOutcome:
-    """What a run that writes nothing did."""
-    return WriteOutcome(
-        rows_extracted=0,
-        rows_written=0,
-        files_written=0,
-        rows_rewritten=0,
-        merge=None,
-        columns=columns,
-    )
 
 
 def _keyed_source(spark: SparkSession, table: TableSpec) -> tuple[TableSpec, Source]:

@@ -59,6 +59,20 @@ class WriteOutcome:
     delete_files: int | None = None
     deleted_fraction: float | None = None
 
+    @staticmethod
+    def nothing(
+        columns: tuple[tuple[str, str], ...], extracted: int = 0, merge: MergeCounts | None = None
+    ) -> WriteOutcome:
+        """What a run that commits nothing did: `extracted` rows read, none of them written."""
+        return WriteOutcome(
+            rows_extracted=extracted,
+            rows_written=0,
+            files_written=0,
+            rows_rewritten=0,
+            merge=merge,
+            columns=columns,
+        )
+
 
 @dataclass(frozen=True)
 class Report:

@@ -125,7 +125,7 @@ class IcebergAppendWriter:
         else:
             if commit.written() is None or (staged.rows_written == 0 and not _evolved(plan)):
                 commit.abandon()
-                return _nothing_written(staged)
+                return WriteOutcome.nothing(staged.columns, staged.rows_extracted)
             head = commit.publish()
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
@@ -199,7 +199,7 @@ class IcebergMergeWriter:
         counts = tally(decisions)
         if not counts.changes and not _evolved(plan):
             commit.abandon()
-            return _nothing_written(staged, MergeCounts(0, 0, 0))
+            return WriteOutcome.nothing(staged.columns, staged.rows_extracted, MergeCounts(0, 0, 0))
         target = commit.begin()
         snapshots = []
         with commit.summarized():
@@ -420,14 +420,3 @@ def _rows_held(commit: IcebergCommit) -> int | None:
 
 def _int(text: str | None) -> int | None:
     return None if text is None else int(text)
-
-
-def _nothing_written(staged: Staged, merge: MergeCounts | None = None) -> WriteOutcome:
-    return WriteOutcome(
-        rows_extracted=staged.rows_extracted,
-        rows_written=0,
-        files_written=0,
-        rows_rewritten=0,
-        merge=merge,
-        columns=staged.columns,
-    )

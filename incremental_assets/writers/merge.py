@@ -361,14 +361,8 @@ def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame
 
 
 def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
-    return WriteOutcome(
-        rows_extracted=staged.rows_extracted,
-        rows_written=0,
-        files_written=0,
-        rows_rewritten=0,
-        merge=MergeCounts(0, 0, 0),
-        columns=column_types(delta.drop(BUCKET).schema, with_batch=True),
-    )
+    columns = column_types(delta.drop(BUCKET).schema, with_batch=True)
+    return WriteOutcome.nothing(columns, staged.rows_extracted, MergeCounts(0, 0, 0))
 
 
 @dataclass(frozen=True)
