@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from incremental_assets.lake.table import LakeFormat
 from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
-from incremental_assets_tests.support.project import LakeFormat
 
 KEY, CURSOR = "k`ey", "up dated"
 TABLE = (
