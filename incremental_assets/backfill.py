@@ -83,7 +83,8 @@ def check_backfill_window(
     low, high = (
         _backfill_value(table, kind, text, name) for text, name in zip(window, names, strict=True)
     )
-    # Unequal text a database collates may be in either order: only an equal pair is surely empty.
+    # Unequal text may be in either order (a collation orders it): only an equal pair is surely
+    # empty.
     if order_of(kind, table.collates_text).before(low, high) is False:
         raise ConfigError(
             TableProblem(

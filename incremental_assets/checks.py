@@ -249,7 +249,7 @@ def _incomparable(table: TableSpec, result: LoadResult, stored: StoredState) -> 
     if stored.cursor_type is not result.cursor_type:
         return f"the previous cursor is a {stored.cursor_type or 'value of unknown type'}"
     if not order_of(result.cursor_type, table.collates_text).known:
-        return "string cursors follow the database's collation"
+        return "text cursors follow the source's collation, which Python can't reproduce"
     return ""
 
 

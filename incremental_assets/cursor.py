@@ -196,21 +196,27 @@ def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
 
 @dataclass(frozen=True)
 class CursorOrder:
-    """How a cursor's values compare. A text cursor a database holds is ordered by its
-    collation, which Python can't reproduce: only equal values compare. Every other cursor,
-    and text a files source holds (Spark orders it by code point, as Python does), compares
-    in Python."""
+    """How a cursor's values compare, in Python and in Spark. Text is ordered by a collation: a
+    database's, which neither reproduces, or the Spark column's (binary, or any other collation
+    Spark 4 knows, from a schema or a file's footer), which Spark follows and Python may not. So
+    Python compares no two unequal text values, and Spark orders a files source's text as the
+    source does, a database's not."""
 
     cursor_type: CursorType
-    collated: bool
+    database_text: bool  # text a database orders by its collation
 
     @property
     def known(self) -> bool:
-        """Whether Python can order any two values as the source does."""
-        return not self.collated
+        """Whether Python orders any two values as the source does."""
+        return self.cursor_type is not CursorType.STRING
+
+    @property
+    def spark_orders(self) -> bool:
+        """Whether Spark orders the values as the source does (the merge's ranking needs it)."""
+        return not self.database_text
 
     def before(self, a: CursorValue, b: CursorValue) -> bool | None:
-        """`a < b`; None where only the source can tell (unequal collated text)."""
+        """`a < b`; None where only the source can tell (unequal text)."""
         if not self.known:
             return False if a == b else None
         return _less(a, b)
@@ -227,7 +233,8 @@ class CursorOrder:
 
 
 def order_of(cursor_type: CursorType, collated: bool) -> CursorOrder:
-    """The order of a cursor; `collated`: its source orders text by a collation (a database)."""
+    """The order of a cursor; `collated`: its source is a database, which orders text by its
+    own collation."""
     return CursorOrder(cursor_type, collated and cursor_type is CursorType.STRING)
 
 

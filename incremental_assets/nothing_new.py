@@ -22,6 +22,7 @@ from incremental_assets.fingerprint import fetch_fingerprint, files_listing, win
 from incremental_assets.lake import LakeFacts
 from incremental_assets.plan import WindowPlan, plan_from_bounds, start_of
 from incremental_assets.results import StoredState
+from incremental_assets.settings import changed_settings
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor
 from incremental_assets.sources.database import fetch_row
@@ -68,7 +69,8 @@ def checkable(
         or stored.cursor_type is None
         or stored.window_fingerprint is None
         or stored.cursor_column != table.cursor.column
-        or stored.settings != asked.settings  # a change goes through the run with Spark
+        or stored.settings is None
+        or changed_settings(stored.settings, asked.settings)  # a change: the run with Spark
         or lake.pending  # a commit to finish first
     ):
         return None

@@ -370,4 +370,6 @@ def reconciles(table: TableSpec, plan: WindowPlan, batch: int) -> bool:
 
 def collated_cursor(table: TableSpec, plan: WindowPlan) -> bool:
     """A text cursor the database ordered by its collation, which Spark can't reproduce."""
-    return plan.cursor is not None and not order_of(plan.cursor.type, table.collates_text).known
+    return (
+        plan.cursor is not None and not order_of(plan.cursor.type, table.collates_text).spark_orders
+    )

@@ -61,14 +61,16 @@ def settings_digest(table: TableSpec, lake: LakeSpec) -> str:
 
 
 def changed_settings(stored: str | None, now: str) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ from the stored run's, as (then, now); none if it recorded none."""
+    """The settings that differ from the stored run's, as (then, now); none if it recorded none.
+    A setting the stored record lacks is not compared: it was recorded before the package knew
+    the setting, and counting it would send every table through Spark once after an upgrade."""
     if stored is None:
         return {}
     before, after = json.loads(stored), json.loads(now)
     return {
-        name: (before.get(name), after.get(name))
-        for name in sorted(set(before) | set(after))
-        if before.get(name) != after.get(name)
+        name: (before[name], after.get(name))
+        for name in sorted(before)
+        if before[name] != after.get(name)
     }
 
 

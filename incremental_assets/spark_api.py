@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from incremental_assets.dialects import SPARK_SQL
 
-__all__ = ["F", "T", "column_named", "sql"]
+__all__ = ["F", "T", "column_named", "held_twice", "sql"]
 
 
 class _Deferred(ModuleType):
@@ -29,7 +29,7 @@ class _Deferred(ModuleType):
 
 if TYPE_CHECKING:
     import pyspark.sql as sql
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame, GroupedData
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 else:
@@ -42,3 +42,10 @@ def column_named(name: str) -> Column:
     """The column called `name`, whatever it holds (a dot, a space, a backtick): Spark reads an
     unquoted name as a path, and a backtick ends a quoted one unless doubled."""
     return F.col(SPARK_SQL.quote(name))
+
+
+def held_twice(groups: GroupedData) -> DataFrame:
+    """The groups of more than one row. Counted into a column of its own: `.count()` names its
+    column `count`, which a key column may be called too."""
+    counted = groups.agg(F.count(F.lit(1)).alias("__rows"))
+    return counted.where(F.col("__rows") > 1)

@@ -296,8 +296,8 @@ class TableSpec(FrozenModel):
 
     @property
     def collates_text(self) -> bool:
-        """Whether the source orders a text cursor by a collation (a database's), which Python
-        can't reproduce (`cursor.order_of`); a files source's text is Spark's, by code point."""
+        """Whether the source orders a text cursor by a database's collation, which Spark can't
+        reproduce (`cursor.order_of`); a files source's text is ordered by Spark itself."""
         return not isinstance(self.source, FilesSourceSpec)
 
     @property

@@ -186,8 +186,8 @@ def fsync_path(path: str) -> None:
 def _may_reach(metadata: pq.FileMetaData, column: str, lower: object) -> bool:
     """False only when every row group's maximum of `column` is known to be below `lower`.
 
-    Strings are never pruned: a database's text cursor is ordered by its collation, not
-    Parquet's (`cursor.order_of`), and this doesn't know which source a lake column came from.
+    Strings are never pruned: text is ordered by a collation, not by Parquet's statistics
+    (`cursor.order_of`).
     """
     schema = metadata.schema.to_arrow_schema()
     if column not in schema.names or pa.types.is_string(schema.field(column).type):

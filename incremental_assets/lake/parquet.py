@@ -42,7 +42,7 @@ from incremental_assets.lake.journal import (
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.names import DataFile
 from incremental_assets.lake.table import Commit, LakeFormat
-from incremental_assets.spark_api import F, T, column_named
+from incremental_assets.spark_api import T, column_named, held_twice
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -116,8 +116,8 @@ class ParquetLake:
         if not files:
             return 0, 0
         columns = [column_named(c) for c in key]
-        rows = spark.read.parquet(*self.file_uris(files)).groupBy(*columns).count()
-        return rows.where(F.col("count") > 1).count(), len(files)
+        rows = spark.read.parquet(*self.file_uris(files)).groupBy(*columns)
+        return held_twice(rows).count(), len(files)
 
     def staging_uri(self, txn: str) -> str:
         return self.folder.staging_uri(txn)

@@ -240,11 +240,12 @@ class Reference:
         return {**self.config.lake_settings(), "lake": self.lake}
 
     def pending_settings(self) -> set[str]:
-        """The settings that differ from the last recorded run's: the next run names them."""
+        """The settings that differ from the last recorded run's: the next run names them (one the
+        record lacks is not compared: `settings.changed_settings`)."""
         if self.recorded_settings is None:
             return set()
         now, then = self.settings(), self.recorded_settings
-        return {name for name in now.keys() | then.keys() if now.get(name) != then.get(name)}
+        return {name for name in then if now.get(name) != then[name]}
 
     def change_settings(self, config: TableConfig, lake: LakeState) -> None:
         """The config is now `config`; `lake` is what the lake holds. A mode's memory of the lake

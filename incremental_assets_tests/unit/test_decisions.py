@@ -3,6 +3,7 @@ alone: no Spark job, no database, no lake on disk."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -367,3 +368,15 @@ def test_a_change_of_the_lakes_codec_moves_every_tables_code_version_and_is_name
     assert changed_settings(
         settings_text(table, zstd, "parquet"), settings_text(table, snappy, "parquet")
     ) == {"compression": ("zstd", "snappy")}
+
+
+def test_a_setting_the_stored_record_lacks_is_not_a_change() -> None:
+    """Runs recorded before a setting was listed don't all count as changed after an upgrade."""
+    table, lake_spec = table_spec(), LakeSpec(path="/lake", format="parquet")
+    now = json.loads(settings_text(table, lake_spec, "parquet"))
+    recorded = {k: v for k, v in now.items() if k not in ("compression", "merge_writes")}
+
+    assert changed_settings(json.dumps(recorded), json.dumps(now)) == {}
+    assert changed_settings(json.dumps({**recorded, "mode": "append"}), json.dumps(now)) == {
+        "mode": ("append", "merge")
+    }

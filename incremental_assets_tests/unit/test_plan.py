@@ -627,13 +627,13 @@ def test_backfill_values_that_are_not_of_the_cursor_type_are_refused(
 
 
 def test_string_backfills_are_refused_only_when_surely_empty() -> None:
-    # A database's collation orders its strings: only an equal pair is known to be empty. A files
-    # source's are Spark's, in code point order.
-    kind, database = CursorType.STRING, table_on("postgres")
-    assert check_backfill_window(database, kind, ("b", "a"), BACKFILL_FIELDS) == ("b", "a")
-    for table, window in ((database, ("a", "a")), (table_spec(), ("b", "a"))):
+    # A collation orders strings (a database's, or a Spark column's): only an equal pair is known
+    # to be empty.
+    kind = CursorType.STRING
+    for table in (table_on("postgres"), table_spec()):
+        assert check_backfill_window(table, kind, ("b", "a"), BACKFILL_FIELDS) == ("b", "a")
         with pytest.raises(ConfigError, match="is empty"):
-            check_backfill_window(table, kind, window, BACKFILL_FIELDS)
+            check_backfill_window(table, kind, ("a", "a"), BACKFILL_FIELDS)
 
 
 def test_a_backfill_of_an_undeclared_type_is_checked_once_the_type_is_known() -> None:

@@ -45,7 +45,7 @@ from incremental_assets.lake.iceberg.records import (
 from incremental_assets.lake.iceberg.schema import spark_schema, storable
 from incremental_assets.lake.lock import folder_lock
 from incremental_assets.lake.table import LakeFormat
-from incremental_assets.spark_api import F, T, column_named
+from incremental_assets.spark_api import T, column_named, held_twice
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,7 +152,7 @@ class IcebergLake:
         session = self.session(spark)
         columns = [column_named(c) for c in key]
         table = session.read.table(self.reference())
-        duplicates = table.groupBy(*columns).count().where(F.col("count") > 1).count()
+        duplicates = held_twice(table.groupBy(*columns)).count()
         files = session.sql(f"SELECT count(*) FROM {self.reference()}.data_files").first()
         return duplicates, int(files[0]) if files is not None else 0
 
