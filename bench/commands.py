@@ -70,7 +70,8 @@ def timed(command: list[str], cwd: Path, env: Mapping[str, str], timeout: float 
     _wait_for_leftovers(process.pid)
     if process.returncode != 0:
         raise RuntimeError(
-            f"`{' '.join(command)}` failed ({process.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}"
+            f"`{' '.join(command)}` failed ({process.returncode}):\n"
+            f"{stdout[-2000:]}\n{stderr[-4000:]}"
         )
     return Timed(wall, stdout)
 

@@ -4,23 +4,23 @@
     python -m bench.commits_lake --commits 20 --out /tmp/c.json --report /tmp/c.md
 
 No Dagster and no database: the package's own writers (`incremental_assets.writers`), driven as
-a run drives them, on one local Spark session (4 shuffle partitions: `SPARK_CONF`), commit to two tables of one Iceberg lake (the
-default SQLite catalog, `keep_snapshots` and `keep_snapshots_for` at their defaults, 100 and a
-day): `orders` in append mode, 100 new rows a commit, and `orders_merge` in merge mode, 100 rows
-a commit (50 updates in one or two of its key ranges, `truncate(1000, id)`, and 50 new ids),
-after a first load of 10,000 rows each. Commits come faster than one a minute, so no snapshot
-is old enough to expire: the table keeps every snapshot, as one committed every minute would
-for its first day (1,440 commits; a merge's makes two snapshots).
+a run drives them, on one local Spark session (4 shuffle partitions: `SPARK_CONF`), commit to two
+tables of one Iceberg lake (the default SQLite catalog, `keep_snapshots` and `keep_snapshots_for` at
+their defaults, 100 and a day): `orders` in append mode, 100 new rows a commit, and `orders_merge`
+in merge mode, 100 rows a commit (50 updates in one or two of its key ranges, `truncate(1000, id)`,
+and 50 new ids), after a first load of 10,000 rows each. Commits come faster than one a minute, so
+no snapshot is old enough to expire: the table keeps every snapshot, as one committed every minute
+would for its first day (1,440 commits; a merge's makes two snapshots).
 
 Per commit, timed: the table's facts read before it (`facts`: its current metadata, as every
 run reads it), the writer's stage (`stage`: for append the batch written on the run's branch,
-for merge each key's latest version), its commit (`commit`: for merge the changed keys' rows deleted and their new versions appended
-on the branch, then `main` fast-forwarded to the branch and the branch dropped), and the maintenance a
-run does after it (`maintenance`: compaction, expiry, orphans, when due). After the commit,
-outside the clock (bench/lake_state.py): the snapshots kept, the size of the current metadata
-file (what every commit rewrites, several times, and every reader parses), the live data and
-delete files, and the objects in the table's folder. bench/commits_report.py shows medians of
-10 commits around commits 1, 10, 100, 250, 500 and 1,000.
+for merge each key's latest version), its commit (`commit`: for merge the changed keys' rows deleted
+and their new versions appended on the branch, then `main` fast-forwarded to the branch and the
+branch dropped), and the maintenance a run does after it (`maintenance`: compaction, expiry,
+orphans, when due). After the commit, outside the clock (bench/lake_state.py): the snapshots kept,
+the size of the current metadata file (what every commit rewrites, several times, and every reader
+parses), the live data and delete files, and the objects in the table's folder.
+bench/commits_report.py shows medians of 10 commits around commits 1, 10, 100, 250, 500 and 1,000.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def apply_changes(
     (max_id,) = conn.execute(f"SELECT max(id) FROM {SCHEMA}.orders").fetchone()  # type: ignore[misc]
     if inserted:
         conn.execute(
-            f"INSERT INTO {SCHEMA}.orders {_rows(max_id + 1, max_id + inserted, 'clock_timestamp()')}"
+            f"INSERT INTO {SCHEMA}.orders "
+            f"{_rows(max_id + 1, max_id + inserted, 'clock_timestamp()')}"
         )
     if updated:
         if recent:
@@ -76,8 +77,10 @@ def apply_changes(
 
 
 def newest(conn: psycopg.Connection) -> str:
-    """The newest updated_at as exact text, the lower bound the next incremental read starts after."""
+    """The newest updated_at as exact text, the lower bound the next incremental read starts
+    after."""
     (value,) = conn.execute(
-        f"SELECT to_char(max(updated_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') FROM {SCHEMA}.orders"
+        "SELECT to_char(max(updated_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') "
+        f"FROM {SCHEMA}.orders"
     ).fetchone()  # type: ignore[misc]
     return f"{value}+00"

@@ -101,30 +101,33 @@ def end_to_end_section(
     lines = [
         "## End to end: what a user pays",
         "",
-        "Each figure is a fresh `dagster asset materialize --select <table>` process, timed from outside: "
-        "the wall clock from launching it until it has exited (the interpreter, the imports, loading the "
-        "definitions, the run and its event log, and Spark if the run needs it). Medians of "
-        f"{runs} runs (fewer where the runs column says so), on the same `bench.orders` as below. The project has its own "
-        "`incremental_assets.yaml` (`spark: {engine: shared}`, local[*], 4 GB driver) and its own "
-        "DAGSTER_HOME (SQLite). *Cold*: no engine is running, so a run that needs Spark starts a local "
-        "session (a JVM) of its own. *Engine up*: `incremental-assets engine start` ran first, and the "
-        "runs connect to it. The floor is the same command on an asset that does nothing "
-        "(bench/noop_defs.py): what any Dagster asset pays per run. The peers run the same way, a fresh "
-        "`python -m bench.fresh_peer` process per run: ADBC -> Parquet reading `updated_at > <the "
-        "newest before the changes>`, and dlt's incremental `sql_table` (pyarrow backend, Parquet). "
-        "They have no engine to keep up: the engine-up rows compare with their figures for the same work. "
-        "*Extract + write* is the load's own time as the run records it (`extract_seconds` + "
-        "`write_seconds`); the rest of the wall time is the process, Dagster and the Spark session. "
-        "The project's lake is plain Parquet (`lake: {format: parquet}`); the rows marked *Iceberg lake* "
-        "are a second project on `lake: {format: iceberg}` (Spark writing through Iceberg's runtime, "
-        "the default SQLite catalog), the same tables "
-        "under the key prefix `iceberg`, sharing the first project's DAGSTER_HOME and engine; each of "
-        "its runs comes right after the plain one's, on the same source changes.",
+        "Each figure is a fresh `dagster asset materialize --select <table>` process, timed from "
+        "outside: the wall clock from launching it until it has exited (the interpreter, the "
+        "imports, loading the definitions, the run and its event log, and Spark if the run needs "
+        f"it). Medians of {runs} runs (fewer where the runs column says so), on the same "
+        "`bench.orders` as below. The project has its own `incremental_assets.yaml` (`spark: "
+        "{engine: shared}`, local[*], 4 GB driver) and its own DAGSTER_HOME (SQLite). *Cold*: no "
+        "engine is running, so a run that needs Spark starts a local session (a JVM) of its own. "
+        "*Engine up*: `incremental-assets engine start` ran first, and the runs connect to it. The "
+        "floor is the same command on an asset that does nothing (bench/noop_defs.py): what any "
+        "Dagster asset pays per run. The peers run the same way, a fresh `python -m "
+        "bench.fresh_peer` process per run: ADBC -> Parquet reading `updated_at > <the newest "
+        "before the changes>`, and dlt's incremental `sql_table` (pyarrow backend, Parquet). They "
+        "have no engine to keep up: the engine-up rows compare with their figures for the same "
+        "work. *Extract + write* is the load's own time as the run records it (`extract_seconds` + "
+        "`write_seconds`); the rest of the wall time is the process, Dagster and the Spark "
+        "session. The project's lake is plain Parquet (`lake: {format: parquet}`); the rows marked "
+        "*Iceberg lake* are a second project on `lake: {format: iceberg}` (Spark writing through "
+        "Iceberg's runtime, the default SQLite catalog), the same tables under the key prefix "
+        "`iceberg`, sharing the first project's DAGSTER_HOME and engine; each of its runs comes "
+        "right after the plain one's, on the same source changes.",
         "",
-        "| case | runs | rows | ours, median wall s | of it, extract + write s | Spark, as the runs report it | "
-        "vs the no-op asset | ADBC -> Parquet s | ours vs ADBC | dlt s | ours vs dlt | in process (same case) |",
+        "| case | runs | rows | ours, median wall s | of it, extract + write s | "
+        "Spark, as the runs report it | vs the no-op asset | ADBC -> Parquet s | ours vs ADBC | "
+        "dlt s | ours vs dlt | in process (same case) |",
         "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
-        f"| the no-op asset (Dagster's floor) | {_runs(m, 'floor', 'noop')} | - | {_seconds(floor)} | - | - | 1.00x | - | - | - | - | - |",
+        f"| the no-op asset (Dagster's floor) | {_runs(m, 'floor', 'noop')} | - | "
+        f"{_seconds(floor)} | - | - | 1.00x | - | - | - | - | - |",
     ]
     for case, title in CASES.items():
         for engine in OURS:
@@ -140,7 +143,8 @@ def end_to_end_section(
             in_proc = f"{inside['wall']:.2f} s ({same})" if inside else "-"
             shown = title if engine == "ours" else f"{title}, *Iceberg lake*"
             lines.append(
-                f"| {shown} | {ours['runs']} | {int(ours['rows']):,} | {ours['wall']:.2f} | {ours['engine_seconds']:.2f} | "
+                f"| {shown} | {ours['runs']} | {int(ours['rows']):,} | {ours['wall']:.2f} | "
+                f"{ours['engine_seconds']:.2f} | "
                 f"{ours['spark']} | {vs_floor} | "
                 f"{_seconds(adbc)} | {_ratio(ours['wall'], adbc)} | {_seconds(dlt)} | "
                 f"{_ratio(ours['wall'], dlt)} | {in_proc} |"

@@ -84,11 +84,12 @@ def render(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
         "",
         f"`python -m bench.levers --rows {meta['rows']} --repeats {meta['repeats']}` "
         f"(run on {meta['started'][:19]}Z): S1, a full load of {meta['rows']:,} rows by ours, one "
-        f"lever changed at a time, each variant in a fresh process; medians of {meta['repeats']} runs "
-        "after one warm-up load. Session start is the Spark session and its first job; first load is "
-        "the warm-up load in a new session.",
+        f"lever changed at a time, each variant in a fresh process; medians of {meta['repeats']} "
+        "runs after one warm-up load. Session start is the Spark session and its first job; first "
+        "load is the warm-up load in a new session.",
         "",
-        "| variant | median wall s | vs defaults | engine s | CPU s (engine + PostgreSQL) | peak MB | files | lake MB | session start s | first load s |",
+        "| variant | median wall s | vs defaults | engine s | CPU s (engine + PostgreSQL) | "
+        "peak MB | files | lake MB | session start s | first load s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, entry in results.items():
@@ -98,7 +99,8 @@ def render(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
             f"| {variant} | {wall:.2f} | {wall / baseline:.2f}x | "
             f"{median(r['engine_seconds'] for r in runs):.2f} | "
             f"{median(r['cpu_client'] + r['cpu_server'] for r in runs):.1f} | "
-            f"{median(r['peak_rss'] for r in runs) / 2**20:,.0f} | {median(r['files'] for r in runs):.0f} | "
+            f"{median(r['peak_rss'] for r in runs) / 2**20:,.0f} | "
+            f"{median(r['files'] for r in runs):.0f} | "
             f"{median(_lake_bytes(r) for r in runs) / 2**20:,.1f} | {entry['startup']:.1f} | "
             f"{entry['first']:.1f} |"
         )

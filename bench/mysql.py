@@ -1,12 +1,12 @@
 """The MySQL phase: S1 and S0 against a MariaDB server, ours beside ConnectorX and dlt.
 
 The same `orders` table as PostgreSQL's (bench/data.py), in a database `bench` on a MariaDB
-server the harness starts (incremental_assets_tests/support/mariadb.py: Debian's mariadb-server on a free
-loopback port), or INCREMENTAL_ASSETS_TEST_MYSQL names one. Ours reads it over JDBC (MariaDB
-Connector/J from the jar folder, a `jdbc:mysql://` URL); ConnectorX reads it
-into Arrow with two partitions on the id for a full load and writes one zstd Parquet file; dlt runs
-`sql_table` over PyMySQL. Each engine runs in a worker process of its own (bench/worker.py), timed
-from its side, with the MariaDB server's CPU counted as PostgreSQL's is.
+server the harness starts (incremental_assets_tests/support/mariadb.py: Debian's mariadb-server on a
+free loopback port), or INCREMENTAL_ASSETS_TEST_MYSQL names one. Ours reads it over JDBC (MariaDB
+Connector/J from the jar folder, a `jdbc:mysql://` URL); ConnectorX reads it into Arrow with two
+partitions on the id for a full load and writes one zstd Parquet file; dlt runs `sql_table` over
+PyMySQL. Each engine runs in a worker process of its own (bench/worker.py), timed from its side,
+with the MariaDB server's CPU counted as PostgreSQL's is.
 
   S1  a full load (after one first load per engine, reported apart as "S1 first")
   S0  an incremental run with nothing new

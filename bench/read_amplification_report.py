@@ -26,8 +26,8 @@ def _schedule() -> str:
         f"compaction once deletes remove {policy.deleted_fraction:.0%} of the rows read, or "
         f"{policy.delete_files} delete files or {policy.small_files} small files pile up; "
         f"expiry only of snapshots past both {policy.keep_snapshots} newer ones and "
-        f"{duration(policy.keep_snapshots_for)} of age, so none in a run this short; orphan removal "
-        f"once a day past {ORPHAN_AGE.days} days of age, so none here"
+        f"{duration(policy.keep_snapshots_for)} of age, so none in a run this short; orphan "
+        f"removal once a day past {ORPHAN_AGE.days} days of age, so none here"
     )
 
 
@@ -53,16 +53,17 @@ def read_amplification_section(meta: dict[str, Any], results: list[dict[str, Any
         f"## Read amplification: {merges} uniform 1% merges (A50)",
         "",
         f"On each Iceberg engine, after the other scenarios: the merge table loaded whole again, "
-        f"then {merges} runs of `orders_merge`, each after 1% of the rows ({meta['rows'] // 100:,}) "
-        "were updated, spread uniformly over the ids and a different 1% each time, so that the "
-        "merges' deletes pile up over the table's files. Each run is a user's: merge-on-read, "
-        f"maintenance on its default schedule after the commit ({_schedule()}); its time is in "
-        "the run's wall and `write_seconds`, and the run records what ran (`maintenance`). Then the whole table is read, every row and column with the deletes "
-        f"applied, {_times(int(meta['repeats']))} by each reader: by Spark (`spark.read.table(...)` into Spark's "
-        "`noop` sink, in the engine's warm session) and by PyIceberg (`load_table`, then "
-        "`scan().to_arrow()`, in the same process). The reference is the same table compacted "
-        "whole by the benchmark (`rewrite_data_files` with `rewrite-all`, dangling deletes "
-        "removed, then `rewrite_manifests`), read the same way. Medians.",
+        f"then {merges} runs of `orders_merge`, each after 1% of the rows "
+        f"({meta['rows'] // 100:,}) were updated, spread uniformly over the ids and a different 1% "
+        "each time, so that the merges' deletes pile up over the table's files. Each run is a "
+        "user's: merge-on-read, maintenance on its default schedule after the commit "
+        f"({_schedule()}); its time is in the run's wall and `write_seconds`, and the run records "
+        "what ran (`maintenance`). Then the whole table is read, every row and column with the "
+        f"deletes applied, {_times(int(meta['repeats']))} by each reader: by Spark "
+        "(`spark.read.table(...)` into Spark's `noop` sink, in the engine's warm session) and by "
+        "PyIceberg (`load_table`, then `scan().to_arrow()`, in the same process). The reference is "
+        "the same table compacted whole by the benchmark (`rewrite_data_files` with `rewrite-all`, "
+        "dangling deletes removed, then `rewrite_manifests`), read the same way. Medians.",
         "",
         *_scans(results, engines),
         *_maintenance(results, engines),

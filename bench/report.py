@@ -25,13 +25,21 @@ from bench.targets import FORMATS, in_process_targets
 
 SCHEMA_MYSQL = "bench.orders"
 TITLES = {
-    "S1 first": "S1 first: the first full load in a fresh process (cold JIT and caches; one run, not in the S1 medians)",
+    "S1 first": (
+        "S1 first: the first full load in a fresh process (cold JIT and caches; one run, not in "
+        "the S1 medians)"
+    ),
     "S1": "S1: full load",
     "S0": "S0: incremental run, no changes (fixed cost)",
     "S2": "S2: incremental run, 0.1% of rows changed",
     "S3": "S3: incremental run, 10% of rows changed",
-    "S4 clustered": "S4: merge of 1% updates, clustered on the most recent ids (the peers, with no merge into plain Parquet, extract the same delta and append it)",
-    "S4 uniform": "S4: merge of 1% updates, spread uniformly (the peers extract the same delta and append it)",
+    "S4 clustered": (
+        "S4: merge of 1% updates, clustered on the most recent ids (the peers, with no merge into "
+        "plain Parquet, extract the same delta and append it)"
+    ),
+    "S4 uniform": (
+        "S4: merge of 1% updates, spread uniformly (the peers extract the same delta and append it)"
+    ),
 }
 ENGINES = ("ours", "ours_iceberg", "ours_iceberg_s3", "copy", "adbc", "dlt")
 
@@ -47,8 +55,8 @@ def _scenario_table(
     lines = [
         f"### {title or TITLES[scenario]}",
         "",
-        f"| engine | rows | median wall s | rows/s | CPU s per M rows (engine + {server}) | peak MB | files | "
-        "Spark jobs / stages | wall vs ours |",
+        f"| engine | rows | median wall s | rows/s | CPU s per M rows (engine + {server}) | "
+        "peak MB | files | Spark jobs / stages | wall vs ours |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for engine in engines:
@@ -73,7 +81,8 @@ def _scenario_table(
     if engine_time := each("engine_seconds", lambda v: f"{v:.2f} s"):
         lines += [
             "",
-            f"Ours, engine time (extract + write, without Dagster's run overhead): median {engine_time}.",
+            "Ours, engine time (extract + write, without Dagster's run overhead): "
+            f"median {engine_time}.",
         ]
     if rewritten := each("rewritten_per_changed", lambda v: f"{v:.1f}"):
         lines += [
@@ -237,22 +246,25 @@ def write_report(
             if meta.get("load")
             else []
         ),
-        f"- **Data:** `bench.orders` with {meta['rows']:,} rows (id bigint pk, customer_id, amount numeric(12,2), "
-        "status, note, created_at, updated_at indexed), PostgreSQL 15 on the same machine.",
-        f"- **Method, in process:** every figure is the median of {meta['repeats']} runs. Engines run in their own processes; "
-        "each run is timed from the engine's side. CPU is user + system time of the engine's process tree "
-        "(the JVM included) plus the PostgreSQL server's processes, per million rows read. Peak memory is the "
-        "engine's process tree, sampled every 50 ms. Each engine sees the same source changes. What a table "
-        "holds after a run (files, delete files, snapshots, objects) is read after the clock stopped.",
-        "- **Engines, in process:** ours (the Dagster asset, materialized in-process with a persistent instance; one warm "
-        "Spark session, local[*]; JDBC reader; a plain Parquet lake, `lake: {format: parquet}`), ours_iceberg (the same "
-        "on an Iceberg lake, `lake: {format: iceberg}`: Spark writes the table through Iceberg's runtime and its "
-        "SparkCatalog over the default SQL catalog on SQLite, a run's snapshot on a branch that `main` is "
-        "fast-forwarded to, merges merge-on-read, maintenance after a commit when due; its own worker and Spark "
-        "session), ours_iceberg_s3 (ours_iceberg with the lake in a bucket of moto's S3 server, S1 and the merges "
-        "only), copy (`COPY ... TO STDOUT (FORMAT binary)` to /dev/null: the floor), adbc "
-        "(ADBC to Arrow, streamed into a zstd Parquet file), dlt (`sql_table`, pyarrow backend, Parquet on a "
-        "filesystem destination, incremental on updated_at).",
+        f"- **Data:** `bench.orders` with {meta['rows']:,} rows (id bigint pk, customer_id, "
+        "amount numeric(12,2), status, note, created_at, updated_at indexed), PostgreSQL 15 on "
+        "the same machine.",
+        f"- **Method, in process:** every figure is the median of {meta['repeats']} runs. Engines "
+        "run in their own processes; each run is timed from the engine's side. CPU is user + "
+        "system time of the engine's process tree (the JVM included) plus the PostgreSQL server's "
+        "processes, per million rows read. Peak memory is the engine's process tree, sampled every "
+        "50 ms. Each engine sees the same source changes. What a table holds after a run (files, "
+        "delete files, snapshots, objects) is read after the clock stopped.",
+        "- **Engines, in process:** ours (the Dagster asset, materialized in-process with a "
+        "persistent instance; one warm Spark session, local[*]; JDBC reader; a plain Parquet lake, "
+        "`lake: {format: parquet}`), ours_iceberg (the same on an Iceberg lake, `lake: {format: "
+        "iceberg}`: Spark writes the table through Iceberg's runtime and its SparkCatalog over the "
+        "default SQL catalog on SQLite, a run's snapshot on a branch that `main` is fast-forwarded "
+        "to, merges merge-on-read, maintenance after a commit when due; its own worker and Spark "
+        "session), ours_iceberg_s3 (ours_iceberg with the lake in a bucket of moto's S3 server, S1 "
+        "and the merges only), copy (`COPY ... TO STDOUT (FORMAT binary)` to /dev/null: the "
+        "floor), adbc (ADBC to Arrow, streamed into a zstd Parquet file), dlt (`sql_table`, "
+        "pyarrow backend, Parquet on a filesystem destination, incremental on updated_at).",
         "",
         *(end_to_end_section(meta, end_to_end, medians) if end_to_end else []),
     ]

@@ -427,7 +427,10 @@ def _machine() -> str:
         )
         // 1024**2
     )
-    return f"{os.cpu_count()} cores ({cpu}), {memory} GiB, {platform.platform()}, Python {platform.python_version()}"
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {memory} GiB, {platform.platform()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 if __name__ == "__main__":

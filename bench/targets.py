@@ -202,7 +202,7 @@ def iceberg_against_parquet(get: Get) -> list[str]:
             title = f"{scenario}: at most {ICEBERG_RATIO - 1:.0%} more wall time"
             met = at_most(iceberg, ICEBERG_RATIO * parquet)
         lines.append(
-            f"| {title} | {parquet:.2f} | {iceberg:.2f} | {extra:+.2f} s ({iceberg / parquet:.2f}x) "
-            f"| {met} |"
+            f"| {title} | {parquet:.2f} | {iceberg:.2f} | "
+            f"{extra:+.2f} s ({iceberg / parquet:.2f}x) | {met} |"
         )
     return [*lines, ""]

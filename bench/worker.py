@@ -3,9 +3,9 @@
     python -m bench.worker ENGINE WORKDIR PG_URL POSTMASTER_PID JDBC_JSON [SETTINGS_JSON]
 
 Reads one JSON command per line ({"op": "full" | "incremental" | "merge" | ..., "since": ...,
-"args": {...}}), runs it under `measured`, says `{"done": op}` once the clock has stopped, then answers with one
-JSON line: the op's result, with what the table holds where the engine can say (ours:
-`table_state`, read after the clock, as `table`).
+"args": {...}}), runs it under `measured`, says `{"done": op}` once the clock has stopped, then
+answers with one JSON line: the op's result, with what the table holds where the engine can say
+(ours: `table_state`, read after the clock, as `table`).
 """
 
 from __future__ import annotations

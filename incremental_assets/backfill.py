@@ -53,7 +53,8 @@ def check_backfill_window(
     window: tuple[str, str],
     names: tuple[str, str],
 ) -> tuple[CursorValue, CursorValue] | None:
-    """Refuse a backfill that can't run: no cursor, a full_refresh table, bad values, an empty window.
+    """Refuse a backfill that can't run: no cursor, a full_refresh table, bad values, an empty
+    window.
 
     Called before Spark starts (by the asset and the CLI) with the type a run recorded, and by the
     load with the type the source reports. The values are checked, and returned, once the type is

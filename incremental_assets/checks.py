@@ -23,9 +23,9 @@ A check that raises (the source is unreachable while counting, say) records a fa
 carrying the message: the lake is already committed, so the materialization must still be
 recorded.
 
-`primary_key_unique` is blocking unless `checks.key_unique_blocking` says false: when it fails, Dagster fails the
-asset's step after recording the materialization and its checks, so assets downstream of the
-table in the same run don't run on keys held twice.
+`primary_key_unique` is blocking unless `checks.key_unique_blocking` says false: when it fails,
+Dagster fails the asset's step after recording the materialization and its checks, so assets
+downstream of the table in the same run don't run on keys held twice.
 
 A run that fails before it commits evaluates no check. Dagster 1.13 shows every check a failed
 run planned and never evaluated as "Execution failed", whichever step failed (it resolves a

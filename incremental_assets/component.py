@@ -27,9 +27,9 @@ from incremental_assets.translator import IncrementalAssetsTranslator, translato
 class IncrementalTablesAttributes(BaseModel):
     """What `attributes:` holds: the configuration file's settings.
 
-    Its JSON schema, which `dg` shows and `dg check yaml` checks, is the file's (`config/outline.py`),
-    with every setting's type; the values themselves are checked by `incremental_assets.config`
-    when the component loads, so that the messages are the file's.
+    Its JSON schema, which `dg` shows and `dg check yaml` checks, is the file's
+    (`config/outline.py`), with every setting's type; the values themselves are checked by
+    `incremental_assets.config` when the component loads, so that the messages are the file's.
     """
 
     model_config = ConfigDict(extra="allow")

@@ -24,7 +24,8 @@ from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
 from incremental_assets.lake.iceberg import IcebergLake
-from incremental_assets.lake.iceberg.commits import IcebergCommit
+from incremental_assets.lake.iceberg.commit_plan import plan_replacement, settled
+from incremental_assets.lake.iceberg.commits import Whole, apply
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
 from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import CONVERTED, head_snapshot, summary_of
@@ -67,12 +68,23 @@ def convert_to_iceberg(
         )
     check_lake_matches(table, stored, facts)
     txn = new_txn()
-    commit = IcebergCommit.open(target, spark, target.facts(), txn, _summary(facts, stored, txn))
-    frame = commit.spark.read.parquet(*source.file_uris(list(facts.files)))
+    frame = target.session(spark).read.parquet(*source.file_uris(list(facts.files)))
     merge = facts.layout == "merge"
     partitioning = iceberg_partitioning(facts, source.count_rows(), table.buckets)
     settings = TableSettings.of(lake.codec, merge, partitioning, table.merge_writes)
-    head = commit.replace(frame, settings)
+    held = target.facts()
+    plan = plan_replacement(
+        target.state(),
+        txn=txn,
+        base=held.current_snapshot,
+        summary=_summary(facts, stored, txn),
+        settings=settings,
+        rows=frame.schema,
+        misplaced=held.misplaced is not None,
+    )
+    landed = settled(apply(target, spark, plan, Whole(frame)))
+    assert landed is not None, "a replacement always makes a snapshot"
+    head = landed.head
     pause_point("committed")
     _remove_plain(source)
     return Converted(head=head, files=len(facts.files), rows=target.count_rows())

@@ -110,7 +110,8 @@ def change(landing: Path) -> None:
     ]
     _write(landing / "customers", "snapshot.parquet", customers, _CUSTOMERS)
     print(
-        f"changed {landing}: 50 new orders, 100 updated, 10 deleted; 160 new events; 10 new customers"
+        f"changed {landing}: 50 new orders, 100 updated, 10 deleted; 160 new events; "
+        "10 new customers"
     )
 
 
@@ -126,7 +127,8 @@ def report() -> None:
     translator = translator_for(project)
     with dg.DagsterInstance.get() as instance:
         print(
-            f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  cursor before -> after"
+            f"{'table':<14}{'run':>4} {'extracted':>10}{'written':>9}{'in lake':>9}  "
+            "cursor before -> after"
         )
         for table in project.tables:
             key = translator.asset_key(table)

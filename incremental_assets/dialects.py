@@ -184,8 +184,9 @@ class MySqlDialect:
             return f"DATE '{text}'"
         if cursor_type is CursorType.TIMESTAMP:
             return f"TIMESTAMP '{text.replace('T', ' ')}'"
-        # A backslash escapes in MySQL strings unless the SQL mode has NO_BACKSLASH_ESCAPES, which
-        # the server's users' queries may rely on: such text travels as hex, read the same either way.
+        # A backslash escapes in MySQL strings unless the SQL mode has NO_BACKSLASH_ESCAPES,
+        # which the server's users' queries may rely on: such text travels as hex, read the same
+        # either way.
         if "\\" in text or "\0" in text:
             return f"_utf8mb4 X'{text.encode().hex()}'"
         return sql_string(text)
@@ -210,7 +211,8 @@ class MySqlDialect:
         )
 
     def cursor_time(self, cursor_type: CursorType, instant: str, timezone: str) -> str:
-        """A UTC wall-clock expression as the cursor's type: wall clock in `timezone`, or its date."""
+        """A UTC wall-clock expression as the cursor's type: wall clock in `timezone`, or its
+        date."""
         local = instant
         if cursor_type is not CursorType.TIMESTAMPTZ and timezone != "UTC":
             local = f"CONVERT_TZ({instant}, '+00:00', {sql_string(timezone)})"

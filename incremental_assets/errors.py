@@ -100,6 +100,15 @@ class ConcurrentRunError(WriteError):
     """Another run holds the table's lake lock."""
 
 
+class CommitUnknown(WriteError):
+    """A commit the lake's catalog may or may not have taken (its answer was lost): what is
+    left of it is kept for the next run, which tells which (`LakeTable.unfinished_error`)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class EngineError(IncrementalAssetsError):
     """Spark can't start here (a pyspark its jars don't run on, a jar missing or not fetched), or
     the shared engine (a Spark Connect server) can't be started or stopped answering."""

@@ -1,4 +1,5 @@
-"""The jars every Spark session of the project gets: pinned here, fetched with Maven, given as paths.
+"""The jars every Spark session of the project gets: pinned here, fetched with Maven, given as
+paths.
 
 Each jar is named once, below: Iceberg's Spark runtime (built for one Spark line), SQLite's JDBC
 driver (the default Iceberg catalog), the sources' JDBC drivers and Iceberg's AWS bundle (S3FileIO).
@@ -140,7 +141,8 @@ def jars_in(conf: Mapping[str, Any]) -> list[tuple[Jar, Path]]:
 
 
 def check_spark_line(version: str | None = None) -> None:
-    """Refuse a pyspark that Iceberg's runtime here doesn't support (the installed one by default)."""
+    """Refuse a pyspark that Iceberg's runtime here doesn't support (the installed one by
+    default)."""
     version = version or _installed_pyspark()
     if ".".join(version.split(".")[:2]) != SPARK_LINE:
         raise EngineError(

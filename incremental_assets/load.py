@@ -30,7 +30,14 @@ from incremental_assets.decisions import (
     weights_in_force,
 )
 from incremental_assets.dialects import SPARK_SQL, Dialect
-from incremental_assets.errors import ConfigError, IncrementalAssetsError, TableProblem, WriteError
+from incremental_assets.engine_failures import Failure, classify, messages
+from incremental_assets.errors import (
+    CommitUnknown,
+    ConfigError,
+    IncrementalAssetsError,
+    TableProblem,
+    WriteError,
+)
 from incremental_assets.fingerprint import files_listing, next_fingerprint
 from incremental_assets.lake import LakeFacts, LakeTable, open_lake
 from incremental_assets.lake.names import new_txn
@@ -49,7 +56,7 @@ from incremental_assets.results import LoadResult, MergeCounts, StoredState, Wri
 from incremental_assets.settings import changed_settings, describe_changes, settings_text
 from incremental_assets.sources import database_of, open_source
 from incremental_assets.sources.base import Source, check_columns
-from incremental_assets.sources.failures import engine_error, root_messages, source_error
+from incremental_assets.sources.failures import engine_error, source_error
 from incremental_assets.window import render_window
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import ClashingVersions, Staged, WritePlan, column_types
@@ -222,7 +229,7 @@ def _maintained(run: _Run, spark: SparkSession, log: Log) -> str | None:
     try:
         return run.lake.maintain(spark)
     except Exception as exc:
-        cause = run.lake.redact(root_messages(exc)[-1])
+        cause = run.lake.redact(messages(exc)[-1])
         log(f"{run.table.name}: the lake's maintenance failed (the next run tries again): {cause}")
         return f"failed: {cause}"
 
@@ -349,8 +356,8 @@ def _schema_change(run: _Run, source: Source, replace_all: bool) -> SchemaChange
 def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError:
     """Clean up after a failed read, stage or commit, and say what state the lake is in."""
     table, lake = run.table, run.lake
-    cause = lake.redact(root_messages(exc)[-1])
-    if not lake.discard(txn):
+    cause = lake.redact(messages(exc.cause if isinstance(exc, CommitUnknown) else exc)[-1])
+    if isinstance(exc, CommitUnknown) or not lake.discard(txn):
         return lake.unfinished_error(table.name, txn, cause)
     if isinstance(exc, IncrementalAssetsError):
         return exc
@@ -367,9 +374,7 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
     gone = engine_error(table, exc, "the load ran")
     if gone is not None:
         return gone
-    messages = " ".join(root_messages(exc))
-    source_marks = ("PSQLException", "FAILED_JDBC", "USER_RAISED_EXCEPTION")
-    if any(mark in messages for mark in source_marks):
+    if classify(exc) in (Failure.SOURCE_FAILED, Failure.REFUSED):
         return source_error(table, exc, "reading the rows")
     return lake_error(table.name, lake.uri, cause)
 

@@ -13,12 +13,12 @@ Parquet table has nothing to keep.
 import dagster as dg
 
 from incremental_assets.config import Project, TableSpec
+from incremental_assets.engine_failures import messages
 from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.factory import failing_cleanly
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.sources.failures import root_messages
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 MAINTAINED = "maintenance"  # the op's output metadata: what it did, or why nothing
@@ -99,7 +99,7 @@ def _kept(lake: IcebergLake, spark: IncrementalSparkResource) -> str:
     try:
         return lake.maintain(spark.spark_session) or "nothing due"
     except Exception as exc:
-        cause = lake.redact(root_messages(exc)[-1])
+        cause = lake.redact(messages(exc)[-1])
         raise dg.Failure(
             description=f"{lake.table_name}: the lake's maintenance failed (the next scheduled "
             f"run tries again; no table's rows or cursor changed): {cause}",

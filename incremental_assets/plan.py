@@ -236,12 +236,14 @@ def with_new_cursor(table: TableSpec, plan: WindowPlan) -> WindowPlan:
         upper = bounds.future_cap
     if bounds.boundary_rows > BOUNDARY_WARNING_ROWS:
         warnings.append(
-            f"{bounds.boundary_rows} rows share the cursor value {format_cursor(kind, bounds.upper)}; every run "  # type: ignore[arg-type]
+            f"{bounds.boundary_rows} rows share the cursor value "
+            f"{format_cursor(kind, bounds.upper)}; every run "  # type: ignore[arg-type]
             "reads them again. A finer-grained cursor column would avoid that."
         )
     if bounds.null_rows and table.null_cursor == "exclude":
         warnings.append(
-            f"{bounds.null_rows} rows with a NULL {plan.cursor.column} were left out (null_cursor: exclude)"
+            f"{bounds.null_rows} rows with a NULL {plan.cursor.column} were left out "
+            "(null_cursor: exclude)"
         )
     cap, held = _transaction_report(bounds, warnings)
     report = Report(

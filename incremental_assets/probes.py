@@ -169,7 +169,8 @@ def _table_changes(
 
 
 def _probe_files(table: TableSpec, source: FilesSourceSpec, last_run: datetime | None) -> Probe:
-    """Files modified since the last run began (or, with `safety_lag`, that have aged past it since).
+    """Files modified since the last run began (or, with `safety_lag`, that have aged past it
+    since).
 
     With a lag, the rows of a file are assumed to be dated no later than the file was written, so
     they are all loadable once the file is `safety_lag` old.

@@ -63,7 +63,8 @@ def spark_progress(
                 if stage is not None:
                     log(
                         f"Spark stage {stage_id} ({stage.name.split(' at ')[0]}): "
-                        f"{stage.numCompletedTasks}/{stage.numTasks} tasks done, {stage.numActiveTasks} running"
+                        f"{stage.numCompletedTasks}/{stage.numTasks} tasks done, "
+                        f"{stage.numActiveTasks} running"
                     )
 
     thread = threading.Thread(target=report, name="spark-progress", daemon=True)

@@ -2,9 +2,9 @@
 
 The session starts on first use, so runs that never touch Spark (checks, empty selections,
 nothing new) don't pay for a JVM, nor for importing pyspark (dagster-pyspark's
-`LazyPySparkResource`, which this was, imports it with its module). One session serves every table of a run. It is stopped at teardown only if this
-resource started it: a session that already existed in the process (a notebook, a test suite)
-is left running.
+`LazyPySparkResource`, which this was, imports it with its module). One session serves every table
+of a run. It is stopped at teardown only if this resource started it: a session that already existed
+in the process (a notebook, a test suite) is left running.
 """
 
 from __future__ import annotations

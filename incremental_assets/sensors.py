@@ -1,12 +1,12 @@
 """One source-change sensor per table: a run only when the source has something new.
 
 A tick reads the table's stored state from the instance and probes the source (`probes.py`):
-PostgreSQL over a plain DB-API connection, files by listing their modification times. No JVM
-starts. The run key names the stored cursor and what is new (`orders:2025-01-01T...->2025-01-02T...`):
-a tick that sees the same new rows again doesn't launch a second run, and a run that could not
-move the cursor (rows held back) doesn't make the next tick ask again, while a run that did move
-it makes new rows ask for a new run. A probe that fails fails the tick. Sensors are stopped unless
-the table's config says `sensor: true` or `sensor: {interval: ...}`.
+PostgreSQL over a plain DB-API connection, files by listing their modification times. No JVM starts.
+The run key names the stored cursor and what is new (`orders:2025-01-01T...->2025-01-02T...`): a
+tick that sees the same new rows again doesn't launch a second run, and a run that could not move
+the cursor (rows held back) doesn't make the next tick ask again, while a run that did move it makes
+new rows ask for a new run. A probe that fails fails the tick. Sensors are stopped unless the
+table's config says `sensor: true` or `sensor: {interval: ...}`.
 
 A tick also records what it saw of the source as an observation of the table's source asset (its
 newest cursor, the lake's, what a run would read now, how far behind the lake is), when that
@@ -138,7 +138,9 @@ def _sensor_for(
         if table.sensor.running
         else dg.DefaultSensorStatus.STOPPED,
         target=dg.AssetSelection.assets(key),
-        description=f"Requests a run of {table.name} when its source has rows past the stored cursor.",
+        description=(
+            f"Requests a run of {table.name} when its source has rows past the stored cursor."
+        ),
     )
     def source_changed(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         return evaluate(context.instance, table, key, context.cursor, name, source_key)
@@ -167,7 +169,10 @@ def evaluate(
     if source_key is not None:
         observed = _observation(table, source_key, stored, probe, last_seen)
     if probe.new is None:
-        why = f"nothing new in {table.source_object} for a run to load (stored cursor {stored.cursor})"
+        why = (
+            f"nothing new in {table.source_object} for a run to load "
+            f"(stored cursor {stored.cursor})"
+        )
         return (
             dg.SensorResult(skip_reason=why, asset_events=observed)
             if observed

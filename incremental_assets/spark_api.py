@@ -2,9 +2,8 @@
 
 Loading the definitions, a sensor's tick and a run with nothing new start no JVM, and with this
 they don't import pyspark either (with numpy, about a fifth of a second of every process's
-start). Modules use `F`, `T` and `sql` from here at run time (and `column_named`, the one way to name
-a column), and import pyspark's classes for
-their annotations only under `TYPE_CHECKING`.
+start). Modules use `F`, `T` and `sql` from here at run time (and `column_named`, the one way to
+name a column), and import pyspark's classes for their annotations only under `TYPE_CHECKING`.
 """
 
 from __future__ import annotations

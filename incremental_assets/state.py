@@ -38,7 +38,8 @@ class StateRecords:
 
     @property
     def latest(self) -> dg.EventLogRecord | None:
-        """The record the cursor comes from: an override supersedes the materialization before it."""
+        """The record the cursor comes from: an override supersedes the materialization before
+        it."""
         return self.override or self.materialization
 
     def stored_state(self) -> StoredState:

@@ -260,7 +260,9 @@ class IncrementalAssetsTranslator:
             how = f"Loaded incrementally on cursor `{table.cursor.column}`"
         mode = {
             Mode.APPEND: "append (every row version kept once)",
-            Mode.MERGE: f"merge on key ({', '.join(table.primary_key) or 'read from the database'})",
+            Mode.MERGE: (
+                f"merge on key ({', '.join(table.primary_key) or 'read from the database'})"
+            ),
             Mode.FULL_REFRESH: "full refresh",
         }[table.mode]
         lake = "Iceberg table" if self.lake_format(table) == "iceberg" else "Parquet lake"

@@ -43,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--config",
-        help="the configuration file (default: $INCREMENTAL_ASSETS_CONFIG or ./incremental_assets.yaml)",
+        help=(
+            "the configuration file "
+            "(default: $INCREMENTAL_ASSETS_CONFIG or ./incremental_assets.yaml)"
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -72,7 +72,8 @@ def reset_cursor(args: argparse.Namespace) -> int:
             instance, asset_key(project, table), stored, None, column, stored.cursor_type, note
         )
     print(
-        f"{table.name}: cursor {stored.cursor} reset; the next run extracts everything and replaces the table"
+        f"{table.name}: cursor {stored.cursor} reset; the next run extracts everything and "
+        "replaces the table"
     )
     return 0
 

@@ -32,7 +32,10 @@ def convert(args: argparse.Namespace) -> int:
             )
         finally:
             spark.stop()
-        note = f"{args.reason} (converted to Iceberg by {actor()} with incremental-assets lake convert)"
+        note = (
+            f"{args.reason} (converted to Iceberg by {actor()} "
+            "with incremental-assets lake convert)"
+        )
         record_cursor_override(
             instance,
             key,

@@ -1,4 +1,5 @@
-"""The configuration: `incremental_assets.yaml` (or a component's attributes) -> a validated `Project`.
+"""The configuration: `incremental_assets.yaml` (or a component's attributes) -> a validated
+`Project`.
 
 loading.py   find and read the file, validate every section, report every problem at once
 env.py       `${VAR}` substitution

@@ -137,7 +137,8 @@ def read_yaml(file: Path) -> Any:
 
 
 class ExactLoader(yaml.SafeLoader):
-    """SafeLoader that reads `1.50` as Decimal('1.50'): a `start` or `lookback` never becomes a float."""
+    """SafeLoader that reads `1.50` as Decimal('1.50'): a `start` or `lookback` never becomes a
+    float."""
 
 
 def _exact_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Decimal | float:

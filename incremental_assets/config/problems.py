@@ -86,5 +86,8 @@ def friendly(kind: str, msg: str, field: str = "") -> str:
     if hinted and field in _FIELD_HINTS:
         return _FIELD_HINTS[field]
     if kind == "string_pattern_mismatch":
-        return "use letters, digits and underscores, not starting with a digit (it becomes the asset key)"
+        return (
+            "use letters, digits and underscores, not starting with a digit "
+            "(it becomes the asset key)"
+        )
     return msg.removeprefix("Value error, ")

@@ -106,7 +106,8 @@ def _cursor_rules(t: TableSpec, cursor_type: CursorType) -> Iterator[tuple[str, 
 
 
 def lookback_for(cursor_type: CursorType, lookback: str | int | Decimal) -> Lookback:
-    """What a validated `lookback:` means for a cursor of this type; ValueError says what to write."""
+    """What a validated `lookback:` means for a cursor of this type; ValueError says what to
+    write."""
     if cursor_type is CursorType.STRING:
         raise ValueError("string cursors have no distance to look back by; remove lookback")
     if cursor_type.is_temporal:

@@ -1,4 +1,5 @@
-"""LakeXpress's one-line table entries: `[source/]schema.table:column:type[:i|:e][@start][!append|!upsert]`."""
+"""LakeXpress's one-line table entries:
+`[source/]schema.table:column:type[:i|:e][@start][!append|!upsert]`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
     match = SHORTHAND.match(text.strip())
     if not match:
         raise ValueError(
-            f"'{text}' is not a table entry; write a mapping, or schema.table:column:type[@start][!append|!upsert]"
+            f"'{text}' is not a table entry; write a mapping, or "
+            "schema.table:column:type[@start][!append|!upsert]"
         )
     parts = match.groupdict()
     source = parts["source"] or (sources[0] if len(sources) == 1 else None)

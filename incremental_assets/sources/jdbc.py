@@ -176,7 +176,8 @@ class JdbcSource:
     def _read_exactly(
         self, fields: list[T.StructField], where: str, predicates: list[str], doing: str
     ) -> DataFrame:
-        """`fields` of the rows matching `where`, one Spark partition per predicate, rebuilt exactly."""
+        """`fields` of the rows matching `where`, one Spark partition per predicate, rebuilt
+        exactly."""
         weights = [
             (weight_column(f.name), sql)
             for f in fields

@@ -184,7 +184,8 @@ class MySqlDatabase:
         schema, _, name = str(table.table).rpartition(".")
         return (
             "SELECT COLUMN_NAME AS name FROM information_schema.KEY_COLUMN_USAGE WHERE "
-            f"{_schema_is(schema)} AND TABLE_NAME = {sql_string(name)} AND CONSTRAINT_NAME = 'PRIMARY' "
+            f"{_schema_is(schema)} AND TABLE_NAME = {sql_string(name)} "
+            "AND CONSTRAINT_NAME = 'PRIMARY' "
             "ORDER BY ORDINAL_POSITION"
         )
 
@@ -197,7 +198,8 @@ class MySqlDatabase:
             "SELECT CAST(COALESCE(UPDATE_TIME, 'unknown') AS CHAR) AS changes, "
             "UPDATE_TIME IS NULL OR UPDATE_TIME < NOW() AS settled, "
             "TABLE_TYPE <> 'BASE TABLE' AS unrecorded FROM "
-            f"information_schema.TABLES WHERE {_schema_is(schema)} AND TABLE_NAME = {sql_string(name)}"
+            f"information_schema.TABLES WHERE {_schema_is(schema)} "
+            f"AND TABLE_NAME = {sql_string(name)}"
         )
 
     def cursor_type(self, type_code: Any) -> CursorType:
@@ -211,7 +213,8 @@ class MySqlDatabase:
         row_hash = f"MD5(CONCAT_WS('|', {values}))"
         # A sum of each row's hash prefix doesn't depend on the order, and counts duplicates.
         return (
-            f"SELECT COUNT(*) AS n, CAST(COALESCE(SUM(CONV(SUBSTRING({row_hash}, 1, 15), 16, 10)), 0) "
+            "SELECT COUNT(*) AS n, "
+            f"CAST(COALESCE(SUM(CONV(SUBSTRING({row_hash}, 1, 15), 16, 10)), 0) "
             f"AS CHAR) AS digest FROM (SELECT * FROM {relation} WHERE {where}) AS r"
         )
 
@@ -250,8 +253,8 @@ class MySqlDatabase:
             return decimal_fits(table, field.name, scalar, value)
         message = (
             f"column '{field.name}' of table '{table.name}' holds a zero date, which has no value. "
-            f"Fix: map it in `query:`, e.g. NULLIF({field.name}, '0000-00-00'), or set the server's "
-            "sql_mode to NO_ZERO_DATE,NO_ZERO_IN_DATE and correct the rows"
+            f"Fix: map it in `query:`, e.g. NULLIF({field.name}, '0000-00-00'), "
+            "or set the server's sql_mode to NO_ZERO_DATE,NO_ZERO_IN_DATE and correct the rows"
         )
         return F.when(value == _ZERO, F.raise_error(F.lit(message))).otherwise(
             from_epoch(scalar, value.cast("bigint"))

@@ -56,7 +56,8 @@ def _instant_sql(expression: str) -> str:
 OPEN_TRANSACTIONS = (
     f"SELECT {_instant_sql('now()')} AS read_at, "
     f"{_instant_sql(f'(SELECT min(xact_start) {_WRITERS})')} AS oldest, "
-    "(SELECT format('pid %s (%s), open since %s', pid, coalesce(nullif(application_name, ''), usename), "
+    "(SELECT format('pid %s (%s), open since %s', pid, "
+    "coalesce(nullif(application_name, ''), usename), "
     f"xact_start) {_WRITERS} ORDER BY xact_start LIMIT 1) AS holder, "
     # Without pg_read_all_stats, other roles' sessions show no transaction start at all, nor
     # their backend_type; autovacuum workers are the ones with no role.
@@ -138,7 +139,8 @@ class PostgresDatabase:
         return (
             "SELECT a.attname AS name FROM pg_index i JOIN pg_attribute a "
             "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            f"WHERE i.indrelid = CAST({sql_string(str(table.table))} AS regclass) AND i.indisprimary "
+            f"WHERE i.indrelid = CAST({sql_string(str(table.table))} AS regclass) "
+            "AND i.indisprimary "
             "ORDER BY array_position(CAST(i.indkey AS int2[]), a.attnum)"
         )
 
@@ -227,7 +229,8 @@ def _travels_neutral(field: T.StructField, scalar: T.DataType) -> bool:
 
 
 def _is_wide_numeric(field: T.StructField, scalar: T.DataType) -> bool:
-    """A `numeric` Spark may round: without (p,s) it reports decimal(38,18), above 38 digits (38,s)."""
+    """A `numeric` Spark may round: without (p,s) it reports decimal(38,18), above 38 digits
+    (38,s)."""
     return (
         isinstance(scalar, T.DecimalType)
         and scalar.precision == 38

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS
 from incremental_assets.lake.names import batch_group, data_file_name
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.spark_api import F, column_named, sql
 from incremental_assets.window import render_window
@@ -30,7 +31,6 @@ from incremental_assets.writers.base import (
     commit_replacing,
     conformed,
     counted,
-    folder_lake,
     null_safe_match,
     observed,
     write_parquet,
@@ -46,17 +46,18 @@ _COPY, _HELD = "__copy", "__held"
 
 
 class AppendWriter:
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, lake: ParquetLake) -> None:
         self.spark = spark
+        self.lake = lake
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         frame, extracted = counted(conformed(delta, plan), "extracted")
         if plan.boundary is not None and not plan.replace_all:
-            frame = _drop_already_loaded(frame, plan)
+            frame = _drop_already_loaded(frame, self.lake, plan)
         frame, written = counted(
             frame.withColumn(BATCH_COLUMN, F.lit(plan.batch).cast("bigint")), "written"
         )
-        write_parquet(frame, f"{folder_lake(plan).staging_uri(plan.txn)}/{_SUBDIR}", plan)
+        write_parquet(frame, f"{self.lake.staging_uri(plan.txn)}/{_SUBDIR}", plan)
         return Staged(
             rows_extracted=observed(extracted),
             rows_written=observed(written),
@@ -66,7 +67,7 @@ class AppendWriter:
 
     def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome:
         group = batch_group(plan.batch)
-        files = folder_lake(plan).staged_parquet(plan.txn, staged.subdir)
+        files = self.lake.staged_parquet(plan.txn, staged.subdir)
         if staged.rows_written == 0 and not plan.replace_all:
             files = []  # keep the table free of empty files; a replaced table keeps one for its schema
         adds = [
@@ -74,7 +75,7 @@ class AppendWriter:
             for i, f in enumerate(files)
         ]
         replaced = [f for f in plan.facts.files if plan.replace_all or f.group == group]
-        head = commit_replacing(self.spark, plan, adds, replaced, _column_history(plan))
+        head = commit_replacing(self.spark, self.lake, plan, adds, replaced, _column_history(plan))
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,
@@ -97,9 +98,8 @@ def _column_history(plan: WritePlan) -> dict[str, object]:
     return {COLUMNS: after.to_record()} if plan.replace_all or after != before else {}
 
 
-def _drop_already_loaded(frame: DataFrame, plan: WritePlan) -> DataFrame:
+def _drop_already_loaded(frame: DataFrame, lake: ParquetLake, plan: WritePlan) -> DataFrame:
     assert plan.boundary is not None
-    lake = folder_lake(plan)
     earlier = [f for f in plan.facts.files if f.batch is not None and f.batch < plan.batch]
     # A text cursor the database compares by its collation ('c1' = 'C1 ' in MySQL's default):
     # Spark can't tell which lake rows the window holds, so it compares every earlier row.

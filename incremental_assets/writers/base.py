@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from incremental_assets.config import MergeTuning, MergeWrites
 from incremental_assets.dialects import SPARK_SQL
@@ -83,6 +83,9 @@ class Staged:
     null_keys: int = 0  # merge: rows with NULL in a key column, which no key can tell apart
 
 
+S = TypeVar("S", bound=Staged)
+
+
 class ClashingVersions(Exception):
     """Rows read now that differ from another row with their key and cursor value: nothing was
     committed."""
@@ -92,16 +95,12 @@ class ClashingVersions(Exception):
         self.rows = rows
 
 
-def folder_lake(plan: WritePlan) -> ParquetLake:
-    """The plan's lake as a folder of files the writer stages and commits (plain Parquet)."""
-    assert isinstance(plan.lake, ParquetLake), plan.lake
-    return plan.lake
+class Writer(Protocol[S]):
+    """Stages a run's rows, then commits them: all that passes between is the staged value."""
 
+    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> S: ...
 
-class Writer(Protocol):
-    def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged: ...
-
-    def commit(self, staged: Staged, plan: WritePlan) -> WriteOutcome: ...
+    def commit(self, staged: S, plan: WritePlan) -> WriteOutcome: ...
 
 
 def write_parquet(
@@ -155,6 +154,7 @@ _GROUP = "__group"
 
 def commit_replacing(
     spark: SparkSession,
+    lake: ParquetLake,
     plan: WritePlan,
     adds: list[tuple[str, str]],
     replaced: list[DataFile],
@@ -162,7 +162,7 @@ def commit_replacing(
 ) -> LakeHead:
     """Commit `adds` in place of `replaced`, with the lake's other files rewritten to a new schema."""
     rest = [f for f in plan.facts.files if f not in replaced]
-    evolved, rewritten = rewrite_to_schema(spark, plan, rest)
+    evolved, rewritten = rewrite_to_schema(spark, lake, plan, rest)
     commit = Commit(
         txn=plan.txn,
         batch=plan.batch,
@@ -172,16 +172,15 @@ def commit_replacing(
         removes=[f.name for f in replaced] + rewritten,
         records=records,
     )
-    return folder_lake(plan).commit(commit, plan.facts)
+    return lake.commit(commit, plan.facts)
 
 
 def rewrite_to_schema(
-    spark: SparkSession, plan: WritePlan, files: list[DataFile]
+    spark: SparkSession, lake: ParquetLake, plan: WritePlan, files: list[DataFile]
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Rewrite files this commit doesn't replace to the new schema, each within its own group."""
     if plan.schema is None or not plan.schema.rewrites_lake or not files:
         return [], []
-    lake = folder_lake(plan)
     frame = spark.read.parquet(*lake.file_uris(files))
     frame = frame.withColumn(
         _GROUP, F.regexp_extract(F.col("_metadata.file_name"), r"^part-([^-]+)-", 1)

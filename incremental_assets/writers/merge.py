@@ -28,6 +28,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake import BucketScheme, DataFile
 from incremental_assets.lake.facts import KEY
 from incremental_assets.lake.names import data_file_name
+from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import MergeCounts, MergePath, WriteOutcome
 from incremental_assets.spark_api import F, column_named, sql
 from incremental_assets.window import render_window
@@ -39,7 +40,6 @@ from incremental_assets.writers.base import (
     commit_replacing,
     conformed,
     counted,
-    folder_lake,
     observed,
     write_parquet,
 )
@@ -72,8 +72,9 @@ _DELTA, _KEYS, _MERGED = "delta", "keys", "merged"
 
 
 class MergeWriter:
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, lake: ParquetLake) -> None:
         self.spark = spark
+        self.lake = lake
 
     def stage(self, delta: DataFrame, plan: WritePlan, keys: DataFrame | None = None) -> Staged:
         # The delta (and the source's keys) are written once, so the source is read once. What
@@ -170,9 +171,9 @@ class MergeWriter:
             written = self._merge_buckets(plan, replaced, scheme, delta, gone)
         if written.clashes:
             raise ClashingVersions(written.clashes)
-        adds = _named_adds(plan, scheme)
+        adds = _named_adds(self.lake, plan, scheme)
         key = {"columns": list(plan.row_key), "weighed_by": dict(plan.weighed_by)}
-        head = commit_replacing(self.spark, plan, adds, replaced, {KEY: key})
+        head = commit_replacing(self.spark, self.lake, plan, adds, replaced, {KEY: key})
         return WriteOutcome(
             rows_extracted=staged.rows_extracted,
             rows_written=written.merge.inserted + written.merge.updated,
@@ -268,14 +269,14 @@ class MergeWriter:
         )
 
     def _staged(self, plan: WritePlan, subdir: str) -> str:
-        return f"{folder_lake(plan).staging_uri(plan.txn)}/{subdir}"
+        return f"{self.lake.staging_uri(plan.txn)}/{subdir}"
 
     def _read_lake(self, plan: WritePlan, files: list[DataFile]) -> DataFrame:
         # Every lake file carries one schema (a schema change rewrites them all): no inference.
         reader = self.spark.read
         if plan.schema is not None and plan.schema.lake is not None:
             reader = reader.schema(plan.schema.lake)
-        return reader.parquet(*folder_lake(plan).file_uris(files))
+        return reader.parquet(*self.lake.file_uris(files))
 
     def _changed_by_rereads(
         self,
@@ -391,9 +392,9 @@ def _reread(plan: WritePlan) -> Column:
     return F.coalesce(F.expr(render_window(plan.boundary, SPARK_SQL)), F.lit(False))
 
 
-def _named_adds(plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:
+def _named_adds(lake: ParquetLake, plan: WritePlan, scheme: BucketScheme) -> list[tuple[str, str]]:
     adds = []
-    for i, path in enumerate(folder_lake(plan).staged_parquet(plan.txn, _MERGED)):
+    for i, path in enumerate(lake.staged_parquet(plan.txn, _MERGED)):
         bucket = int(path.split("/", 1)[0].split("=", 1)[1])
         adds.append((f"{_MERGED}/{path}", data_file_name(scheme.group(bucket), plan.txn, i)))
     return adds

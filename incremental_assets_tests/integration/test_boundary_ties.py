@@ -74,7 +74,8 @@ def test_ties_on_the_edges_of_cursor_ranges_are_read_once_by_one_partition(
         # 300 rows on each of a few consecutive microseconds: 4 partitions of one value each.
         for offset in offsets:
             pg.execute(
-                f"INSERT INTO events SELECT 'r{run}-{offset}-' || i, {T} + INTERVAL '{offset} microseconds' "
+                f"INSERT INTO events SELECT 'r{run}-{offset}-' || i, "
+                f"{T} + INTERVAL '{offset} microseconds' "
                 "FROM generate_series(1, 300) i"
             )
 

@@ -60,7 +60,8 @@ def test_the_cursor_carries_over_between_cli_runs_and_full_refresh_is_one_flag(
     assert first.returncode == 0, first.stderr[-3000:]
     after_first = _latest(tmp_path / "home")
     pg.execute(
-        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-02 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(31, 35) i"
+        "INSERT INTO orders SELECT i, TIMESTAMPTZ '2025-01-02 00:00:00+00' + i * INTERVAL '1 s' "
+        "FROM generate_series(31, 35) i"
     )
 
     second = _materialize(tmp_path, env)

@@ -105,8 +105,8 @@ def _plain(text: str) -> str:
 def _orders(pg: Schema) -> None:
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz NOT NULL)",
-        "INSERT INTO orders SELECT i, 'v', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
-        "FROM generate_series(1, 20) i",
+        "INSERT INTO orders SELECT i, 'v', TIMESTAMPTZ '2025-01-01 00:00:00+00' "
+        "+ i * INTERVAL '1 s' FROM generate_series(1, 20) i",
     )
 
 
@@ -192,7 +192,8 @@ def test_a_defs_yaml_keeps_numbers_exact_and_paths_relative_to_its_folder(
           lake: {path: ./lake}
           sources: {drop: {type: files, path: ./landing}}
           tables:
-            - {name: amounts, source: drop, table: amounts, cursor: {column: n, type: decimal}, lookback: 0.50}
+            - {name: amounts, source: drop, table: amounts, cursor: {column: n, type: decimal},
+               lookback: 0.50}
         """
     )
     with create_defs_folder_sandbox() as sandbox:

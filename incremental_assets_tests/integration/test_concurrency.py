@@ -57,7 +57,8 @@ def _setup(
         format=lake_format,
     )
     env = cli_env(config, tmp_path / "home")
-    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
+    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize
+    # twice at once.
     dg.DagsterInstance.from_config(str(tmp_path / "home")).dispose()
     return env
 
@@ -65,7 +66,8 @@ def _setup(
 def _waiting_on_the_table(pg: Schema) -> int:
     """Sessions queued for a lock on the source table (the test's own lock is granted)."""
     (count,) = pg.query(
-        f"SELECT count(*) FROM pg_locks WHERE relation = '{pg.name}.orders'::regclass AND NOT granted"
+        f"SELECT count(*) FROM pg_locks WHERE relation = '{pg.name}.orders'::regclass "
+        "AND NOT granted"
     )[0]
     return int(count)
 

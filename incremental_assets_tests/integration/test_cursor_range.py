@@ -1,4 +1,5 @@
-"""Cursor values PostgreSQL holds but Python can't: the run fails clearly, never reads a wrong window."""
+"""Cursor values PostgreSQL holds but Python can't: the run fails clearly, never reads a wrong
+window."""
 
 from __future__ import annotations
 

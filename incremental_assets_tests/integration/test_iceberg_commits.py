@@ -133,7 +133,10 @@ def test_a_commit_that_lands_after_its_run_died_is_never_applied_twice(
     assert all(Path(path).exists() for path in held)
 
     session = lake.session(spark)
-    late = f"CALL {lake.catalog.name}.system.fast_forward('{lake.procedure_table()}', 'main', '{branch}')"
+    late = (
+        f"CALL {lake.catalog.name}.system.fast_forward("
+        f"'{lake.procedure_table()}', 'main', '{branch}')"
+    )
     if meanwhile == "another run committed":
         with pytest.raises(Exception, match="not an ancestor"):
             session.sql(late).collect()
@@ -382,14 +385,14 @@ def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded
     loads.configure(pg, ORDERS_MERGE, lake=ICEBERG)
     assert loads.run().success
     change_orders(pg, 1)
-    publish = commits_module.IcebergCommit.publish
+    publish = commits_module._published
     read_state = table_module.read_state  # type: ignore[attr-defined]
     down = {"after": False}
 
-    def published(self: Any) -> Any:
-        head = publish(self)
+    def published(*args: Any) -> Any:
+        outcome = publish(*args)
         down["after"] = True
-        return head
+        return outcome
 
     def unreachable(*args: Any, **kwargs: Any) -> Any:
         if down["after"]:
@@ -398,7 +401,7 @@ def test_a_catalog_that_stops_answering_after_the_commit_leaves_the_run_recorded
             raise WriteError("the catalog is unreachable")
         return read_state(*args, **kwargs)
 
-    monkeypatch.setattr(commits_module.IcebergCommit, "publish", published)
+    monkeypatch.setattr(commits_module, "_published", published)
     monkeypatch.setattr(table_module, "read_state", unreachable)
 
     run = loads.run()

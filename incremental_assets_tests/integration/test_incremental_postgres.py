@@ -25,7 +25,8 @@ CREATE TABLE orders (
 
 def _seed(pg: Schema, ids: range, at: str = "2025-01-01 00:00:00+00") -> None:
     pg.execute(
-        f"INSERT INTO orders SELECT i, i * 1.25, 'placed', TIMESTAMPTZ '{at}' + i * INTERVAL '1 second' "
+        f"INSERT INTO orders SELECT i, i * 1.25, 'placed', "
+        f"TIMESTAMPTZ '{at}' + i * INTERVAL '1 second' "
         f"FROM generate_series({ids.start}, {ids.stop - 1}) AS i"
     )
 
@@ -50,7 +51,8 @@ def test_first_run_extracts_every_row_and_second_run_only_the_delta(
 
     _seed(pg, range(101, 111), at="2025-01-02 00:00:00+00")
     pg.execute(
-        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' WHERE id <= 5"
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-01-03 00:00:00+00' "
+        "WHERE id <= 5"
     )
     second = loads.run()
 
@@ -71,7 +73,8 @@ def test_append_keeps_every_version_exactly_once(loads: Loads, pg: Schema) -> No
     loads.configure(pg, ORDERS_APPEND)
     assert loads.run().success
     pg.execute(
-        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 10"
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' "
+        "WHERE id <= 10"
     )
     _seed(pg, range(51, 56), at="2025-02-01 00:00:00+00")
 
@@ -230,7 +233,8 @@ def test_a_failed_write_leaves_the_cursor_and_the_lake_untouched(loads: Loads, p
         "CREATE TABLE orders (id bigint PRIMARY KEY, amount numeric, updated_at timestamptz)"
     )
     pg.execute(
-        "INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 minute' FROM generate_series(1, 20) i"
+        "INSERT INTO orders SELECT i, i, TIMESTAMPTZ '2025-01-01 00:00:00+00' "
+        "+ i * INTERVAL '1 minute' FROM generate_series(1, 20) i"
     )
     loads.configure(pg, ORDERS_MERGE)
     first = loads.run()
@@ -364,7 +368,8 @@ def test_changing_the_mode_needs_a_full_refresh(
     first = loads.run()
     assert first.success, first.failure
     pg.execute(
-        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id <= 3"
+        "UPDATE orders SET status = 'paid', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' "
+        "WHERE id <= 3"
     )
     loads.configure(pg, "orders", mode=after, **options)
 
@@ -382,7 +387,8 @@ def test_changing_the_mode_needs_a_full_refresh(
     rebuilt = loads.run(full_refresh=True)
     assert rebuilt.success, rebuilt.failure
     pg.execute(
-        "UPDATE orders SET status = 'shipped', updated_at = TIMESTAMPTZ '2025-03-01 00:00:00+00' WHERE id = 1"
+        "UPDATE orders SET status = 'shipped', updated_at = TIMESTAMPTZ '2025-03-01 00:00:00+00' "
+        "WHERE id = 1"
     )
     assert loads.run().success
     versions = loads.rows(["id", "status"])
@@ -429,7 +435,8 @@ def test_a_merge_run_that_changes_nothing_rewrites_nothing(loads: Loads, pg: Sch
     assert loads.files() == files
     # A real change after that lands, and rewrites only its own bucket (keys 75 to 99).
     pg.execute(
-        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' WHERE id = 99"
+        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' "
+        "WHERE id = 99"
     )
 
     changed = loads.run()
@@ -479,7 +486,8 @@ def test_rows_read_again_only_touch_their_bucket_when_they_changed(
 
 
 def _merged_in_buckets_of_25(loads: Loads, pg: Schema, seconds: str) -> None:
-    """Keys 1 to 99 loaded in merge mode into range buckets of 25 keys; `seconds` of `i` dates them."""
+    """Keys 1 to 99 loaded in merge mode into range buckets of 25 keys; `seconds` of `i` dates
+    them."""
     pg.execute(
         "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz)",
         "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + "

@@ -34,7 +34,10 @@ from incremental_assets_tests.support.postgres import (
 )
 from incremental_assets_tests.support.project import ProjectBuilder
 
-TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note text, updated_at timestamptz NOT NULL DEFAULT now())"
+TABLE = (
+    "CREATE TABLE events (id bigint PRIMARY KEY, note text, "
+    "updated_at timestamptz NOT NULL DEFAULT now())"
+)
 
 
 DB_TABLE = "CREATE TABLE events (id bigint PRIMARY KEY, note {text}, updated_at {tstz_default})"
@@ -219,7 +222,10 @@ def _autovacuum_worker(pg: Schema) -> Iterator[int]:
         "INSERT INTO dead SELECT i, repeat('x', 100) FROM generate_series(1, 50000) i",
         "DELETE FROM dead WHERE id % 2 = 0",
     )
-    workers = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+    workers = (
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
+        "AND datname = current_database()"
+    )
     try:
         wait_for(lambda: pg.query(workers), timeout=60)
         yield pg.query(workers)[0][0]
@@ -308,7 +314,8 @@ def test_a_row_dated_in_the_future_is_loaded_under_the_cap_and_the_cursor_stays_
 ) -> None:
     pg.execute(
         TABLE,
-        "INSERT INTO events VALUES (1, 'past', now() - INTERVAL '1 hour'), (2, 'future', now() + INTERVAL '10 years')",
+        "INSERT INTO events VALUES (1, 'past', now() - INTERVAL '1 hour'), "
+        "(2, 'future', now() + INTERVAL '10 years')",
     )
     loads.configure(pg, DEFAULTS)
 

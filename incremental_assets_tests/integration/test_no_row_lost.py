@@ -1,4 +1,5 @@
-"""Unusual but ordinary situations that once lost or duplicated rows; each test failed before its fix.
+"""Unusual but ordinary situations that once lost or duplicated rows; each test failed before
+its fix.
 
 An emptied merge table, a snapshot taken while a transaction is open, a key column widened, and
 identical rows in a table without a key. Each compares the lake with the source row for row,
@@ -110,7 +111,8 @@ def test_widening_a_merge_key_keeps_one_row_per_key(
     wide: str,
 ) -> None:
     db.execute(
-        f"CREATE TABLE items (k {narrow}, part int, v {{text}}, at int NOT NULL, PRIMARY KEY (k, part))"
+        f"CREATE TABLE items (k {narrow}, part int, v {{text}}, at int NOT NULL, "
+        "PRIMARY KEY (k, part))"
     )
     db.insert("items", [(i, i % 3, "v1", i) for i in range(1, 301)])
     # Many buckets, few changes: most buckets are untouched by the delta.
@@ -211,7 +213,8 @@ def test_rows_that_share_a_key_and_cursor_value_but_differ_are_refused_and_lose_
     lake = {"merge_tuning": {"patch_min_bytes": 0}} if patched else {}
     # The table's own key is n; the one named for the merge isn't enforced.
     db.execute(
-        "CREATE TABLE items (n int PRIMARY KEY, id int NOT NULL, v {text} NOT NULL, at int NOT NULL)"
+        "CREATE TABLE items (n int PRIMARY KEY, id int NOT NULL, v {text} NOT NULL, "
+        "at int NOT NULL)"
     )
     db.insert("items", [(1, 1, "a", 1), (2, 2, "c", 1)])
     loads.configure(db, ITEMS_MERGE, lake=lake)
@@ -237,7 +240,8 @@ def test_changing_a_merge_tables_key_keeps_one_row_per_new_key(loads: Loads, db:
     """Buckets hash the key: after `primary_key: [id]` becomes `[id, part]` they must follow."""
     # A text key: its buckets are hashes (an integer key's are ranges of its first column).
     db.execute(
-        "CREATE TABLE items (id {key_text}, part int, v {text}, at int NOT NULL, PRIMARY KEY (id, part))"
+        "CREATE TABLE items (id {key_text}, part int, v {text}, at int NOT NULL, "
+        "PRIMARY KEY (id, part))"
     )
     db.insert("items", [(str(i), 0, "v1", i) for i in range(1, 301)])
     loads.configure(db, ITEMS_MERGE, buckets=64)
@@ -263,7 +267,8 @@ def test_an_integer_key_that_becomes_a_text_key_gets_new_buckets(
 ) -> None:
     """Ranges of an integer key can't hold a text key: the table is bucketed again."""
     db.execute(
-        "CREATE TABLE items (id int, code {key_text}, v {text}, at int NOT NULL, PRIMARY KEY (id, code))"
+        "CREATE TABLE items (id int, code {key_text}, v {text}, at int NOT NULL, "
+        "PRIMARY KEY (id, code))"
     )
     db.insert("items", [(i, f"c{i}", "v1", i) for i in range(1, 51)])
     loads.configure(db, ITEMS_MERGE)

@@ -28,7 +28,8 @@ BAD_MODE = "table 'orders', field 'mode': Input should be 'append', 'merge' or '
 
 
 def _attributes(landing: Path) -> dict[str, Any]:
-    """Two tables on a landing folder: `events` as it should be, `orders` with a typo in its mode."""
+    """Two tables on a landing folder: `events` as it should be, `orders` with a typo in its
+    mode."""
     return {
         "lake": {"path": "./lake", "format": "parquet"},
         "sources": {"landing": {"type": "files", "path": str(landing)}},

@@ -188,7 +188,8 @@ def test_lakexpress_shorthand_entries_load_like_full_ones(loads: Loads, pg: Sche
 def test_row_counts_leave_out_soft_deleted_rows(loads: Loads, pg: Schema) -> None:
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY, at int NOT NULL, deleted_at timestamptz)")
     pg.execute(
-        "INSERT INTO orders SELECT i, i, CASE WHEN i % 4 = 0 THEN now() END FROM generate_series(1, 20) i"
+        "INSERT INTO orders SELECT i, i, CASE WHEN i % 4 = 0 THEN now() END "
+        "FROM generate_series(1, 20) i"
     )
     loads.configure(pg, DEFAULTS, delete_column="deleted_at", checks={"reconcile_counts": 0.0})
 

@@ -113,7 +113,8 @@ def test_a_live_holder_is_waited_for_and_a_dead_one_marked_failed_and_freed(
         assert pool_holders(instance, "orders") == {held_by}
         assert said == [
             f"waiting for run {held_by}, which holds the pool {POOL}: it runs as pid "
-            f"{process.pid} on {Worker.from_tag(instance.get_run_by_id(held_by).tags[WORKER_TAG]).host}."  # type: ignore[union-attr]
+            f"{process.pid} on "
+            f"{Worker.from_tag(instance.get_run_by_id(held_by).tags[WORKER_TAG]).host}."  # type: ignore[union-attr]
         ]
     finally:
         _kill(process)

@@ -26,7 +26,10 @@ from incremental_assets_tests.support.project import read_lake, rows_by
 from incremental_assets_tests.support.spark import master_state, standalone_cluster
 
 ORDERS = "CREATE TABLE orders (id bigint PRIMARY KEY, v text, updated_at timestamptz NOT NULL)"
-ROWS = "INSERT INTO orders SELECT i, 'v', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series({}, {}) i"
+ROWS = (
+    "INSERT INTO orders SELECT i, 'v', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
+    "FROM generate_series({}, {}) i"
+)
 
 
 def _table(pg: Schema) -> dict[str, object]:

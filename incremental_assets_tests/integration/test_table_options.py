@@ -113,8 +113,8 @@ def test_a_missing_column_names_the_table_the_field_and_the_columns_there_are(
 
     assert not run.success
     assert (
-        f"Table 'items', field 'primary_key': column 'item_id' is not in {pg.name}.items (columns: id, at)"
-        in (run.failure or "")
+        "Table 'items', field 'primary_key': column 'item_id' is not in "
+        f"{pg.name}.items (columns: id, at)" in (run.failure or "")
     )
 
 
@@ -129,7 +129,8 @@ def test_without_an_integer_key_the_read_is_split_on_the_cursor(
     step: str,
 ) -> None:
     pg.execute(
-        f"CREATE TABLE items (code uuid PRIMARY KEY DEFAULT gen_random_uuid(), at {column_type} NOT NULL)"
+        "CREATE TABLE items (code uuid PRIMARY KEY DEFAULT gen_random_uuid(), "
+        f"at {column_type} NOT NULL)"
     )
     start = (
         "TIMESTAMPTZ '2025-01-01 00:00:00+00'"

@@ -24,7 +24,8 @@ CREATE TABLE items (
 )
 """
 ROW = (
-    "1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"k\": [1, 2.5, \"x\"]}', '{1,2,NULL}', '{a,\"b c\"}', 'happy', "
+    "1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"k\": [1, 2.5, \"x\"]}', '{1,2,NULL}', "
+    "'{a,\"b c\"}', 'happy', "
     "12345678901234567890.123456789012345678, '\\x00ff10', true, '0001-01-01 00:00:00.000001+00', "
     "'9999-12-31 23:59:59.999999+00', '1000-06-15 12:00:00', '4713-01-01 BC', "
     "12345678901234567890123456789012345678, 0.123456789012345678901234567890123, "
@@ -90,27 +91,32 @@ def test_every_type_arrives_exactly(
         (
             "n",
             "0.1234567890123456789012",
-            "column 'n' of table 'items' holds 0.1234567890123456789012, which decimal(38,18) can't hold exactly",
+            "column 'n' of table 'items' holds 0.1234567890123456789012, "
+            "which decimal(38,18) can't hold exactly",
         ),
         (
             "wide",
             "1.5",
-            "column 'wide' of table 'items' holds 1.5000000000, which decimal(38,0) can't hold exactly",
+            "column 'wide' of table 'items' holds 1.5000000000, "
+            "which decimal(38,0) can't hold exactly",
         ),
         (
             "deep",
             "0.1234567890123456789012345678901234",
-            "column 'deep' of table 'items' holds 0.123456789012345678901234567890123400000000000, which decimal(38,33)",
+            "column 'deep' of table 'items' holds "
+            "0.123456789012345678901234567890123400000000000, which decimal(38,33)",
         ),
         (
             "numbers",
             "'{1,1.23456789012345678901234}'",
-            "column 'numbers' of table 'items' holds 1.23456789012345678901234, which decimal(38,18)",
+            "column 'numbers' of table 'items' holds 1.23456789012345678901234, "
+            "which decimal(38,18)",
         ),
         (
             "numbers",
             "'{123456789012345678901234567890}'",
-            "column 'numbers' of table 'items' holds 123456789012345678901234567890, which decimal(38,18)",
+            "column 'numbers' of table 'items' holds 123456789012345678901234567890, "
+            "which decimal(38,18)",
         ),
         ("early", "'infinity'", "holds a value Spark can't store (PostgreSQL 'infinity'"),
         ("early_local", "'-infinity'", "holds a value Spark can't store (PostgreSQL 'infinity'"),

@@ -497,7 +497,8 @@ class LakeMachine(RuleBasedStateMachine):
     )
     @rule(inserts=st.integers(0, 3), picks=st.lists(st.integers(0, 99), max_size=2))
     def open_transaction(self, inserts: int, picks: list[int]) -> None:
-        """A writer whose rows commit later, below a cursor that may have moved past their values."""
+        """A writer whose rows commit later, below a cursor that may have moved past their
+        values."""
         writer = self.source.open_writer()
         self.writers.append(writer)
         self.dirty = True
@@ -529,7 +530,8 @@ class LakeMachine(RuleBasedStateMachine):
         self._commit(self.writers[which % len(self.writers)])
 
     def _commit(self, writer: LateWriter) -> None:
-        """Commit, unless its explicit values fell behind the lookback (no guarantee covers that)."""
+        """Commit, unless its explicit values fell behind the lookback (no guarantee covers
+        that)."""
         self.writers.remove(writer)
         stored = self.reference.stored
         if writer.explicit and stored is not None:
@@ -539,7 +541,8 @@ class LakeMachine(RuleBasedStateMachine):
                 writer.conn.close()
                 self._say(
                     "rolled back",
-                    f"# rolled back: its values {list(map(_short, writer.explicit))} fell below the lookback ({_short(lowest)})",
+                    f"# rolled back: its values {list(map(_short, writer.explicit))} "
+                    f"fell below the lookback ({_short(lowest)})",
                 )
                 return
         writer.conn.commit()
@@ -616,7 +619,8 @@ class LakeMachine(RuleBasedStateMachine):
         self.source.retype("qty", narrower)
         self._say(
             "narrowed",
-            f"# narrowed qty to {narrower}; the lake holds {held}: {'refused' if refused else 'allowed'}",
+            f"# narrowed qty to {narrower}; the lake holds {held}: "
+            f"{'refused' if refused else 'allowed'}",
         )
         self._observe()
         if refused:
@@ -1326,7 +1330,8 @@ class LakeMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._can_kill())
     @rule(point=st.sampled_from(PAUSE_POINTS), full_refresh=st.booleans())
     def killed_run(self, point: str, full_refresh: bool) -> None:
-        """`dagster asset materialize` killed with SIGKILL at a pause point; the next run recovers."""
+        """`dagster asset materialize` killed with SIGKILL at a pause point; the next run
+        recovers."""
         self._kill(point, full_refresh)
 
     def _kill(self, point: str, full_refresh: bool) -> bool:

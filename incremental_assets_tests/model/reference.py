@@ -473,7 +473,8 @@ class Reference:
         if lake.format_version not in allowed:
             was = "unknown" if before is None else (f"v{before}" if before else "no table")
             out.append(
-                f"the table is format v{lake.format_version} after a {'committing ' if committed else ''}"
+                f"the table is format v{lake.format_version} after a "
+                f"{'committing ' if committed else ''}"
                 f"run (merge_writes {writes}, the table was {was}), expected "
                 f"{' or '.join(f'v{v}' for v in sorted(allowed))}"
             )
@@ -566,7 +567,8 @@ class Reference:
             )
         if changed and str(md.get("spark", "")).startswith("not started"):
             out.append(
-                f"right after a change of {sorted(changed)}, the run proved nothing new without Spark"
+                f"right after a change of {sorted(changed)}, "
+                "the run proved nothing new without Spark"
             )
         reads_whole = (
             "delete_column" in changed
@@ -605,15 +607,16 @@ class Reference:
         expected = upper if full else self._later(previous, upper)
         if cap is not None and recorded is not None and recorded >= cap:
             out.append(
-                f"the cursor {recorded!r} passed the start of an open transaction {cap!r}: its rows "
-                "commit below the cursor"
+                f"the cursor {recorded!r} passed the start of an open transaction {cap!r}: "
+                "its rows commit below the cursor"
             )
         if self.config.safety_lag is None or facts.lag_elapsed:
             if (None if recorded is None else order(recorded)) != (
                 None if expected is None else order(expected)
             ):
                 out.append(
-                    f"cursor {recorded!r}, expected {expected!r} (the largest committed value in the "
+                    f"cursor {recorded!r}, expected {expected!r} "
+                    "(the largest committed value in the "
                     f"window from {lower!r}{'' if cap is None else f' below the cap {cap!r}'})"
                 )
         elif recorded is not None and (expected is None or order(recorded) > order(expected)):
@@ -677,11 +680,13 @@ class Reference:
             )
             if md.get("rows_written") != inserted + updated:
                 out.append(
-                    f"rows_written {md.get('rows_written')} != rows_inserted {inserted} + rows_updated {updated}"
+                    f"rows_written {md.get('rows_written')} != "
+                    f"rows_inserted {inserted} + rows_updated {updated}"
                 )
             if not full and before is not None and count != before + inserted - deleted:
                 out.append(
-                    f"the lake went from {before} to {count} rows, but the run says +{inserted} -{deleted}"
+                    f"the lake went from {before} to {count} rows, "
+                    f"but the run says +{inserted} -{deleted}"
                 )
         elif (
             self.config.mode == "append"
@@ -690,7 +695,8 @@ class Reference:
             and count != before + md.get("rows_written", 0)
         ):
             out.append(
-                f"the lake went from {before} to {count} rows, but rows_written is {md.get('rows_written')}"
+                f"the lake went from {before} to {count} rows, "
+                f"but rows_written is {md.get('rows_written')}"
             )
         return out
 
@@ -860,25 +866,29 @@ class Reference:
                 if self._deleted(live):
                     if got is not None:
                         out.append(
-                            f"key {key} was soft-deleted (cursor {live[CURSOR]!r}) but is in the lake: {got}"
+                            f"key {key} was soft-deleted (cursor {live[CURSOR]!r}) "
+                            f"but is in the lake: {got}"
                         )
                     continue
                 allowed = {freeze(live)} if full else self.current.get(key, {freeze(live)})
                 if got is None:
                     out.append(
-                        f"key {key} (cursor {live[CURSOR]!r} <= {recorded!r}) is not in the lake; source {live}"
+                        f"key {key} (cursor {live[CURSOR]!r} <= {recorded!r}) "
+                        f"is not in the lake; source {live}"
                     )
                 elif project(got, columns) not in {project(v, columns) for v in allowed}:
                     out.append(
                         f"key {key} holds {project(got, columns)}, expected "
-                        f"{sorted((project(v, columns) for v in allowed), key=repr)} (columns {columns})"
+                        f"{sorted((project(v, columns) for v in allowed), key=repr)} "
+                        f"(columns {columns})"
                     )
             elif full:
                 wanted = None if self._deleted(live) or not loaded_ahead else project(live, columns)
                 if (None if got is None else project(got, columns)) != wanted:
                     out.append(
                         f"key {key} above the cursor after a full refresh holds {got}; expected "
-                        f"{'the source live ' + str(live) if wanted else 'nothing'} like the other keys above it"
+                        f"{'the source live ' + str(live) if wanted else 'nothing'} "
+                        "like the other keys above it"
                     )
             else:
                 out += self._merge_unchanged(key, got, columns, "its version is above the cursor")

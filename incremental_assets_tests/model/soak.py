@@ -1,4 +1,5 @@
-"""Run the model-based machine for as long as asked: `python -m incremental_assets_tests.model.soak`.
+"""Run the model-based machine for as long as asked:
+`python -m incremental_assets_tests.model.soak`.
 
     python -m incremental_assets_tests.model.soak --seed 42 --steps 2000
     python -m incremental_assets_tests.model.soak --database mariadb --steps 300
@@ -213,14 +214,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--key-types",
         default=",".join(KEY_NAMES.values()),
-        help=f"comma-separated types of the key's id column to draw: {', '.join(KEY_NAMES.values())}",
+        help=(
+            f"comma-separated types of the key's id column to draw: {', '.join(KEY_NAMES.values())}"
+        ),
     )
     parser.add_argument("--no-kills", action="store_true", help="no runs killed in a subprocess")
     parser.add_argument("--no-shrink", action="store_true", help="report failures unshrunk")
     parser.add_argument(
         "--timezone",
         default="Europe/Paris",
-        help="TZ for this process, the database server and the JVMs (the loads must not depend on it)",
+        help=(
+            "TZ for this process, the database server and the JVMs "
+            "(the loads must not depend on it)"
+        ),
     )
     return parser
 

@@ -1,7 +1,8 @@
 """The source side: one real table, written the ways applications write tables.
 
 `SourceTable` is what the machine drives; `source_postgres.py` (psycopg) and `source_mariadb.py`
-(PyMySQL; MariaDB or MySQL) implement it for their database. What the two share lives here: the values written, the columns a schema change may touch.
+(PyMySQL; MariaDB or MySQL) implement it for their database. What the two share lives here: the
+values written, the columns a schema change may touch.
 
 Every write goes through its own autocommit statement, except a `LateWriter`, whose transaction
 stays open across runs and commits later. Nothing here predicts the lake: the machine reads back

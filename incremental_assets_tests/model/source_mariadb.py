@@ -5,8 +5,9 @@ collation (case-insensitive, trailing spaces ignored).
   UTC wall clock, for DATETIME(6) (`timestamp`) and TIMESTAMP(6) (`timestamptz`) alike; the model
   reads a TIMESTAMP as the instant it is.
 * Text keys and cursors are written respelled (`respell`): in upper or lower case, with 0 to 2
-  trailing spaces, and an update respells the row's key. The database holds the spellings of one value equal, so ties, windows and keys
-  that differ only so are what the product must get right (issue 15, item 4).
+  trailing spaces, and an update respells the row's key. The database holds the spellings of one
+  value equal, so ties, windows and keys that differ only so are what the product must get right
+  (issue 15, item 4).
 * Rows without a key are found by their values (compared exactly), one at a time (`LIMIT 1`):
   identical rows are interchangeable.
 * A late writer is an InnoDB transaction (`START TRANSACTION WITH CONSISTENT SNAPSHOT`); the cap

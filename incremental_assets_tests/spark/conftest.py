@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 
 @pytest.fixture
 def catalog(spark: SparkSession, tmp_path: Path) -> Iterator[str]:
-    """An Iceberg catalog on a SQLite file, set at run time as the lake sets its own; unset after."""
+    """An Iceberg catalog on a SQLite file, set at run time as the lake sets its own; unset
+    after."""
     name = f"runtime_{tmp_path.name.replace('-', '_')}"
     conf = {
         "": "org.apache.iceberg.spark.SparkCatalog",

@@ -100,7 +100,10 @@ def test_values_hash_and_compare_equal_exactly_when_equal_whatever_their_maps_en
     """The row hash (versions) and the merge's comparison (`MERGE INTO`) agree on every value."""
     frame = spark.sql(f"SELECT CAST({left} AS {kind}) AS l, CAST({right} AS {kind}) AS r")
     types = frame.schema
-    same = f"{comparable_sql('`l`', types['l'].dataType)} <=> {comparable_sql('`r`', types['r'].dataType)}"
+    same = (
+        f"{comparable_sql('`l`', types['l'].dataType)} <=> "
+        f"{comparable_sql('`r`', types['r'].dataType)}"
+    )
 
     found = frame.select(
         (row_hash(["l"], types) == row_hash(["r"], types)).alias("hashed"),

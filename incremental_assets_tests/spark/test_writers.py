@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -51,7 +52,7 @@ def _write(mode: Mode, spark: SparkSession, frame: DataFrame, plan: WritePlan) -
     """One run's write: its stage, then its commit, by the lake format's writer for `mode`."""
     session = plan.lake.session(spark)  # as a run binds its session to the lake's catalog
     rows = session.createDataFrame(frame.collect(), frame.schema)
-    writer: Writer = writer_for(mode, session, plan.lake)
+    writer: Writer[Any] = writer_for(mode, session, plan.lake)
     return writer.commit(writer.stage(rows, plan), plan)
 
 

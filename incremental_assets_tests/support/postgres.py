@@ -47,7 +47,10 @@ class PostgresServer:
 
     @property
     def conninfo(self) -> str:
-        return f"host={self.host} port={self.port} user={self.user} password={self.password} dbname={self.dbname}"
+        return (
+            f"host={self.host} port={self.port} user={self.user} password={self.password} "
+            f"dbname={self.dbname}"
+        )
 
     def connect(self, autocommit: bool = True, **overrides: object) -> psycopg.Connection:
         params: dict[str, object] = {

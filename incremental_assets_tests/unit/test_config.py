@@ -137,7 +137,8 @@ BAD_INPUTS = [
     ),
     (
         _with_table(cursor={"column": "id", "type": "integer"}, lookback=0.5, safety_lag=None),
-        "field 'lookback': integer cursors can't look back by a fraction (0.5); write a whole number",
+        "field 'lookback': integer cursors can't look back by a fraction (0.5); "
+        "write a whole number",
     ),
     (
         _with_table(lookback=100),
@@ -158,7 +159,8 @@ BAD_INPUTS = [
     ),
     (
         _with_table(table=None),
-        "table 'orders', field 'table': give exactly one of `table` (schema.table) or `query` (a SELECT)",
+        "table 'orders', field 'table': give exactly one of `table` (schema.table) "
+        "or `query` (a SELECT)",
     ),
     (_with_table(query="SELECT 1"), "give exactly one of `table`"),
     (

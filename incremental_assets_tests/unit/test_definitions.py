@@ -270,7 +270,10 @@ def test_loading_the_definitions_leaves_heavy_modules_unimported() -> None:
     """Every `dagster asset materialize` pays for what the definitions import, even with nothing
     new; pandas (through pyarrow.dataset or the Connect client) is most of a second of that,
     PyIceberg and SQLAlchemy another, PyMySQL's cryptography a tenth."""
-    probe = "import sys, incremental_assets.definitions; print(sorted(m for m in HEAVY if m in sys.modules))"
+    probe = (
+        "import sys, incremental_assets.definitions; "
+        "print(sorted(m for m in HEAVY if m in sys.modules))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", f"HEAVY = {HEAVY_MODULES!r}; {probe}"],
         capture_output=True,

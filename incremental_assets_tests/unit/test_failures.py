@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.config import TableSpec, project_from_mapping
+from incremental_assets.engine_failures import messages as root_messages
 from incremental_assets.errors import ConfigError, EngineError, SourceError
 from incremental_assets.lake.table import lake_error
-from incremental_assets.sources.failures import (
-    engine_error,
-    failures_of,
-    root_messages,
-    source_error,
-)
+from incremental_assets.sources.failures import engine_error, failures_of, source_error
 
 
 @dataclass

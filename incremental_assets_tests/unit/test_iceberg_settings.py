@@ -105,7 +105,8 @@ def test_partitions_are_coarse_enough_that_a_uniform_merge_touches_few() -> None
 def test_no_partition_parameter_is_wider_than_icebergs_32_bit_int(
     rows: int, low: int, span: int, bucket_rows: int | None
 ) -> None:
-    """Iceberg refuses a `truncate` width (or `bucket` count) above 2**31-1, after the whole read."""
+    """Iceberg refuses a `truncate` width (or `bucket` count) above 2**31-1, after the whole
+    read."""
     high = min(low + span, LONG)
     spec = partition_spec("id", rows, (low, high), bucketable=True, bucket_rows=bucket_rows)
 

@@ -83,7 +83,10 @@ def test_other_changes_are_refused_naming_the_column_and_both_types(
     name = next(iter(changes))
     with pytest.raises(
         WriteError,
-        match=f"column '{name}' is {old.replace('(', '.').replace(')', '.')} in the lake but {new.replace('(', '.').replace(')', '.')} in the source",
+        match=(
+            f"column '{name}' is {old.replace('(', '.').replace(')', '.')} in the lake but "
+            f"{new.replace('(', '.').replace(')', '.')} in the source"
+        ),
     ):
         plan_schema_change("orders", LAKE, _source(**changes))
 

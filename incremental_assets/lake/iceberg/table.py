@@ -20,7 +20,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from incremental_assets.config import LakeSpec
 from incremental_assets.dialects import SPARK_SQL
@@ -40,6 +40,7 @@ from incremental_assets.lake.iceberg.records import (
     TableState,
     branch_name,
     facts_of,
+    landed,
     live_rows,
 )
 from incremental_assets.lake.iceberg.schema import spark_schema, storable
@@ -48,17 +49,7 @@ from incremental_assets.lake.table import LakeFormat
 from incremental_assets.spark_api import T, column_named, held_twice
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-
-class OpenCommit(Protocol):
-    """A commit under way (`commits.IcebergCommit`), as the table sees it."""
-
-    landed: bool  # main holds it
-
-    def abandon(self) -> bool:
-        """Drop its branch unless it landed or may have; whether it did."""
-        ...
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def now() -> datetime:
@@ -77,8 +68,6 @@ class IcebergLake:
         self.name = identifier
         self.identifier: str | None = identifier
         self.namespace, self.short_name = split_identifier(identifier)
-        # Commits under way in this process, by their commit id (`discard` drops their branch).
-        self.commits: dict[str, OpenCommit] = {}
 
     def describe(self) -> str:
         return f"Iceberg table {self.name} at {self.uri}"
@@ -168,6 +157,13 @@ class IcebergLake:
         """A session in which the lake's catalog is registered (`catalog.bind`)."""
         return bind(spark, self.catalog)
 
+    def rows(self, spark: SparkSession, snapshot: int | None) -> DataFrame:
+        """The table's rows as of `snapshot` (None: as it is)."""
+        reader = self.session(spark).read
+        if snapshot is not None:
+            reader = reader.option("versionAsOf", str(snapshot))
+        return reader.table(self.reference())
+
     def reference(self, branch: str | None = None) -> str:
         """The table in Spark SQL: `catalog`.`namespace`.`table`[.`branch_<branch>`]."""
         parts = [self.catalog.name, *self.namespace.split("."), self.short_name]
@@ -198,15 +194,21 @@ class IcebergLake:
         return []
 
     def discard(self, txn: str) -> bool:
-        commit = self.commits.get(txn)
-        if commit is not None and not commit.abandon():
-            return False
-        self.commits.pop(txn, None)
-        return True
+        """Whether a failed run's commit is not on main, as far as the catalog answers: its
+        branch is the commit's to drop as it fails (`commits.apply`), or the next commit's once
+        it is a day old. A commit whose outcome was lost fails as `CommitUnknown` instead."""
+        try:
+            state = self.state()
+        except WriteError:
+            return True
+        return state is None or not landed(state, txn)
 
     def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
-        commit = self.commits.get(txn)
-        if commit is not None and commit.landed:
+        try:
+            state = self.state()
+        except WriteError:
+            state = None
+        if state is not None and landed(state, txn):
             return WriteError(
                 TableProblem(
                     table_name,
