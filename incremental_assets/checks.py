@@ -138,7 +138,7 @@ def evaluate_checks(
 
 def not_examined(table: TableSpec, result: LoadResult) -> str | None:
     """Why `primary_key_unique` has nothing to examine in this run, if it hasn't."""
-    if table.mode is not Mode.MERGE or result.full_refresh or result.files_written:
+    if table.mode is not Mode.MERGE or result.full_refresh or result.written.files_written:
         return None
     return f"{KEY_UNIQUE}: this run wrote no file, so there was nothing to check"
 
@@ -189,13 +189,14 @@ def primary_key_unique(
 ) -> dg.AssetCheckResult:
     """Keys held twice in the files `result` wrote (every file after a full refresh, or with no
     result)."""
-    if result is not None and result.duplicate_keys is not None:
+    written = result.written if result is not None else None
+    if written is not None and written.duplicate_keys is not None:
         # The merge counted them in the job that wrote its files.
-        return _key_result(result.duplicate_keys, result.files_written, key, "as written")
+        return _key_result(written.duplicate_keys, written.files_written, key, "as written")
     # The columns the lake's rows are matched on (`_key`): a collated text key's weight.
     matched = lake.facts().key_columns or list(key)
-    written = None if result is None or result.full_refresh else list(result.files)
-    duplicates, files = lake.duplicate_keys(spark(), matched, written)
+    files_written = None if result is None or result.full_refresh else list(result.written.files)
+    duplicates, files = lake.duplicate_keys(spark(), matched, files_written)
     return _key_result(duplicates, files, key or tuple(matched), "read again")
 
 

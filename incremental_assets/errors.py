@@ -85,7 +85,8 @@ def render_problems(file: str | Path | None, problems: Sequence[Problem]) -> str
 
 
 class CursorError(IncrementalAssetsError):
-    """A cursor value (stored in metadata, given as `start`, or read from the source) is unusable."""
+    """A cursor value (stored in metadata, given as `start`, or read from the source) is
+    unusable."""
 
 
 class SourceError(IncrementalAssetsError):

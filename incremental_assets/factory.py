@@ -212,7 +212,8 @@ def _log_result(context: dg.AssetExecutionContext, table: TableSpec, result: Loa
         )
 
     context.log.info(
-        f"{table.name}: {result.rows_extracted} rows read, {result.rows_written} written, "
+        f"{table.name}: {result.written.rows_extracted} rows read, "
+        f"{result.written.rows_written} written, "
         f"{result.row_count} in the lake; extract {result.extract_seconds:.1f}s, write "
         f"{result.write_seconds:.1f}s; cursor {text(result.previous_cursor)} -> "
         f"{text(result.cursor)}"

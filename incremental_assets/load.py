@@ -52,7 +52,7 @@ from incremental_assets.plan import (
     describe_bounds,
     plan_window,
 )
-from incremental_assets.results import LoadResult, MergeCounts, StoredState, WriteOutcome
+from incremental_assets.results import LoadResult, StoredState, WriteOutcome
 from incremental_assets.settings import changed_settings, describe_changes, settings_text
 from incremental_assets.sources import database_of, open_source
 from incremental_assets.sources.base import Source, check_columns
@@ -149,7 +149,7 @@ def load_without_spark(request: LoadRequest, log: Log = lambda _: None) -> LoadR
     )
     columns = column_types(facts.schema) if facts.schema is not None else stored.columns or ()
     return _result(
-        run, replace(plan, report=report), WriteOutcome.nothing(columns), stored.batch, None
+        run, replace(plan, report=report), _nothing(run.table, columns), stored.batch, None
     )
 
 
@@ -195,7 +195,7 @@ def run_incremental_load(
     plan = replace(plan, report=replace(plan.report, window_fingerprint=fingerprint))
     change = _schema_change(run, source, plan.replace_all)
     if plan.nothing_new:
-        outcome = WriteOutcome.nothing(column_types(change.target, with_batch=True))
+        outcome = _nothing(table, column_types(change.target, with_batch=True))
         return _result(run, plan, outcome, request.stored.batch, None)
     write = _write_plan(run, source, plan, change, source_facts)
     writer = writer_for(table.mode, spark, run.lake)
@@ -317,7 +317,8 @@ def _key_from_source(table: TableSpec, source: Source) -> tuple[str, ...]:
         raise ConfigError(
             TableProblem(
                 table.name,
-                f"{table.source_object} has no primary key in the database, and merge mode needs one.",
+                f"{table.source_object} has no primary key in the database, and merge mode needs "
+                "one.",
                 "primary_key",
                 "name the key columns: primary_key: [id].",
             )
@@ -387,17 +388,6 @@ def _result(
     extracted_at: float | None,
 ) -> LoadResult:
     table = run.table
-    merge = outcome.merge
-    report = plan.report
-    if table.mode is Mode.MERGE:
-        merge = merge or MergeCounts(0, 0, 0)
-        report = replace(
-            report,
-            rows_rewritten=outcome.rows_rewritten,
-            merge_path=outcome.merge_path,
-            delete_files=outcome.delete_files,
-            deleted_fraction=outcome.deleted_fraction,
-        )
     finished = time.monotonic()
     extracted_at = finished if extracted_at is None else extracted_at
     return LoadResult(
@@ -409,24 +399,22 @@ def _result(
         full_refresh=plan.replace_all,
         batch=batch,
         extract_filter=render_window(plan.window, run.dialect) if plan.window else "TRUE",
-        rows_extracted=outcome.rows_extracted,
-        rows_written=outcome.rows_written,
-        files_written=outcome.files_written,
-        merge=merge,
+        written=outcome,
         row_count=_rows_after(run, outcome),
-        columns=outcome.columns,
         uri=run.lake.uri,
         extract_seconds=extracted_at - run.started,
         write_seconds=finished - extracted_at,
         warnings=plan.warnings,
-        report=report,
-        files=outcome.files,
+        report=plan.report,
         primary_key=table.primary_key,
         head=outcome.head or run.facts.head,
         settings=run.request.settings,
         table_name=run.lake.identifier,
-        duplicate_keys=outcome.duplicate_keys,
     )
+
+
+def _nothing(table: TableSpec, columns: tuple[tuple[str, str], ...]) -> WriteOutcome:
+    return WriteOutcome.nothing(columns, merge=table.mode is Mode.MERGE)
 
 
 def _rows_after(run: _Run, outcome: WriteOutcome) -> int:

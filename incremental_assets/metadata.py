@@ -206,15 +206,17 @@ def _text(cursor_type: CursorType | None, value: CursorValue | None) -> str | No
     return None if value is None or cursor_type is None else format_cursor(cursor_type, value)
 
 
-# The fields of a `LoadResult` (and its `Report`) recorded under other keys, and those not
-# recorded, with why: every other field is a `TableMetadata` field of its name. A test holds
-# every field of the two records to one of the three.
+# The fields of a `LoadResult` (with its `Report` and `WriteOutcome`) recorded under other keys,
+# and those not recorded, with why: every other field is a `TableMetadata` field of its name,
+# recorded as it is. A test holds every field of the three records to one of the three.
 RECORDED_AS = {
     "merge": ("rows_inserted", "rows_updated", "rows_deleted"),
     "columns": (COLUMN_SCHEMA,),
     "head": ("lake_table_id", "lake_commit", "iceberg_snapshot_id", "iceberg_metadata_location"),
     "merge_path": ("merge_strategy", "buckets_touched", "buckets_held"),
     "report": (),  # its own fields, each recorded by name
+    "written": (),  # the write's, likewise
+    "rows_held": (ROW_COUNT,),  # the write's count, or the lake's (`LoadResult.row_count`)
 }
 NOT_RECORDED = {
     "files": "the data files a plain run added: read back by the key check, not shown",
@@ -227,10 +229,8 @@ def metadata_for(
     result: LoadResult, checks_not_run: str | None = None
 ) -> dict[str, dg.MetadataValue]:
     """The materialization metadata for one load. The key names are a public contract."""
-    unknown = set(vars(result.report)) - set(TableMetadata.model_fields) - set(RECORDED_AS)
-    assert not unknown, f"Report fields with no metadata key: {unknown}"
-    kind, merge, path = result.cursor_type, result.merge, result.report.merge_path
-    report = {name: value for name, value in vars(result.report).items() if name != "merge_path"}
+    kind, written = result.cursor_type, result.written
+    merge, path = written.merge, written.merge_path
     record = TableMetadata(
         cursor=_text(kind, result.cursor),
         previous_cursor=_text(kind, result.previous_cursor),
@@ -239,20 +239,17 @@ def metadata_for(
         mode=result.mode,
         full_refresh=result.full_refresh,
         batch=result.batch,
-        rows_extracted=result.rows_extracted,
-        rows_written=result.rows_written,
         rows_inserted=merge.inserted if merge else None,
         rows_updated=merge.updated if merge else None,
         rows_deleted=merge.deleted if merge else None,
         extract_filter=result.extract_filter,
         extract_seconds=round(result.extract_seconds, 3),
         write_seconds=round(result.write_seconds, 3),
-        files_written=result.files_written,
         warnings="\n".join(f"- {w}" for w in result.warnings) or None,
         row_count=result.row_count,
         uri=result.uri,
         column_schema=dg.TableSchema(
-            columns=[dg.TableColumn(name=name, type=type_) for name, type_ in result.columns]
+            columns=[dg.TableColumn(name=name, type=type_) for name, type_ in written.columns]
         ),
         settings=result.settings,
         lake_table_id=result.head.table_id if result.head else None,
@@ -264,9 +261,18 @@ def metadata_for(
         merge_strategy=path.strategy if path else None,
         buckets_touched=path.buckets_touched if path else None,
         buckets_held=path.buckets_held if path else None,
-        **report,
+        **_by_name(result.report),
+        **_by_name(written),
     )
     return record.as_metadata()
+
+
+def _by_name(values: object) -> dict[str, object]:
+    """The fields of `values` that are keys of their own name."""
+    found = vars(values)
+    unknown = set(found) - set(TableMetadata.model_fields) - set(RECORDED_AS) - set(NOT_RECORDED)
+    assert not unknown, f"fields with no metadata key: {unknown}"
+    return {k: v for k, v in found.items() if k in TableMetadata.model_fields}
 
 
 def override_metadata(

@@ -43,12 +43,15 @@ class MergePath:
 
 @dataclass(frozen=True, kw_only=True)
 class WriteOutcome:
+    """What a run's write did, recorded whole: a field named as a `TableMetadata` key is recorded
+    under it (the others: `metadata.RECORDED_AS`, `NOT_RECORDED`)."""
+
     rows_extracted: int
     rows_written: int
     files_written: int
-    rows_rewritten: int
-    merge: MergeCounts | None
+    merge: MergeCounts | None  # merge tables: what changed (zeros when nothing did)
     columns: tuple[tuple[str, str], ...]
+    rows_rewritten: int | None = None  # merge: rows written again in what it touched
     files: tuple[str, ...] = ()  # the data files the commit added
     merge_path: MergePath | None = None  # merge: how the delta was applied
     head: LakeHead | None = None  # the lake's head after the commit; None: nothing committed
@@ -61,15 +64,15 @@ class WriteOutcome:
 
     @staticmethod
     def nothing(
-        columns: tuple[tuple[str, str], ...], extracted: int = 0, merge: MergeCounts | None = None
+        columns: tuple[tuple[str, str], ...], extracted: int = 0, merge: bool = False
     ) -> WriteOutcome:
         """What a run that commits nothing did: `extracted` rows read, none of them written."""
         return WriteOutcome(
             rows_extracted=extracted,
             rows_written=0,
             files_written=0,
-            rows_rewritten=0,
-            merge=merge,
+            rows_rewritten=0 if merge else None,
+            merge=MergeCounts(0, 0, 0) if merge else None,
             columns=columns,
         )
 
@@ -86,14 +89,10 @@ class Report:
     backfill: str | None = None  # `[from, to)` of a bounded backfill
     schema_change: str | None = None
     deletes_reconciled: bool | None = None
-    rows_rewritten: int | None = None  # merge: rows written again in the buckets it touched
-    delete_files: int | None = None  # Iceberg merge: the table's delete files after the commit
-    deleted_fraction: float | None = None  # ... and the share of its rows they remove
     # What the next run would read again (ties at the cursor, the lookback below it), so that it
     # can tell without Spark whether anything changed: `<rows>:<md5>`, or the files' listing.
     window_fingerprint: str | None = None
     spark: str | None = None  # how the run used Spark: `not started (nothing new)`, or the engine
-    merge_path: MergePath | None = None  # which buckets a merge rewrote, and how
     settings_changed: str | None = None  # the lake-shaping settings changed since the last run
     spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
     spark_stages: int | None = None
@@ -110,25 +109,17 @@ class LoadResult:
     full_refresh: bool
     batch: int
     extract_filter: str
-    rows_extracted: int
-    rows_written: int
-    files_written: int
-    merge: MergeCounts | None
+    written: WriteOutcome  # what the run's write did
     row_count: int
-    columns: tuple[tuple[str, str], ...]
     uri: str
     extract_seconds: float
     write_seconds: float
     warnings: tuple[str, ...] = ()
     report: Report = field(default_factory=Report)
-    files: tuple[str, ...] = ()  # the data files this run added to the lake
     primary_key: tuple[str, ...] = ()  # as configured, or as read from the database
-    head: LakeHead | None = None  # the lake's head after the run (its identity, its last commit)
+    head: LakeHead | None = None  # the lake's head after the run, whether or not it committed
     settings: str | None = None  # the lake-shaping settings the run ran under (`settings.py`)
     table_name: str | None = None  # the lake table's name in its catalog (Iceberg)
-    # merge: written rows whose key another written row has, counted as they were written; None
-    # where the write didn't count them (`primary_key_unique` then reads the written files)
-    duplicate_keys: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

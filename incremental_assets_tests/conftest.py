@@ -92,7 +92,8 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(scope="session")
 def connect() -> Iterator[str]:
-    """A Spark Connect server for runs in subprocesses: they connect instead of starting a JVM each."""
+    """A Spark Connect server for runs in subprocesses: they connect instead of starting a JVM
+    each."""
     with connect_server() as url:
         yield url
 

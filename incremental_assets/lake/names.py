@@ -63,7 +63,8 @@ def data_file_name(group: str, txn: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class BucketScheme:
-    """How a merge table's keys map to buckets: `hash` into `size` buckets, or `range` of `size` keys."""
+    """How a merge table's keys map to buckets: `hash` into `size` buckets, or `range` of `size`
+    keys."""
 
     kind: SchemeKind
     size: int

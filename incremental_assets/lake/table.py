@@ -47,10 +47,10 @@ class LakeTable(Protocol):
         ...
 
     def facts(self, with_files: bool = True) -> LakeFacts:
-        """What a run reads about the table once. `with_files=False`: the data files and their schema
-        may be left out where the format can tell its head and records without them (an Iceberg
-        table's metadata file, read without PyIceberg), for a run that only checks the table is
-        still at the commit it recorded; the plain format lists its files either way."""
+        """What a run reads about the table once. `with_files=False`: the data files and their
+        schema may be left out where the format can tell its head and records without them (an
+        Iceberg table's metadata file, read without PyIceberg), for a run that only checks the
+        table is still at the commit it recorded; the plain format lists its files either way."""
         ...
 
     def recover(self) -> list[str]:

@@ -69,7 +69,8 @@ class AppendWriter:
         group = batch_group(plan.batch)
         files = self.lake.staged_parquet(plan.txn, staged.subdir)
         if staged.rows_written == 0 and not plan.replace_all:
-            files = []  # keep the table free of empty files; a replaced table keeps one for its schema
+            # Keep the table free of empty files; a replaced table keeps one for its schema.
+            files = []
         adds = [
             (f"{staged.subdir}/{f}", data_file_name(group, plan.txn, i))
             for i, f in enumerate(files)
@@ -80,7 +81,6 @@ class AppendWriter:
             rows_extracted=staged.rows_extracted,
             rows_written=staged.rows_written,
             files_written=len(adds),
-            rows_rewritten=staged.rows_written,
             merge=None,
             columns=staged.columns,
             files=tuple(final for _, final in adds),

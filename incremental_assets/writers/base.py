@@ -160,7 +160,8 @@ def commit_replacing(
     replaced: list[DataFile],
     records: dict[str, Any],
 ) -> LakeHead:
-    """Commit `adds` in place of `replaced`, with the lake's other files rewritten to a new schema."""
+    """Commit `adds` in place of `replaced`, with the lake's other files rewritten to a new
+    schema."""
     rest = [f for f in plan.facts.files if f not in replaced]
     evolved, rewritten = rewrite_to_schema(spark, lake, plan, rest)
     commit = Commit(

@@ -132,7 +132,6 @@ class IcebergAppendWriter:
             rows_extracted=extracted,
             rows_written=written,
             files_written=files_added(done.snapshots),
-            rows_rewritten=written,
             merge=None,
             columns=columns,
             head=done.head,

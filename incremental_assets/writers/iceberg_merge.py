@@ -139,7 +139,7 @@ class IcebergMergeWriter:
 
         done = settled(apply(self.lake, self.spark, commit, on_branch(merge, plan)))
         if done is None:
-            return WriteOutcome.nothing(staged.columns, staged.rows_extracted, MergeCounts(0, 0, 0))
+            return WriteOutcome.nothing(staged.columns, staged.rows_extracted, merge=True)
         made, counts = done.snapshots, tallied[-1]
         merged = WriteOutcome(
             rows_extracted=staged.rows_extracted,

@@ -363,7 +363,7 @@ def _within(key_ranges: tuple[tuple[str, object, object], ...], frame: DataFrame
 
 def _unchanged(staged: Staged, delta: DataFrame) -> WriteOutcome:
     columns = column_types(delta.drop(BUCKET).schema, with_batch=True)
-    return WriteOutcome.nothing(columns, staged.rows_extracted, MergeCounts(0, 0, 0))
+    return WriteOutcome.nothing(columns, staged.rows_extracted, merge=True)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ engines, the MySQL phase, the commit benchmarks over a few commits, and the repo
 published run.
 
 The tests split the harness so that each takes about a minute on a quiet machine (they run side
-by side under xdist). The end-to-end phase (fresh `dagster asset materialize` processes, the shared engine:
-several minutes even at 10k rows) is left out of `make test`; `python -m bench.run --smoke
---only-end-to-end` runs it.
+by side under xdist). The end-to-end phase (fresh `dagster asset materialize` processes, the
+shared engine: several minutes even at 10k rows) is left out of `make test`; `python -m bench.run
+--smoke --only-end-to-end` runs it.
 """
 
 from __future__ import annotations

@@ -37,20 +37,24 @@ def _setup(loads: Loads, pg: Schema, mode: str, **options: Any) -> None:
     """50 rows in `orders`, loaded in `mode` (several files per commit), on the test's lake
     format if it takes one, else plain Parquet."""
     pg.execute(
-        "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, updated_at timestamptz NOT NULL)"
+        "CREATE TABLE orders (id bigint PRIMARY KEY, v text NOT NULL, "
+        "updated_at timestamptz NOT NULL)"
     )
     pg.execute(
-        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(1, 50) i"
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-01-01 00:00:00+00' "
+        "+ i * INTERVAL '1 s' FROM generate_series(1, 50) i"
     )
     loads.configure(pg, ORDERS_MERGE, source={"rows_per_partition": 10}, mode=mode, **options)
 
 
 def _change(pg: Schema) -> None:
     pg.execute(
-        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' + id * INTERVAL '1 s' WHERE id <= 10"
+        "UPDATE orders SET v = 'v2', updated_at = TIMESTAMPTZ '2025-02-01 00:00:00+00' "
+        "+ id * INTERVAL '1 s' WHERE id <= 10"
     )
     pg.execute(
-        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-02-01 00:00:00+00' + i * INTERVAL '1 s' FROM generate_series(51, 60) i"
+        "INSERT INTO orders SELECT i, 'v1', TIMESTAMPTZ '2025-02-01 00:00:00+00' "
+        "+ i * INTERVAL '1 s' FROM generate_series(51, 60) i"
     )
 
 

@@ -61,7 +61,8 @@ def test_the_shared_engine_starts_serves_runs_fails_them_cleanly_when_killed_and
     config = write_cli_config(tmp_path, {"shop": pg.source()}, tables)
     config.write_text(config.read_text().replace("spark:\n", "spark:\n  engine: shared\n", 1))
     env = cli_env(config, tmp_path / "home")
-    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize twice at once.
+    # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize
+    # twice at once.
     dg.DagsterInstance.from_config(str(tmp_path / "home")).dispose()
 
     down = _engine(tmp_path, env, "status")

@@ -49,9 +49,10 @@ def test_a_files_table_loads_incrementally_without_dagster(
         spark, LoadRequest(table=table, lake_spec=lake, stored=state_after(first))
     )
 
-    assert (first.full_refresh, first.rows_written, first.row_count) == (True, 5, 5)
+    assert (first.full_refresh, first.written.rows_written, first.row_count) == (True, 5, 5)
     assert second.full_refresh is False
-    assert second.merge is not None and (second.merge.inserted, second.merge.updated) == (2, 2)
+    merged = second.written.merge
+    assert merged is not None and (merged.inserted, merged.updated) == (2, 2)
     assert second.previous_cursor == first.cursor
     rows = read_lake(tmp_path / "lake", "orders").select(["id", "note"]).to_pylist()
     assert sorted((r["id"], r["note"]) for r in rows) == [

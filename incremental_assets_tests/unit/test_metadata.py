@@ -20,7 +20,7 @@ from incremental_assets.metadata import (
     metadata_for,
     state_after,
 )
-from incremental_assets.results import LoadResult, MergeCounts, Report
+from incremental_assets.results import LoadResult, MergeCounts, Report, WriteOutcome
 
 AT = datetime(2025, 6, 1, 12, tzinfo=UTC)
 
@@ -35,12 +35,15 @@ def _result() -> LoadResult:
         full_refresh=False,
         batch=7,
         extract_filter='"updated_at" <= 1',
-        rows_extracted=10,
-        rows_written=9,
-        files_written=2,
-        merge=MergeCounts(3, 6, 1),
+        written=WriteOutcome(
+            rows_extracted=10,
+            rows_written=9,
+            files_written=2,
+            rows_rewritten=9,
+            merge=MergeCounts(3, 6, 1),
+            columns=(("id", "bigint"),),
+        ),
         row_count=100,
-        columns=(("id", "bigint"),),
         uri="/lake/orders",
         extract_seconds=1.5,
         write_seconds=0.5,
@@ -52,10 +55,10 @@ def _result() -> LoadResult:
 
 
 def test_every_field_of_a_result_is_recorded_or_said_why_not() -> None:
-    """A field added to `LoadResult` or `Report` fails here until metadata.py records it (or
-    says why not): `extra="ignore"` would otherwise drop it without a word."""
+    """A field added to `LoadResult`, `Report` or `WriteOutcome` fails here until metadata.py
+    records it (or says why not): `extra="ignore"` would otherwise drop it without a word."""
     keys = set(TableMetadata.model_fields)
-    for record in (LoadResult, Report):
+    for record in (LoadResult, Report, WriteOutcome):
         for field in fields(record):
             assert field.name in keys | set(RECORDED_AS) | set(NOT_RECORDED), field.name
 
@@ -97,6 +100,7 @@ def test_identifiers_are_text_so_only_quantities_are_plotted() -> None:
         "extract_seconds",
         "write_seconds",
         "files_written",
+        "rows_rewritten",
     }
 
 
