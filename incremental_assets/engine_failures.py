@@ -54,7 +54,8 @@ _MARKS: tuple[tuple[Failure, tuple[str, ...]], ...] = (
     # `fast_forward` to a branch main is no longer an ancestor of; a table made meanwhile.
     (Failure.CONFLICT, ("not an ancestor", "already exists")),
     (Failure.REFUSED, ("USER_RAISED_EXCEPTION",)),
-    (Failure.SOURCE_FAILED, (_DRIVER, "FAILED_JDBC")),
+    # PostgreSQL's driver; Spark's JDBC reader; MariaDB's driver, which names its connection.
+    (Failure.SOURCE_FAILED, (_DRIVER, "FAILED_JDBC", "(conn=")),
 )
 
 _CREDENTIALS = (

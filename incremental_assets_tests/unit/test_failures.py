@@ -4,7 +4,6 @@ real servers are in test_bad_inputs.py and test_quiet_failures.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,38 +13,7 @@ from incremental_assets.engine_failures import messages as root_messages
 from incremental_assets.errors import ConfigError, EngineError, SourceError
 from incremental_assets.lake.table import lake_error
 from incremental_assets.sources.failures import engine_error, failures_of, source_error
-
-
-@dataclass
-class JavaClass:
-    name: str
-
-    def getSimpleName(self) -> str:
-        return self.name
-
-
-@dataclass
-class JavaException:
-    """What py4j hands over: a Java throwable's message, class and cause."""
-
-    name: str
-    message: str
-    cause: JavaException | None = None
-
-    def getMessage(self) -> str:
-        return self.message
-
-    def getClass(self) -> JavaClass:
-        return JavaClass(self.name)
-
-    def getCause(self) -> JavaException | None:
-        return self.cause
-
-
-class SparkFailure(Exception):
-    def __init__(self, text: str, java: JavaException | None = None) -> None:
-        super().__init__(text)
-        self.java_exception = java
+from incremental_assets_tests.support.java_failures import SparkFailure, chain
 
 
 def table_spec(**settings: str) -> TableSpec:
@@ -62,14 +30,6 @@ def table_spec(**settings: str) -> TableSpec:
         "tables": [{**entry, **settings}],
     }
     return project_from_mapping(raw, Path("/project/incremental_assets.yaml")).tables[0]
-
-
-def chain(*links: tuple[str, str]) -> JavaException:
-    cause = None
-    for name, message in reversed(links):
-        cause = JavaException(name, message, cause)
-    assert cause is not None
-    return cause
 
 
 def test_the_cause_chain_is_walked_outside_in_without_stack_frames() -> None:

@@ -1,5 +1,5 @@
 """`TableSettings`: the properties an Iceberg table is made with, and the ones an existing table
-is brought to when the configuration changes (`IcebergCommit.conform`); `partition_spec`: how a
+is brought to when the configuration changes (`commit_plan.plan_commit`); `partition_spec`: how a
 merge table is partitioned by its key."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The properties of an Iceberg table of this package's, decided from its settings: pure.
 
 `TableSettings.of` is what a run makes a table with; `changes_to`, what it brings an existing
-table to when the configuration changed (`commits.IcebergCommit.conform`). `format_version` is
+table to when the configuration changed (`commit_plan.plan_commit`). `format_version` is
 the one rule of the format version, which `decisions.check_merge_writes` refuses by as well.
 """
 

@@ -255,7 +255,8 @@ def live_rows(snapshot: SnapshotInfo) -> int:
     Spark merges a data file's earlier position deletes into the new delete file (and a v3
     table keeps one deletion vector per file), maintenance drops deletes whose data file is
     gone, and a table whose merges copy on write has its deletes applied before its first such
-    merge (`commits.IcebergCommit.conform`), so no position is counted twice or left counted.
+    merge (`commit_plan.plan_commit`: `apply_deletes`), so no position is counted twice or left
+    counted.
     """
     summary = snapshot.summary
     return int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
