@@ -6,7 +6,11 @@ records.py   what the metadata says of this package's commits: the head, the rec
 schema.py    Iceberg's types and Spark's
 table.py     the lake table (`LakeTable`): facts, lock, counts
 properties.py  the table properties a run sets, and the one rule of the format version
-commits.py   one run's commit: a snapshot on its own branch, then main moved to it
+commit_plan.py what a run's commit will do, and what became of it: values, pure
+conflicts.py   why a commit was refused, read from the metadata
+commits.py   the executor of a plan: the run's snapshots on its own branch, then main moved
+partitions.py  how a merge table is partitioned by its key
+maintenance.py what housekeeping is due, and Iceberg's procedures that do it
 """
 
 from incremental_assets.lake.iceberg.table import IcebergLake

@@ -1,23 +1,14 @@
 """One run's commit to an Iceberg table, carried out by Spark: `apply` takes the plan
-(`commit_plan.py`) and the run's rows, and returns what became of them.
+(`commit_plan.py`) and the run's rows, and returns what became of them (`Landed`, `Unchanged`,
+`Conflict`, `Unknown`: a branch is dropped unless the catalog may have taken its commit).
 
-    Landed     main holds the run's snapshots; the head they made, the snapshots, the table's
-               properties as committed
-    Unchanged  the write changed nothing: nothing committed, the branch dropped
-    Conflict   main moved past the snapshot the run computed against (another writer, or
-               maintenance): nothing committed, the branch dropped
-    Unknown    the catalog can't say whether it took the commit: the branch is kept, and the
-               next run tells which (a snapshot that landed is recognised, not applied twice)
-
-A run's snapshots are made on its own branch `ia-<txn>`, made at the snapshot it read, then main
-is moved to it with `fast_forward`, which Iceberg refuses unless main is still there. So each run
-adds its snapshots to main, or none; readers see main before or after. A replacement of the
-whole table is a branch commit too, where the table's columns stay; otherwise it is Iceberg's
+A run's snapshots are made on its own branch `ia-<txn>` at the snapshot it read, then main is
+moved to it with `fast_forward`, which Iceberg refuses unless main is still there: so each run
+adds its snapshots to main, or none, and readers see main before or after. A replacement of the
+whole table is a branch commit too where the table's columns stay; otherwise it is Iceberg's
 `CREATE OR REPLACE`, which commits over whatever landed, so a commit it replaced is found after
-the fact and refused, named (`conflicts.replaced_over`). A run that dies leaves its branch, which
-the next commit drops once it is a day old (a younger one may be a live run's); Iceberg's Spark
-writer deletes the files of a write that failed, and a branch's files go with its snapshot's
-expiry.
+the fact and refused (`conflicts.replaced_over`). A run that dies leaves its branch, which the
+next commit drops once it is a day old (a younger one may be a live run's).
 """
 
 from __future__ import annotations
