@@ -24,8 +24,9 @@ from incremental_assets.errors import ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts, LakeHead
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT
 from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.branch import Whole
 from incremental_assets.lake.iceberg.commit_plan import plan_replacement, settled
-from incremental_assets.lake.iceberg.commits import Whole, apply
+from incremental_assets.lake.iceberg.commits import apply
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
 from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import CONVERTED, head_snapshot, summary_of

@@ -10,6 +10,7 @@ Iceberg)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.config import SparkSpec
+from incremental_assets.jvm import jar_folder
 from incremental_assets.lake.table import LakeFormat
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.databases import KINDS, SourceDb
@@ -37,9 +39,21 @@ from incremental_assets_tests.support.postgres import (
 )
 from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder, shipped_home
 from incremental_assets_tests.support.s3 import S3Server, s3_server
-from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
+from incremental_assets_tests.support.spark import (
+    TEST_SPARK_CONF,
+    class_archive,
+    connect_server,
+    jvm_options,
+)
 
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The options of every JVM the suite starts, set once, before xdist's workers start (they
+    inherit them): the archive of a session's classes is made here the first time."""
+    if "SPARK_SUBMIT_OPTS" in os.environ:
+        return
+    archive = class_archive(sys.executable, jar_folder().parent / "class-archives")
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options(archive)
 
 
 @pytest.fixture(scope="session")

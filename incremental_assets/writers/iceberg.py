@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.lake.facts import COLUMNS, KEY, SNAPSHOT, Layout
+from incremental_assets.lake.iceberg.branch import Branch, OnBranch, Whole
 from incremental_assets.lake.iceberg.commit_plan import (
     CommitPlan,
     plan_commit,
     plan_replacement,
     settled,
 )
-from incremental_assets.lake.iceberg.commits import Branch, OnBranch, Whole, apply
+from incremental_assets.lake.iceberg.commits import apply
 from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import SnapshotInfo, live_rows, summary_of
 from incremental_assets.lake.iceberg.table import IcebergLake

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from incremental_assets.lake.facts import KEY
+from incremental_assets.lake.iceberg.branch import Branch, Whole
 from incremental_assets.lake.iceberg.commit_plan import Landed, plan_replacement, settled
-from incremental_assets.lake.iceberg.commits import Branch, Whole, apply
+from incremental_assets.lake.iceberg.commits import apply
 from incremental_assets.lake.iceberg.partitions import bucketable, partition_spec
 from incremental_assets.lake.iceberg.records import SnapshotInfo, deletes_of, live_rows
 from incremental_assets.lake.iceberg.table import IcebergLake

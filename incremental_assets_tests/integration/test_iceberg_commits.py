@@ -82,7 +82,7 @@ def test_a_run_never_deletes_what_another_runs_branch_holds(
     loads.configure(pg, ORDERS_APPEND, lake={**ICEBERG, "lock": False})
     assert loads.run().success
     change_orders(pg, 1)
-    writer_a, marker = loads.paused_run("staged", remote=connect)
+    writer_a, marker = loads.paused_run("mid-commit", remote=connect)
     state = _lake(loads).state()
     assert state is not None
     (branch,) = [name for name in state.refs if name.startswith("ia-")]
@@ -357,7 +357,7 @@ def test_a_commit_refused_before_the_catalog_took_it_says_its_cause(
     loads.configure(pg, ORDERS_APPEND, lake=ICEBERG)
     assert loads.run().success
     change_orders(pg, 1)
-    writer, marker = loads.paused_run("staged", remote=connect)
+    writer, marker = loads.paused_run("mid-commit", remote=connect)
     lake = _lake(loads)
     state = lake.state()
     assert state is not None

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from incremental_assets.config import SparkSpec
+from incremental_assets.jvm import jar_folder
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
@@ -44,7 +45,12 @@ from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES, MERGE_WRITES
 from incremental_assets_tests.support.mariadb import mariadb_server
 from incremental_assets_tests.support.postgres import postgres_server
-from incremental_assets_tests.support.spark import TEST_JVM_OPTIONS, TEST_SPARK_CONF, connect_server
+from incremental_assets_tests.support.spark import (
+    TEST_SPARK_CONF,
+    class_archive,
+    connect_server,
+    jvm_options,
+)
 
 # The types of the key's id column (PostgreSQL's names), by the names the config gives such types.
 KEY_NAMES = dict(
@@ -57,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
     os.environ["TZ"] = args.timezone
     time.tzset()
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # as the suite's JVMs
+    if "SPARK_SUBMIT_OPTS" not in os.environ:  # as the suite's JVMs
+        archive = class_archive(sys.executable, jar_folder().parent / "class-archives")
+        os.environ["SPARK_SUBMIT_OPTS"] = jvm_options(archive)
     print(
         f"soak: seed {first_seed}, {args.steps} steps, {args.database}, {args.format} lake, "
         f"TZ={args.timezone}",

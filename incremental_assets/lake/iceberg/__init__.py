@@ -8,6 +8,7 @@ table.py     the lake table (`LakeTable`): facts, lock, counts
 properties.py  the table properties a run sets, and the one rule of the format version
 commit_plan.py what a run's commit will do, and what became of it: values, pure
 conflicts.py   why a commit was refused, read from the metadata
+branch.py    what a write sees of its commit: the run's branch, its rows
 commits.py   the executor of a plan: the run's snapshots on its own branch, then main moved
 partitions.py  how a merge table is partitioned by its key
 maintenance.py what housekeeping is due, and Iceberg's procedures that do it

@@ -13,9 +13,9 @@ next commit drops once it is a day old (a younger one may be a live run's).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from incremental_assets.dialects import SPARK_SQL
 from incremental_assets.engine_failures import Failure, classify
 from incremental_assets.errors import CommitUnknown, ConcurrentRunError, TableProblem, WriteError
 from incremental_assets.lake.facts import LakeHead
+from incremental_assets.lake.iceberg.branch import Branch, OnBranch, Whole
 from incremental_assets.lake.iceberg.commit_plan import (
     CommitPlan,
     Conflict,
@@ -39,7 +40,6 @@ from incremental_assets.lake.iceberg.properties import TableSettings
 from incremental_assets.lake.iceberg.records import (
     SnapshotInfo,
     TableState,
-    branch_name,
     head_at,
     landed,
     made_by,
@@ -56,66 +56,6 @@ if TYPE_CHECKING:
 # A branch left younger than this may be a live run's (without the lock, runs can overlap).
 DEAD_BRANCH_AGE = timedelta(days=1)
 _SNAPSHOT_PROPERTY = "spark.sql.iceberg.snapshot-property."
-
-
-@dataclass
-class Branch:
-    """The run's branch as its write sees it, made where main must still be on first use."""
-
-    lake: IcebergLake
-    spark: SparkSession
-    txn: str
-    base: int | None  # the snapshot the commit is computed against
-    made: bool = False
-
-    @property
-    def name(self) -> str:
-        return branch_name(self.txn)
-
-    @property
-    def reference(self) -> str:
-        if not self.made:
-            at = f" AS OF VERSION {self.base}" if self.base is not None else ""
-            self.spark.sql(
-                f"ALTER TABLE {self.lake.reference()} CREATE BRANCH "
-                f"{SPARK_SQL.quote(self.name)}{at}"
-            )
-            self.made = True
-        return self.lake.reference(self.name)
-
-    def rows(self) -> DataFrame:
-        """The table's rows as the commit is computed against them."""
-        return self.lake.rows(self.spark, self.base)
-
-    def sql(self, statement: str) -> None:
-        self.spark.sql(statement)
-
-    @contextmanager
-    def viewed(self, frame: DataFrame, what: str) -> Iterator[str]:
-        """`frame` under a name the branch's SQL can use, whichever session made it (a global
-        temporary view: the application's sessions share them)."""
-        name = f"ia_{self.txn}_{what}"
-        frame.createOrReplaceGlobalTempView(name)
-        try:
-            yield f"global_temp.{SPARK_SQL.quote(name)}"
-        finally:
-            frame.sparkSession.catalog.dropGlobalTempView(name)
-
-
-@dataclass(frozen=True)
-class OnBranch:
-    """A run's rows written on its branch by `write`, which says whether there is anything to
-    commit; `cast` gives the table's rows the run's types, where the plan rewrites them."""
-
-    write: Callable[[Branch], bool]
-    cast: Callable[[DataFrame], DataFrame] = lambda rows: rows
-
-
-@dataclass(frozen=True)
-class Whole:
-    """The table's rows, all of them: a replacement's."""
-
-    rows: DataFrame
 
 
 class _Refused(Exception):
@@ -247,6 +187,8 @@ def _after_failed(
         return Unknown(exc)
     if state is not None and landed(state, plan.txn):
         return None
+    if state is not None and plan.branch not in state.refs:
+        raise _branch_gone(lake, plan.branch) from None
     failure = classify(exc)
     if _current(state) != base or failure is Failure.CONFLICT:
         _drop_branch(lake, spark, plan.branch)
@@ -392,21 +334,25 @@ def _made_on(
 ) -> tuple[SnapshotInfo, ...]:
     """The snapshots the write made on `branch` since `base`, oldest first."""
     if state is None or branch not in state.refs:
-        raise WriteError(
-            TableProblem(
-                lake.table_name,
-                f"this run's branch of the {lake.describe()} ({branch}) was dropped before main "
-                "could move to it: by hand, or by another engine's maintenance. Nothing was "
-                "committed and the cursor did not move.",
-                fix="run again.",
-            )
-        )
+        raise _branch_gone(lake, branch)
     made = []
     for snapshot in state.ancestry(state.refs[branch]):
         if snapshot.snapshot_id == base:
             break
         made.append(snapshot)
     return tuple(reversed(made))
+
+
+def _branch_gone(lake: IcebergLake, branch: str) -> WriteError:
+    return WriteError(
+        TableProblem(
+            lake.table_name,
+            f"this run's branch of the {lake.describe()} ({branch}) was dropped before main "
+            "could move to it: by hand, or by another engine's maintenance. Nothing was "
+            "committed and the cursor did not move.",
+            fix="run again.",
+        )
+    )
 
 
 def _head(state: TableState, snapshot: SnapshotInfo) -> LakeHead:
