@@ -38,6 +38,8 @@ _RAISED = re.compile(r"^\w*Exception: \[USER_RAISED_EXCEPTION\] | SQLSTATE: \w+$
 _DRIVER = "PSQLException"
 
 _MARKS: tuple[tuple[Failure, tuple[str, ...]], ...] = (
+    # First: Iceberg's unknown commit carries its cause's words, a closed socket's among them.
+    (Failure.UNKNOWN, ("CommitStateUnknownException", "Commit state unknown")),
     # How a Spark Connect client says its server is gone (stopped) or forgot it (restarted).
     (
         Failure.ENGINE_GONE,
@@ -50,7 +52,6 @@ _MARKS: tuple[tuple[Failure, tuple[str, ...]], ...] = (
             "Socket closed",
         ),
     ),
-    (Failure.UNKNOWN, ("CommitStateUnknownException", "Commit state unknown")),
     # `fast_forward` to a branch main is no longer an ancestor of; a table made meanwhile.
     (Failure.CONFLICT, ("not an ancestor", "already exists")),
     (Failure.REFUSED, ("USER_RAISED_EXCEPTION",)),

@@ -102,12 +102,14 @@ class ConcurrentRunError(WriteError):
 
 
 class CommitUnknown(WriteError):
-    """A commit the lake's catalog may or may not have taken (its answer was lost): what is
-    left of it is kept for the next run, which tells which (`LakeTable.unfinished_error`)."""
+    """A commit the lake's catalog may or may not have taken (its answer was lost), or took
+    but can't be read back (`landed`): what is left of it is kept for the next run, which tells
+    which (`LakeTable.unfinished_error`)."""
 
-    def __init__(self, cause: Exception) -> None:
+    def __init__(self, cause: Exception, landed: bool = False) -> None:
         super().__init__(str(cause))
         self.cause = cause
+        self.landed = landed
 
 
 class EngineError(IncrementalAssetsError):

@@ -33,6 +33,7 @@ from incremental_assets.dialects import SPARK_SQL, Dialect
 from incremental_assets.engine_failures import Failure, classify, messages
 from incremental_assets.errors import (
     CommitUnknown,
+    ConcurrentRunError,
     ConfigError,
     IncrementalAssetsError,
     TableProblem,
@@ -358,7 +359,10 @@ def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError
     """Clean up after a failed read, stage or commit, and say what state the lake is in."""
     table, lake = run.table, run.lake
     cause = lake.redact(messages(exc.cause if isinstance(exc, CommitUnknown) else exc)[-1])
-    if isinstance(exc, CommitUnknown) or not lake.discard(txn):
+    if isinstance(exc, CommitUnknown):
+        return lake.unfinished_error(table.name, txn, cause, took=exc.landed)
+    # A refused commit says what happened to it (one replaced over another landed, refused).
+    if not lake.discard(txn) and not isinstance(exc, ConcurrentRunError):
         return lake.unfinished_error(table.name, txn, cause)
     if isinstance(exc, IncrementalAssetsError):
         return exc

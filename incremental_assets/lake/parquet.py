@@ -174,7 +174,9 @@ class ParquetLake:
         self.folder.remove_staging(txn)
         return True
 
-    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+    def unfinished_error(
+        self, table_name: str, txn: str, cause: str, took: bool = False
+    ) -> WriteError:
         return WriteError(
             TableProblem(
                 table_name,

@@ -73,9 +73,12 @@ class LakeTable(Protocol):
         """Drop a failed run's staging unless its commit may be part applied; say whether it did."""
         ...
 
-    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
-        """The failure of a run whose commit `discard` couldn't drop: what readers see, what the
-        next run does."""
+    def unfinished_error(
+        self, table_name: str, txn: str, cause: str, took: bool = False
+    ) -> WriteError:
+        """The failure of a run whose commit `discard` couldn't drop, or whose outcome was lost
+        (`took`: the catalog took it, and only reading it back failed): what readers see, what
+        the next run does."""
         ...
 
     def redact(self, text: str) -> str:

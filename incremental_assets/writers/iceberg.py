@@ -132,7 +132,8 @@ class IcebergAppendWriter:
         return WriteOutcome(
             rows_extracted=extracted,
             rows_written=written,
-            files_written=files_added(done.snapshots),
+            # The append's own (a rerun's DELETE of its batch rewrites files first).
+            files_written=files_added((done.snapshot,)),
             merge=None,
             columns=columns,
             head=done.head,

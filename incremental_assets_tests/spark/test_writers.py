@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -17,43 +16,15 @@ from incremental_assets.cursor import CursorType
 from incremental_assets.errors import WriteError
 from incremental_assets.lake import LakeTable, open_lake
 from incremental_assets.lake.iceberg import IcebergLake
-from incremental_assets.lake.names import new_txn
 from incremental_assets.lake.parquet import ParquetLake
 from incremental_assets.results import WriteOutcome
 from incremental_assets.window import Window
-from incremental_assets.writers import writer_for
-from incremental_assets.writers.base import ClashingVersions, WritePlan, Writer
+from incremental_assets.writers.base import ClashingVersions, WritePlan
+from incremental_assets_tests.support.plans import lake_write_plan as _plan
+from incremental_assets_tests.support.plans import written as _write
 from incremental_assets_tests.support.project import read_lake
 
 SCHEMA = "id long, v string, c long, gone boolean"
-
-
-def _plan(lake: LakeTable, batch: int, **changes: object) -> WritePlan:
-    values: dict[str, object] = {
-        "lake": lake,
-        "facts": lake.facts(),
-        "txn": new_txn(),
-        "cursor": None,
-        "batch": batch,
-        "replace_all": False,
-        "primary_key": ("id",),
-        "cursor_column": "c",
-        "delete_column": "gone",
-        "buckets": 4,
-        "bucket_rows": 50,
-        "compression": "zstd",
-        "max_rows_per_file": 1_000_000,
-    }
-    values.update(changes)
-    return WritePlan(**values)  # type: ignore[arg-type]
-
-
-def _write(mode: Mode, spark: SparkSession, frame: DataFrame, plan: WritePlan) -> WriteOutcome:
-    """One run's write: its stage, then its commit, by the lake format's writer for `mode`."""
-    session = plan.lake.session(spark)  # as a run binds its session to the lake's catalog
-    rows = session.createDataFrame(frame.collect(), frame.schema)
-    writer: Writer[Any] = writer_for(mode, session, plan.lake)
-    return writer.commit(writer.stage(rows, plan), plan)
 
 
 def _append(spark: SparkSession, frame: DataFrame, plan: WritePlan) -> WriteOutcome:

@@ -57,6 +57,19 @@ CLASSIFIED = [
         ),
         Failure.UNKNOWN,
     ),
+    # A catalog's connection closed mid-commit: the commit's outcome is unknown, not the engine
+    # gone (Iceberg's exception carries its cause's words).
+    (
+        "catalog connection closed",
+        SparkFailure(
+            CALL,
+            chain(
+                ("CommitStateUnknownException", "Socket closed\nCannot determine whether ..."),
+                ("SocketException", "Socket closed"),
+            ),
+        ),
+        Failure.UNKNOWN,
+    ),
     (
         "engine stopped",
         SparkFailure(

@@ -39,12 +39,13 @@ class Branch:
     @property
     def reference(self) -> str:
         if not self.made:
+            # Made as far as cleaning up goes: the catalog may take it and its answer be lost.
+            self.made = True
             at = f" AS OF VERSION {self.base}" if self.base is not None else ""
             self.spark.sql(
                 f"ALTER TABLE {self.lake.reference()} CREATE BRANCH "
                 f"{SPARK_SQL.quote(self.name)}{at}"
             )
-            self.made = True
         return self.lake.reference(self.name)
 
     def rows(self) -> DataFrame:

@@ -220,6 +220,7 @@ class Conflict:
 @dataclass(frozen=True)
 class Unknown:
     cause: Exception
+    landed: bool = False  # the catalog took it; reading it back failed
 
 
 Outcome = Landed | Unchanged | Conflict | Unknown
@@ -234,5 +235,5 @@ def settled(outcome: Outcome) -> Landed | None:
             return None
         case Conflict(error):
             raise error
-        case Unknown(cause):
-            raise CommitUnknown(cause)
+        case Unknown(cause, landed):
+            raise CommitUnknown(cause, landed)

@@ -87,7 +87,7 @@ def apply(
     except _Refused as refused:
         return Conflict(refused.error)
     except CommitUnknown as unknown:
-        return Unknown(unknown.cause)
+        return Unknown(unknown.cause, unknown.landed)
 
 
 def _on_branch(
@@ -218,7 +218,7 @@ def _recreated(
         _partition(lake, spark, replacement)
         state = lake.state()
     except WriteError as exc:  # the catalog stopped answering after it took the table
-        raise CommitUnknown(exc) from None
+        raise CommitUnknown(exc, landed=True) from None
     head = made_by(state, plan.txn) if state is not None else None
     if state is None or head is None or head.snapshot_id is None:
         raise _Refused(_moved(lake, plan.base, state))

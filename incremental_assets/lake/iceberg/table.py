@@ -203,12 +203,14 @@ class IcebergLake:
             return True
         return state is None or not landed(state, txn)
 
-    def unfinished_error(self, table_name: str, txn: str, cause: str) -> WriteError:
+    def unfinished_error(
+        self, table_name: str, txn: str, cause: str, took: bool = False
+    ) -> WriteError:
         try:
             state = self.state()
         except WriteError:
             state = None
-        if state is not None and landed(state, txn):
+        if took or (state is not None and landed(state, txn)):
             return WriteError(
                 TableProblem(
                     table_name,
@@ -224,8 +226,9 @@ class IcebergLake:
                 table_name,
                 f"moving the {self.describe()} to this run's snapshot failed, and whether the "
                 f"catalog took it could not be told: {self.catalog.redact(cause)}. Readers see "
-                f"the table either as it was or with this run's snapshot, never part of it; the "
-                f"run's branch ({branch_name(txn)}) is kept. The next run tells which, and goes "
+                f"the table either as it was or with this run's snapshot, never part of it; what "
+                f"the run wrote is kept (its branch {branch_name(txn)}, if it made one). The next "
+                "run tells which, and goes "
                 "on from there (a snapshot that landed is recognised and not applied twice); the "
                 "cursor did not move.",
                 fix="fix the cause (the catalog's connection, most often) and run again.",
