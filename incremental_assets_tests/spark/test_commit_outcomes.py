@@ -67,13 +67,15 @@ def _failed(lake: IcebergLake, txn: str, exc: Exception) -> Exception:
     return load_module._failed_write(run, txn, exc)  # type: ignore[arg-type]
 
 
-def _first(spark: SparkSession, lake: IcebergLake, mode: Mode = Mode.APPEND) -> None:
-    _write(
-        mode,
-        spark,
-        spark.createDataFrame([(1, "a", 10, None), (2, "b", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
-    )
+def _first(
+    spark: SparkSession,
+    lake: IcebergLake,
+    mode: Mode = Mode.APPEND,
+    rows: list[tuple[Any, ...]] | None = None,
+) -> None:
+    """The table's first load: `rows`, or two rows."""
+    rows = rows or [(1, "a", 10, None), (2, "b", 10, None)]
+    _write(mode, spark, spark.createDataFrame(rows, SCHEMA), _plan(lake, 1, replace_all=True))
 
 
 def test_a_fast_forward_whose_outcome_is_unknown_keeps_its_branch_and_fails_as_unknown(
@@ -83,12 +85,7 @@ def test_a_fast_forward_whose_outcome_is_unknown_keeps_its_branch_and_fails_as_u
     moved can't be told, so the branch must stay (the catalog may still apply the commit) and
     the run must fail as a commit whose outcome is unknown (`lake.unfinished_error`)."""
     lake = _lake(tmp_path)
-    _write(
-        Mode.APPEND,
-        spark,
-        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
-    )
+    _first(spark, lake, rows=[(1, "a", 10, None)])
     real_sql = SparkSession.sql
 
     def sql(self: SparkSession, statement: str, *args: Any, **kwargs: Any) -> DataFrame:
@@ -119,12 +116,7 @@ def test_a_replace_over_another_writers_commit_fails_naming_that_commit(
     is on main, so the new `discard` says it landed and `_failed_write` turns the refusal into
     `unfinished_error`'s "reading the table back failed", which says the opposite."""
     lake = _lake(tmp_path)
-    _write(
-        Mode.APPEND,
-        spark,
-        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
-    )
+    _first(spark, lake, rows=[(1, "a", 10, None)])
     other = lake.session(spark.newSession())  # another writer: none of this run's summary
     real_pause = commits_module.pause_point  # type: ignore[attr-defined]
 
@@ -221,12 +213,7 @@ def test_a_rerun_of_a_committed_batch_counts_the_files_its_append_wrote(
     """files_written: the old writer counted the append's snapshot; the new one sums every
     snapshot on the branch, the rerun's DELETE (which rewrote the earlier batch's file) too."""
     lake = _lake(tmp_path)
-    _write(
-        Mode.APPEND,
-        spark,
-        spark.createDataFrame([(1, "a", 10, None)], SCHEMA),
-        _plan(lake, 1, replace_all=True),
-    )
+    _first(spark, lake, rows=[(1, "a", 10, None)])
     two = spark.createDataFrame([(2, "b", 20, None)], SCHEMA)
     _write(Mode.APPEND, spark, two, _plan(lake, 2))
     # Compacted: batch 1's and batch 2's rows in one file, as maintenance leaves them.
