@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,7 +70,19 @@ spark.stop()
 def class_archive(python: str, folder: Path) -> Path | None:
     """The class data sharing archive of a test session's start (made now if missing), or None
     if it can't be made here."""
-    key = json.dumps([pyspark.__version__, TEST_JVM_OPTIONS, sorted(TEST_SPARK_CONF.items())])
+    java = shutil.which("java")
+    if java is None:
+        return None
+    jdk = Path(java).resolve()  # another JDK can't use the archive: make one for it
+    key = json.dumps(
+        [
+            str(jdk),
+            jdk.stat().st_mtime,
+            pyspark.__version__,
+            TEST_JVM_OPTIONS,
+            sorted(TEST_SPARK_CONF.items()),
+        ]
+    )
     archive = folder / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
     if archive.is_file():
         return archive
