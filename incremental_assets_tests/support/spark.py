@@ -40,6 +40,10 @@ TEST_SPARK_SETTINGS = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.driver.memory": "1g",
+    # The tests' rows are few: compiling a query's stages into Java (janino, then a JIT held to
+    # C1 here) costs them more than it returns. Spark runs the same plans, operator by operator;
+    # the benchmarks keep Spark's default.
+    "spark.sql.codegen.wholeStage": "false",
 }
 TEST_SPARK_CONF = {**TEST_JVM_CONF, **TEST_SPARK_SETTINGS}
 
@@ -170,6 +174,7 @@ def connect_server() -> Iterator[str]:
             "spark.connect.grpc.binding.port": str(port),
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
+            "spark.sql.codegen.wholeStage": "false",
             "spark.driver.memory": "1g",
         }
         command = connect_server_command("local[2]", conf)
