@@ -1,0 +1,184 @@
+"""A run's changes to one table, gathered from the decoded log: pure Python.
+
+The log holds whole transactions, each with its commit's LSN; the changes of one table are kept
+in log order, with the LSN of the transaction that made them. A transaction at or below the
+position the last run recorded is skipped whole (a slot's position can move back after a server
+crash). The position a run records is the end of the last transaction it kept, or the run's
+frozen bound when it read everything up to it.
+
+    Insert, Update   the new row, by column name; an unchanged TOAST value is taken from the
+                     old row when the table's replica identity is FULL, else refused
+    Delete           the old key (or the old row, under FULL)
+    Truncate         every row before it gone (a merge keeps what follows the last one:
+                     `since_truncate`)
+    Relation         the table's columns: a new column joins the rows from there on; a column
+                     dropped or renamed is refused
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from incremental_assets.sources.pgoutput import (
+    UNCHANGED,
+    Begin,
+    Column,
+    Commit,
+    Delete,
+    Insert,
+    Message,
+    Relation,
+    Truncate,
+    Update,
+    Value,
+)
+
+Op = Literal["insert", "update", "delete", "truncate"]
+
+
+class LogRefused(Exception):
+    """The log holds a change this package can't apply exactly: what, and the fix."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message, self.fix = message, fix
+
+
+@dataclass(frozen=True)
+class Change:
+    op: Op
+    lsn: int  # the commit LSN of the transaction that made it
+    values: dict[str, str | None]  # the row (a delete: its key, or the row under FULL)
+
+    @staticmethod
+    def truncate(lsn: int) -> Change:
+        return Change("truncate", lsn, {})
+
+
+@dataclass
+class Gathered:
+    """What a run read of the table's log."""
+
+    columns: tuple[Column, ...] = ()  # the table's columns, as the log last described them
+    changes: list[Change] = field(default_factory=list)
+    position: int = 0  # the LSN to record: the last transaction kept ends here
+    transactions: int = 0
+    skipped: int = 0  # transactions at or below the recorded position
+
+
+def gather(
+    messages: Iterable[tuple[int, Message | None]],
+    table: tuple[str, str],
+    after: int,
+    columns: tuple[Column, ...] = (),
+) -> Gathered:
+    """The changes to `table` (schema, name) in transactions that committed past `after`, in
+    log order. `messages`: (the message's LSN, the message) as the slot returns them;
+    `columns`: the table's columns as the run knows them before the log says."""
+    found = Gathered(columns=columns, position=after)
+    relations: dict[int, Relation] = {}
+    commit_lsn: int | None = None
+    pending: list[Change] = []
+    for _, message in messages:
+        match message:
+            case Begin(final_lsn=lsn):
+                commit_lsn, pending = lsn, []
+            case Relation():
+                relations[message.oid] = message
+                if (message.namespace, message.name) == table:
+                    found.columns = _evolved(found.columns, message)
+            case Insert() | Update() | Delete() | Truncate() if commit_lsn is not None:
+                if commit_lsn <= after:
+                    continue
+                change = _change(message, relations, table, commit_lsn)
+                if change is not None:
+                    pending.append(change)
+            case Commit(commit_lsn=lsn, end_lsn=end):
+                if commit_lsn is not None and lsn <= after:
+                    found.skipped += 1
+                elif commit_lsn is not None:
+                    found.changes.extend(pending)
+                    found.transactions += 1
+                    found.position = max(found.position, end)
+                commit_lsn, pending = None, []
+    return found
+
+
+def since_truncate(changes: list[Change]) -> tuple[bool, list[Change]]:
+    """Whether a TRUNCATE came (every row before it gone), and the changes after the last one."""
+    last = max((i for i, c in enumerate(changes) if c.op == "truncate"), default=None)
+    return (False, changes) if last is None else (True, changes[last + 1 :])
+
+
+def _change(
+    message: Insert | Update | Delete | Truncate,
+    relations: dict[int, Relation],
+    table: tuple[str, str],
+    lsn: int,
+) -> Change | None:
+    """The change `message` makes to `table`, if any."""
+    if isinstance(message, Truncate):
+        hit = any(_is(relations.get(oid), table) for oid in message.relations)
+        return Change.truncate(lsn) if hit else None
+    relation = relations.get(message.relation)
+    if not _is(relation, table):
+        return None
+    assert relation is not None
+    names = [c.name for c in relation.columns]
+    if isinstance(message, Insert):
+        return Change("insert", lsn, _row(names, message.new, None, relation))
+    if isinstance(message, Update):
+        old = None if message.old_is_key else message.old
+        return Change("update", lsn, _row(names, message.new, old, relation))
+    keys = [c.name for c in relation.columns if c.key] if message.old_is_key else names
+    if message.old_is_key:
+        values = dict(zip(names, message.old, strict=False))
+        return Change("delete", lsn, {k: _text(values.get(k)) for k in keys})
+    return Change("delete", lsn, _row(names, message.old, None, relation))
+
+
+def _row(
+    names: list[str], new: tuple[Value, ...], old: tuple[Value, ...] | None, relation: Relation
+) -> dict[str, str | None]:
+    row: dict[str, str | None] = {}
+    for i, name in enumerate(names):
+        value = new[i]
+        if value is UNCHANGED:
+            if old is None or old[i] is UNCHANGED:
+                raise LogRefused(
+                    f"an update of {relation.namespace}.{relation.name} left its large value in "
+                    f"column {name} unchanged, and the log sends such a value only with the old "
+                    "row, which this table's replica identity doesn't include; the lake's "
+                    "value can't be told apart from a new one here.",
+                    fix=f"ALTER TABLE {relation.namespace}.{relation.name} REPLICA IDENTITY FULL "
+                    "(the log then carries the old row), then reload the table with a full "
+                    "refresh.",
+                )
+            value = old[i]
+        row[name] = _text(value)
+    return row
+
+
+def _text(value: Value | None) -> str | None:
+    return None if value is None or value is UNCHANGED else str(value)
+
+
+def _is(relation: Relation | None, table: tuple[str, str]) -> bool:
+    return relation is not None and (relation.namespace, relation.name) == table
+
+
+def _evolved(known: tuple[Column, ...], relation: Relation) -> tuple[Column, ...]:
+    """The table's columns after `relation`: new ones added; a dropped or renamed one refused."""
+    now = {c.name for c in relation.columns}
+    gone = [c.name for c in known if c.name not in now]
+    if gone:
+        raise LogRefused(
+            f"{relation.namespace}.{relation.name} lost column(s) {', '.join(gone)} (dropped or "
+            "renamed) while its changes were being captured; the lake can't tell which of its "
+            "rows still have them.",
+            fix="reload the table with a full refresh (`incremental-assets run <table> --full`), "
+            "which starts the capture again from the table as it is.",
+        )
+    return relation.columns

@@ -1,0 +1,124 @@
+"""A run's changes to one table gathered from decoded log messages, without a server: whole
+transactions past the recorded position, in log order, other tables' changes left out, TOAST
+values the log didn't send refused unless the old row carries them, and the position to record."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from incremental_assets.log_changes import Change, LogRefused, gather, since_truncate
+from incremental_assets.sources.pgoutput import (
+    UNCHANGED,
+    Begin,
+    Column,
+    Commit,
+    Delete,
+    Insert,
+    Message,
+    Relation,
+    Truncate,
+    Update,
+)
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+ORDERS = Relation(
+    7, "shop", "orders", "d", (Column("id", 20, -1, True), Column("note", 25, -1, False))
+)
+OTHER = Relation(9, "shop", "other", "d", (Column("id", 20, -1, True),))
+TABLE = ("shop", "orders")
+
+
+def _txn(lsn: int, *changes: Message) -> list[tuple[int, Message | None]]:
+    """One transaction committed at `lsn`, ending 8 bytes later."""
+    body = [(lsn - 100 + i, m) for i, m in enumerate(changes)]
+    return [(lsn - 200, Begin(lsn, AT, 1)), *body, (lsn, Commit(lsn, lsn + 8, AT))]
+
+
+def test_changes_come_in_log_order_with_their_transactions_commit_lsn() -> None:
+    log = [
+        (0, ORDERS),
+        *_txn(1000, Insert(7, ("1", "a")), Insert(9, ("5",)), Update(7, ("1", "b"), None, False)),
+        *_txn(2000, Delete(7, ("1",), old_is_key=True)),
+    ]
+
+    found = gather(log, TABLE, after=0)
+
+    assert found.changes == [
+        Change("insert", 1000, {"id": "1", "note": "a"}),
+        Change("update", 1000, {"id": "1", "note": "b"}),
+        Change("delete", 2000, {"id": "1"}),
+    ]
+    assert (found.transactions, found.position) == (2, 2008)
+    assert [c.name for c in found.columns] == ["id", "note"]
+
+
+def test_transactions_at_or_below_the_recorded_position_are_skipped_whole() -> None:
+    log = [(0, ORDERS), *_txn(1000, Insert(7, ("1", "a"))), *_txn(2000, Insert(7, ("2", "b")))]
+
+    found = gather(log, TABLE, after=1000)
+
+    assert found.changes == [Change("insert", 2000, {"id": "2", "note": "b"})]
+    assert (found.skipped, found.position) == (1, 2008)
+
+
+def test_another_tables_transaction_moves_the_position_past_it() -> None:
+    found = gather([(0, OTHER), *_txn(1000, Insert(9, ("5",)))], TABLE, after=500)
+
+    assert found.changes == [] and found.position == 1008
+
+
+def test_a_transaction_cut_off_by_the_bound_is_left_for_the_next_run() -> None:
+    """The slot returns only transactions that committed before the bound; a chunk's end may
+    still cut one: its changes are not kept, and the position stays before it."""
+    log = [(0, ORDERS), *_txn(1000, Insert(7, ("1", "a"))), *_txn(2000, Insert(7, ("2", "b")))]
+
+    found = gather(log[:-1], TABLE, after=0)
+
+    assert found.changes == [Change("insert", 1000, {"id": "1", "note": "a"})]
+    assert found.position == 1008
+
+
+def test_an_unchanged_toast_value_comes_from_the_old_row_or_is_refused() -> None:
+    full = Update(7, ("1", UNCHANGED), ("1", "long text"), old_is_key=False)
+    keyed = Update(7, ("1", UNCHANGED), None, old_is_key=False)
+
+    found = gather([(0, ORDERS), *_txn(1000, full)], TABLE, after=0)
+
+    assert found.changes == [Change("update", 1000, {"id": "1", "note": "long text"})]
+    with pytest.raises(LogRefused) as refused:
+        gather([(0, ORDERS), *_txn(1000, keyed)], TABLE, after=0)
+    assert "REPLICA IDENTITY FULL" in refused.value.fix
+
+
+def test_a_truncate_is_a_change_and_a_merge_keeps_what_follows_the_last_one() -> None:
+    log = [
+        (0, ORDERS),
+        (0, OTHER),
+        *_txn(1000, Insert(7, ("1", "a"))),
+        *_txn(2000, Truncate((9,), False, False)),  # another table's
+        *_txn(3000, Truncate((7, 9), False, False), Insert(7, ("2", "b"))),
+    ]
+
+    found = gather(log, TABLE, after=0)
+    truncated, kept = since_truncate(found.changes)
+
+    assert [c.op for c in found.changes] == ["insert", "truncate", "insert"]
+    assert truncated and kept == [Change("insert", 3000, {"id": "2", "note": "b"})]
+    assert since_truncate(found.changes[:1]) == (False, found.changes[:1])
+
+
+def test_a_new_column_joins_and_a_dropped_one_is_refused() -> None:
+    wider = Relation(7, "shop", "orders", "d", (*ORDERS.columns, Column("qty", 23, -1, False)))
+
+    found = gather(
+        [(0, ORDERS), *_txn(1000, Insert(7, ("1", "a"))), (0, wider), *_txn(2000)],
+        TABLE,
+        after=0,
+    )
+
+    assert [c.name for c in found.columns] == ["id", "note", "qty"]
+    narrower = Relation(7, "shop", "orders", "d", ORDERS.columns[:1])
+    with pytest.raises(LogRefused, match="lost column"):
+        gather([(0, ORDERS), (0, narrower)], TABLE, after=0)
