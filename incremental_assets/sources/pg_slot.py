@@ -1,0 +1,145 @@
+"""A table's replication slot and publication on PostgreSQL, through SQL functions over an
+ordinary connection (no replication protocol, no JVM).
+
+    publication   `ia_<table>`, FOR TABLE the source table: what pgoutput sends
+    slot          `ia_<table>`, pgoutput: the log kept for the table from its first run on
+    bound         `pg_current_wal_flush_lsn()`, frozen at the start of a run: the functions
+                  never decode past the flush point, and return only transactions that
+                  committed before the bound
+    peek          `pg_logical_slot_peek_binary_changes`, up to the bound and at most `limit`
+                  changes, without consuming them: the run commits to the lake first
+    advance       `pg_replication_slot_advance` to the position the last run recorded, at the
+                  start of every run (the log before it is no longer kept)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from incremental_assets.sources.pgoutput import Message, decode, format_lsn, parse_lsn
+
+PLUGIN = "pgoutput"
+# How long creating a slot may wait for the transactions open at that moment to end.
+CREATE_TIMEOUT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class SlotState:
+    plugin: str
+    database: str
+    wal_status: str | None  # reserved, extended, unreserved, lost
+    restart_lsn: int | None
+    confirmed_flush_lsn: int | None
+    retained_bytes: int | None  # the WAL the slot keeps: current LSN less its restart LSN
+    active: bool
+
+
+def slot_state(conn: psycopg.Connection, slot: str) -> SlotState | None:
+    row = conn.execute(
+        "SELECT plugin, database, wal_status, restart_lsn::text, confirmed_flush_lsn::text, "
+        "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, active "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        return None
+    plugin, database, status, restart, confirmed, retained, active = row
+    return SlotState(
+        plugin=str(plugin),
+        database=str(database),
+        wal_status=status,
+        restart_lsn=parse_lsn(restart) if restart else None,
+        confirmed_flush_lsn=parse_lsn(confirmed) if confirmed else None,
+        retained_bytes=int(retained) if retained is not None else None,
+        active=bool(active),
+    )
+
+
+def ensure_publication(conn: psycopg.Connection, publication: str, table: tuple[str, str]) -> None:
+    """The publication of the table's changes (inserts, updates, deletes and truncates)."""
+    found = conn.execute(
+        "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone()
+    if found is None:
+        conn.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(publication), sql.Identifier(*table)
+            )
+        )
+
+
+def create_slot(conn: psycopg.Connection, slot: str) -> int:
+    """The slot made; its consistent point (every transaction committed after it is in the
+    slot). Creating waits for the transactions open at that moment to end."""
+    conn.execute(f"SET statement_timeout = '{CREATE_TIMEOUT_SECONDS}s'")
+    try:
+        row = conn.execute(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN)
+        ).fetchone()
+    finally:
+        conn.execute("RESET statement_timeout")
+    assert row is not None
+    return parse_lsn(row[0])
+
+
+def flush_bound(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None
+    return parse_lsn(row[0])
+
+
+def advance(conn: psycopg.Connection, slot: str, position: int) -> None:
+    """The slot moved to `position`, if it is behind it (moving back is an error)."""
+    state = slot_state(conn, slot)
+    if state is None or (state.confirmed_flush_lsn or 0) >= position:
+        return
+    conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(position)))
+
+
+def peek(
+    conn: psycopg.Connection, slot: str, publication: str, bound: int, limit: int
+) -> Iterator[tuple[int, Message | None]]:
+    """The slot's messages up to `bound` (at most about `limit` changes: whole transactions),
+    decoded as they stream from a server-side cursor."""
+    query = (
+        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
+        "'proto_version', '1', 'publication_names', %s)"
+    )
+    with conn.transaction(), conn.cursor(name=f"peek_{slot}") as cursor:
+        cursor.itersize = 10_000
+        cursor.execute(query, (slot, format_lsn(bound), limit, publication))
+        for lsn, data in cursor:
+            yield parse_lsn(lsn), decode(bytes(data))
+
+
+def drop(conn: psycopg.Connection, slot: str, publication: str) -> bool:
+    """The slot and the publication dropped; whether there was a slot."""
+    state = slot_state(conn, slot)
+    if state is not None:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+    return state is not None
+
+
+def server_lacks(conn: psycopg.Connection) -> list[str]:
+    """What the server lacks for log capture, each with the fix."""
+    lacking = []
+    level = conn.execute("SHOW wal_level").fetchone()
+    if level is None or level[0] != "logical":
+        lacking.append(
+            f"wal_level is {level[0] if level else 'unknown'}, not logical: set wal_level = "
+            "logical in postgresql.conf (a managed service: its logical replication setting) "
+            "and restart the server"
+        )
+    role = conn.execute(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    if role is None or not role[0]:
+        lacking.append(
+            "the source's user has no REPLICATION privilege: ALTER ROLE <user> REPLICATION"
+        )
+    return lacking
