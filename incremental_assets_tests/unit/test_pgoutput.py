@@ -31,7 +31,7 @@ def _text(value: str) -> bytes:
     return value.encode() + b"\0"
 
 
-def _tuple(*values: str | None | object) -> bytes:
+def _tuple(*values: str | object | None) -> bytes:
     out = struct.pack("!h", len(values))
     for value in values:
         if value is None:
