@@ -46,6 +46,9 @@ class CursorType(StrEnum):
     TIMESTAMP = "timestamp"
     TIMESTAMPTZ = "timestamptz"
     STRING = "string"
+    # A position in PostgreSQL's write-ahead log, the cursor of a table captured from the log
+    # (`capture: log`); never a column's, so no name in CURSOR_TYPE_ALIASES chooses it.
+    LSN = "lsn"
 
     @property
     def is_temporal(self) -> bool:
@@ -80,7 +83,7 @@ def cursor_type_from_name(name: str) -> CursorType:
     try:
         return CURSOR_TYPE_ALIASES[name.strip().lower()]
     except KeyError:
-        allowed = ", ".join(t.value for t in CursorType)
+        allowed = ", ".join(t.value for t in CursorType if t is not CursorType.LSN)
         raise CursorError(f"'{name}' is not a cursor type; use one of {allowed}.") from None
 
 
@@ -156,11 +159,15 @@ _PARSERS: dict[CursorType, Callable[[str], CursorValue]] = {
     CursorType.TIMESTAMP: lambda text: _parse_timestamp(text, aware=False),
     CursorType.TIMESTAMPTZ: lambda text: _parse_timestamp(text, aware=True),
     CursorType.STRING: str,
+    CursorType.LSN: lambda text: parse_lsn(text),
 }
 
 
 def format_cursor(cursor_type: CursorType, value: CursorValue) -> str:
     """Exact text for a cursor value; `parse_cursor` reads it back to an equal value."""
+    if cursor_type is CursorType.LSN:
+        assert isinstance(value, int)
+        return format_lsn(value)
     if cursor_type is CursorType.DECIMAL:
         assert isinstance(value, Decimal)
         return format(value, "f")
@@ -174,6 +181,22 @@ def format_cursor(cursor_type: CursorType, value: CursorValue) -> str:
         assert isinstance(value, date)
         return value.isoformat()
     return str(value)
+
+
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
+def format_lsn(lsn: int) -> str:
+    """An LSN as PostgreSQL writes it: `16/B374D848`."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(text: str) -> int:
+    """`16/B374D848` as a number; ValueError if it isn't an LSN."""
+    found = _LSN.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not an LSN (write it as PostgreSQL does: 16/B374D848)")
+    return (int(found[1], 16) << 32) | int(found[2], 16)
 
 
 def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:

@@ -1,10 +1,12 @@
 """A run's changes to one table, gathered from the decoded log: pure Python.
 
 The log holds whole transactions, each with its commit's LSN; the changes of one table are kept
-in log order, with the LSN of the transaction that made them. A transaction at or below the
+in log order, with the LSN of the transaction that made them. A position means: every
+transaction that commits before it is in the lake. So a transaction that commits before the
 position the last run recorded is skipped whole (a slot's position can move back after a server
-crash). The position a run records is the end of the last transaction it kept, or the run's
-frozen bound when it read everything up to it.
+crash), and one that commits at it is kept (the slot sends those, and a run's peek stops short of
+them). The position a run records is the end of the last transaction it kept, or the run's frozen
+bound when it read everything up to it.
 
     Insert, Update   the new row, by column name; an unchanged TOAST value is taken from the
                      old row when the table's replica identity is FULL, else refused
@@ -51,6 +53,8 @@ class Change:
     op: Op
     lsn: int  # the commit LSN of the transaction that made it
     values: dict[str, str | None]  # the row (a delete: its key, or the row under FULL)
+    # An update's old key (its old row, under FULL), when the log sent it: the key changed
+    old: dict[str, str | None] | None = None
 
     @staticmethod
     def truncate(lsn: int) -> Change:
@@ -65,19 +69,19 @@ class Gathered:
     changes: list[Change] = field(default_factory=list)
     position: int = 0  # the LSN to record: the last transaction kept ends here
     transactions: int = 0
-    skipped: int = 0  # transactions at or below the recorded position
+    skipped: int = 0  # transactions committed before the recorded position
 
 
 def gather(
     messages: Iterable[tuple[int, Message | None]],
     table: tuple[str, str],
-    after: int,
+    since: int,
     columns: tuple[Column, ...] = (),
 ) -> Gathered:
-    """The changes to `table` (schema, name) in transactions that committed past `after`, in
-    log order. `messages`: (the message's LSN, the message) as the slot returns them;
+    """The changes to `table` (schema, name) in transactions that committed at or past `since`,
+    in log order. `messages`: (the message's LSN, the message) as the slot returns them;
     `columns`: the table's columns as the run knows them before the log says."""
-    found = Gathered(columns=columns, position=after)
+    found = Gathered(columns=columns, position=since)
     relations: dict[int, Relation] = {}
     commit_lsn: int | None = None
     pending: list[Change] = []
@@ -90,13 +94,13 @@ def gather(
                 if (message.namespace, message.name) == table:
                     found.columns = _evolved(found.columns, message)
             case Insert() | Update() | Delete() | Truncate() if commit_lsn is not None:
-                if commit_lsn <= after:
+                if commit_lsn < since:
                     continue
                 change = _change(message, relations, table, commit_lsn)
                 if change is not None:
                     pending.append(change)
             case Commit(commit_lsn=lsn, end_lsn=end):
-                if commit_lsn is not None and lsn <= after:
+                if commit_lsn is not None and lsn < since:
                     found.skipped += 1
                 elif commit_lsn is not None:
                     found.changes.extend(pending)
@@ -110,6 +114,47 @@ def since_truncate(changes: list[Change]) -> tuple[bool, list[Change]]:
     """Whether a TRUNCATE came (every row before it gone), and the changes after the last one."""
     last = max((i for i, c in enumerate(changes) if c.op == "truncate"), default=None)
     return (False, changes) if last is None else (True, changes[last + 1 :])
+
+
+@dataclass(frozen=True)
+class Folded:
+    """A merge's changes folded per key, the last one winning: the rows to upsert and the keys
+    to delete, after a TRUNCATE if one came (every row before it gone)."""
+
+    truncated: bool
+    rows: list[dict[str, str | None]]
+    deleted: list[dict[str, str | None]]  # the keys' columns only
+
+
+def fold(changes: list[Change], key: tuple[str, ...]) -> Folded:
+    """Each key's last change among `changes`, in log order: an insert or update upserts its
+    row, a delete removes the key; an update that changed the key removes the old one."""
+    truncated, kept = since_truncate(changes)
+    last: dict[tuple[str | None, ...], dict[str, str | None] | None] = {}
+    for change in kept:
+        if change.op == "delete":
+            if not set(key) <= change.values.keys():
+                raise LogRefused(
+                    f"a delete in the log names its row by {', '.join(change.values)}, not by "
+                    f"the table's key ({', '.join(key)}): the table's replica identity is "
+                    "another index's",
+                    fix="ALTER TABLE ... REPLICA IDENTITY DEFAULT (its primary key) or FULL, "
+                    "then reload the table with a full refresh.",
+                )
+            last[_key_of(change.values, key)] = None
+            continue
+        if change.old is not None:
+            old = _key_of(change.old, key)
+            if old != _key_of(change.values, key):
+                last[old] = None
+        last[_key_of(change.values, key)] = change.values
+    rows = [row for row in last.values() if row is not None]
+    deleted = [dict(zip(key, k, strict=True)) for k, row in last.items() if row is None]
+    return Folded(truncated, rows, deleted)
+
+
+def _key_of(values: dict[str, str | None], key: tuple[str, ...]) -> tuple[str | None, ...]:
+    return tuple(values.get(column) for column in key)
 
 
 def _change(
@@ -131,7 +176,13 @@ def _change(
         return Change("insert", lsn, _row(names, message.new, None, relation))
     if isinstance(message, Update):
         old = None if message.old_is_key else message.old
-        return Change("update", lsn, _row(names, message.new, old, relation))
+        sent = None if message.old is None else dict(zip(names, message.old, strict=False))
+        return Change(
+            "update",
+            lsn,
+            _row(names, message.new, old, relation),
+            None if sent is None else {k: _text(v) for k, v in sent.items()},
+        )
     keys = [c.name for c in relation.columns if c.key] if message.old_is_key else names
     if message.old_is_key:
         values = dict(zip(names, message.old, strict=False))

@@ -97,6 +97,13 @@ class TableMetadata(BaseModel):
     transaction_cap: str | None = None
     cursor_capped_at: str | None = None
     maintenance: str | None = None
+    # `capture: log` tables: the changes to the table the run read from the log, and in how many
+    # transactions; the log the table's slot keeps (bytes), and whether more changes wait past the
+    # position the run recorded (it read at most `log_load.CHANGES_PER_RUN`)
+    log_changes: int | None = None
+    log_transactions: int | None = None
+    log_retained_bytes: int | None = None
+    log_more_waiting: bool | None = None
     checks_not_run: str | None = None  # the checks left out of the run, and why
     spark: str | None = None
     # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's

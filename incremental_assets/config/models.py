@@ -191,6 +191,11 @@ class TableSpec(FrozenModel):
     merge_writes: MergeWrites = "position_deletes"  # by default the lake's
     columns: tuple[str, ...] | None = None
     exclude_columns: tuple[str, ...] = ()
+    # `log`: the changes are read from the database's log (`log_load.py`), not by a cursor column
+    capture: Literal["cursor", "log"] = "cursor"
+    # The replication slot and publication of a `capture: log` table; by default
+    # `ia_<schema>_<table>` (slots are the server's, so two deployments name their own).
+    slot: str | None = Field(None, pattern=r"^[a-z0-9_]{1,63}$")
 
     @model_validator(mode="before")
     @classmethod

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from incremental_assets.sources.pgoutput import Message, decode, format_lsn, parse_lsn
+from incremental_assets.cursor import format_lsn, parse_lsn
+from incremental_assets.sources.pgoutput import Message, decode
 
 PLUGIN = "pgoutput"
 # How long creating a slot may wait for the transactions open at that moment to end.

@@ -199,16 +199,3 @@ def decode(data: bytes) -> Message | None:
     if kind in ("O", "Y", "M"):
         return None
     raise DecodeError(f"a message of kind {kind!r}")
-
-
-def format_lsn(lsn: int) -> str:
-    """An LSN as PostgreSQL writes it: `16/B374D848`."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def parse_lsn(text: str) -> int:
-    """`16/B374D848` as a number; ValueError if it isn't an LSN."""
-    high, sep, low = text.strip().partition("/")
-    if not sep or not high or not low:
-        raise ValueError(f"{text!r} is not an LSN (write it as PostgreSQL does: 16/B374D848)")
-    return (int(high, 16) << 32) | int(low, 16)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from incremental_assets.cursor import format_lsn, parse_lsn
 from incremental_assets.sources.pgoutput import (
     UNCHANGED,
     Begin,
@@ -20,8 +21,6 @@ from incremental_assets.sources.pgoutput import (
     Truncate,
     Update,
     decode,
-    format_lsn,
-    parse_lsn,
 )
 
 AT = 817_862_400_000_000  # 2025-12-01 UTC, in microseconds since 2000-01-01
