@@ -1,0 +1,524 @@
+"""One load of a `capture: log` table: the changes PostgreSQL's log holds past the position the
+last run recorded, read without consuming them and committed as one lake commit. No Dagster here.
+
+    first run, or --full   the publication and the slot made (the slot's consistent point), then
+                           the table's full load (`load.run_incremental_load`); the consistent
+                           point is recorded, so the next run replays every change committed
+                           since, which a merge applies idempotently: nothing lost or doubled
+    later runs             the slot checked (there, its log not lost, not moved past the recorded
+                           position by anything else) and advanced to the recorded position; the
+                           bound frozen (`pg_current_wal_flush_lsn`); the changes up to it peeked
+                           (at most `CHANGES_PER_RUN`), gathered (`log_changes.py`), typed by the
+                           source's schema in Spark and written by the table's writer, with the
+                           position the run records kept in its commit
+
+The slot moves only to a position a run recorded, at the start of the next run: a run killed
+after its commit reads the same changes again, and skips those its commit holds (the lake's
+head records its position). A run that finds no change starts no JVM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
+from incremental_assets.cursor import CursorType, format_lsn, parse_cursor
+from incremental_assets.errors import ConfigError, CursorError, SourceError, TableProblem
+from incremental_assets.lake import LakeFacts
+from incremental_assets.lake.names import new_txn
+from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
+from incremental_assets.log_changes import Change, Gathered, LogRefused, fold, gather
+from incremental_assets.results import LoadResult, Report, WriteOutcome
+from incremental_assets.sources import open_source
+from incremental_assets.sources.pg_client import connect
+from incremental_assets.sources.pg_slot import (
+    advance,
+    create_slot,
+    drop,
+    ensure_publication,
+    flush_bound,
+    peek,
+    server_lacks,
+    slot_state,
+)
+from incremental_assets.sources.pgoutput import Message
+from incremental_assets.spark_api import F, T, column_named
+from incremental_assets.writers import writer_for
+from incremental_assets.writers.base import WritePlan
+from incremental_assets.writers.schema import plan_schema_change
+from incremental_assets.writers.versions import DELETED
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+Log = Callable[[str], None]
+
+# The changes one run reads at most (whole transactions: a larger one comes whole). The rest wait
+# for the next run, which `log_more_waiting` says is due.
+CHANGES_PER_RUN = 500_000
+# An append table's change log: what each row did, its transaction's commit position (the LSN as
+# a number, so that it sorts), and its order within the run: (change_lsn, change_seq) orders the
+# log, since a run reads whole transactions.
+CHANGE_OP, CHANGE_LSN, CHANGE_SEQ = "change_op", "change_lsn", "change_seq"
+FULL_REFRESH_FIX = (
+    "reload the table with `incremental-assets run {table} --full`, which makes the slot again "
+    "and starts the capture from the table as it is."
+)
+
+
+@dataclass(frozen=True)
+class LogNames:
+    """Where a table's changes are: its relation, and the slot and publication that keep them."""
+
+    relation: tuple[str, str]
+    slot: str
+
+    @property
+    def publication(self) -> str:
+        return self.slot
+
+
+def names_of(table: TableSpec) -> LogNames:
+    """The relation `table:` names (unquoted names fold to lower case, as PostgreSQL's do), and
+    the slot: `slot:`, or `ia_<schema>_<table>` (a digest ends a name past 63 characters)."""
+    assert table.table is not None, "a `capture: log` table names its `table:` (config rules)"
+    parts = [_identifier(p) for p in _split(table.table)]
+    relation = (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[-1])
+    if table.slot is not None:
+        return LogNames(relation, table.slot)
+    slot = re.sub(r"[^a-z0-9_]", "_", f"ia_{relation[0]}_{relation[1]}".lower())
+    if len(slot) > 63:
+        slot = f"{slot[:54]}_{hashlib.sha256(slot.encode()).hexdigest()[:8]}"
+    return LogNames(relation, slot)
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """What a run read of the log, before anything is written."""
+
+    since: int  # every transaction committed before it is in the lake
+    position: int  # the position the run records
+    gathered: Gathered
+    more: bool  # the read stopped at `CHANGES_PER_RUN`: changes wait past `position`
+    retained: int | None  # the log the slot keeps, in bytes
+
+
+def run_log_load(
+    session: Callable[[], SparkSession], request: LoadRequest, log: Log = lambda _: None
+) -> LoadResult:
+    """One load of a `capture: log` table; `session` is called only when a row is to be written.
+
+    result = run_log_load(lambda: spark, LoadRequest(table=t, lake_spec=lake, stored=stored))
+    """
+    table = request.table
+    source = table.source
+    assert isinstance(source, JdbcSourceSpec)
+    if request.lake_table.format != "iceberg":
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                "log capture writes Iceberg tables, and this table's lake is plain Parquet.",
+                "capture",
+                "set the lake's `format: iceberg` for a new table (or convert this one with "
+                "`incremental-assets lake convert`), or capture it with a `cursor:`.",
+            )
+        )
+    names = names_of(table)
+    previous = _recorded(request)
+    if previous is None or request.full_refresh:
+        return _first_load(session, request, names, previous, log)
+    started = time.monotonic()
+    facts = request.lake_table.facts()
+    since = max(previous, _committed(table, facts) or 0)
+    with _connected(table) as conn:
+        read = _read(conn, table, names, previous, since)
+    gathered = read.gathered
+    log(
+        f"{table.name}: read the log from {format_lsn(read.since)} to {format_lsn(read.position)}"
+        f": {len(gathered.changes)} change(s) in {gathered.transactions} transaction(s)"
+        + (f"; more wait past {format_lsn(read.position)}" if read.more else "")
+    )
+    report = Report(
+        log_changes=len(gathered.changes),
+        log_transactions=gathered.transactions,
+        log_retained_bytes=read.retained,
+        log_more_waiting=read.more,
+    )
+    if not gathered.changes and not facts.pending:
+        report = replace(report, spark="not started (nothing new)")
+        nothing = WriteOutcome.nothing(request.stored.columns or (), merge=_merge(table))
+        return _result(request, facts, read, nothing, request.stored.batch, report, started, None)
+    spark = request.lake_table.session(session())
+    for note in request.lake_table.recover():
+        log(f"{table.name}: {note}")
+    facts = request.lake_table.facts()
+    extracted = time.monotonic()
+    outcome, batch = _write(spark, request, facts, read)
+    return _result(request, facts, read, outcome, batch, report, started, extracted)
+
+
+def drop_capture(table: TableSpec) -> bool:
+    """The table's slot and publication dropped (`incremental-assets cdc drop`); whether there
+    was a slot. The next run loads the table whole again."""
+    names = names_of(table)
+    with _connected(table) as conn:
+        return drop(conn, names.slot, names.publication)
+
+
+def _first_load(
+    session: Callable[[], SparkSession],
+    request: LoadRequest,
+    names: LogNames,
+    previous: int | None,
+    log: Log,
+) -> LoadResult:
+    """The slot made first, then the table loaded whole: every change committed after the slot's
+    consistent point is replayed by the next run."""
+    table = request.table
+    with _connected(table) as conn:
+        lacking = server_lacks(conn)
+        if lacking:
+            raise SourceError(
+                TableProblem(
+                    table.name,
+                    "the source can't keep a log of its changes for this package: "
+                    + "; ".join(lacking)
+                    + ".",
+                    "capture",
+                    "change what is named, then run again (`incremental-assets validate "
+                    "--connect` checks it).",
+                )
+            )
+        ensure_publication(conn, names.publication, names.relation)
+        if slot_state(conn, names.slot) is not None:
+            # A full refresh, or a first load killed after it made the slot: nothing recorded
+            # depends on the slot, and the load below reads the whole table again.
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
+        log(
+            f"{table.name}: making the replication slot {names.slot} (it waits for open "
+            "transactions to end)"
+        )
+        consistent = create_slot(conn, names.slot)
+    log(f"{table.name}: slot {names.slot} keeps every change from {format_lsn(consistent)}")
+    spark = session()
+    loaded = run_incremental_load(spark, replace(request, full_refresh=True), log)
+    return replace(
+        loaded,
+        cursor_type=CursorType.LSN,
+        cursor=consistent,
+        previous_cursor=previous,
+        extract_filter=f"the whole table; its log kept from {format_lsn(consistent)}",
+    )
+
+
+def _recorded(request: LoadRequest) -> int | None:
+    """The position the last run recorded; None if it recorded a column's cursor (or none)."""
+    stored = request.stored
+    if stored.cursor is None or stored.cursor_type is not CursorType.LSN:
+        return None
+    value = parse_cursor(CursorType.LSN, stored.cursor)
+    assert isinstance(value, int)
+    return value
+
+
+def _committed(table: TableSpec, facts: LakeFacts) -> int | None:
+    """The position the lake's last commit holds: past the recorded one when a run was killed
+    after its commit, before Dagster recorded it."""
+    text = facts.head.cursor if facts.head is not None else None
+    if text is None:
+        return None
+    try:
+        value = parse_cursor(CursorType.LSN, text)
+    except CursorError:
+        return None  # a commit of the table's cursor capture, before it was captured from the log
+    assert isinstance(value, int)
+    return value
+
+
+class _connected:
+    """The source's connection, with values printed as the casts in `_typed` read them; a
+    failure to connect is the source's error."""
+
+    def __init__(self, table: TableSpec) -> None:
+        self.table = table
+
+    def __enter__(self) -> psycopg.Connection:
+        source = self.table.source
+        assert isinstance(source, JdbcSourceSpec)
+        try:
+            self.conn = connect(source, pinned=True)
+        except psycopg.Error as exc:
+            raise _source_error(self.table, exc, "connecting") from None
+        return self.conn
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.conn.close()
+        if isinstance(exc, psycopg.Error):
+            raise _source_error(self.table, exc, "reading the log") from None
+
+
+def _source_error(table: TableSpec, exc: psycopg.Error, doing: str) -> SourceError:
+    source = table.source
+    assert isinstance(source, JdbcSourceSpec)
+    detail = " ".join(str(exc).split())[:400]
+    return SourceError(
+        TableProblem(
+            table.name,
+            f"{doing} failed: {detail}. Nothing was written and the position did not move.",
+            source=source.redacted_url(),
+            fix="check that the database answers and the source's user may read the log "
+            "(REPLICATION), then run again.",
+        )
+    )
+
+
+def _read(
+    conn: psycopg.Connection, table: TableSpec, names: LogNames, previous: int, since: int
+) -> LogRead:
+    """The slot checked and advanced to the recorded position, then read up to a frozen bound."""
+    state = slot_state(conn, names.slot)
+    fix = FULL_REFRESH_FIX.format(table=table.name)
+    lost = None
+    if state is None:
+        lost = f"its replication slot {names.slot} is gone (dropped, or the server was replaced)"
+    elif state.wal_status == "lost":
+        lost = (
+            f"its replication slot {names.slot} lost the log it kept (max_slot_wal_keep_size "
+            "let the server remove it)"
+        )
+    elif (state.confirmed_flush_lsn or 0) > previous:
+        lost = (
+            f"its replication slot {names.slot} was moved to "
+            f"{format_lsn(state.confirmed_flush_lsn or 0)}, past the position the last run "
+            f"recorded ({format_lsn(previous)}), by something other than this table's runs "
+            "(or the cursor was set back)"
+        )
+    if lost is not None:
+        raise SourceError(
+            TableProblem(
+                table.name,
+                f"{lost}: the changes since {format_lsn(previous)} can't be read, and loading on "
+                "would miss them. Nothing was written and the position did not move.",
+                "capture",
+                fix,
+            )
+        )
+    advance(conn, names.slot, previous)
+    bound = flush_bound(conn)
+    counter = _Counter()
+    try:
+        gathered = gather(
+            counter.counted(peek(conn, names.slot, names.publication, bound, CHANGES_PER_RUN)),
+            names.relation,
+            since,
+        )
+    except LogRefused as exc:
+        raise SourceError(
+            TableProblem(table.name, exc.message + " Nothing was written.", "capture", exc.fix)
+        ) from None
+    more = counter.rows >= CHANGES_PER_RUN
+    after = slot_state(conn, names.slot)
+    return LogRead(
+        since=since,
+        position=gathered.position if more else max(bound, since),
+        gathered=gathered,
+        more=more,
+        retained=after.retained_bytes if after is not None else None,
+    )
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def counted(
+        self, messages: Iterable[tuple[int, Message | None]]
+    ) -> Iterator[tuple[int, Message | None]]:
+        for message in messages:
+            self.rows += 1
+            yield message
+
+
+def _merge(table: TableSpec) -> bool:
+    return table.mode is Mode.MERGE
+
+
+def _write(
+    spark: SparkSession, request: LoadRequest, facts: LakeFacts, read: LogRead
+) -> tuple[WriteOutcome, int]:
+    """The run's changes, typed by the source's schema, written by the table's writer."""
+    table = request.table
+    lake = request.lake_table
+    source = open_source(spark, table)
+    schema = source.schema()
+    key = table.primary_key or source.primary_key()
+    changes = read.gathered.changes
+    if _merge(table):
+        folded = fold(changes, key)
+        replace_all = folded.truncated
+        delta = _typed(spark, table, schema, folded.rows, folded.deleted)
+    else:
+        replace_all = False
+        delta = _change_log(spark, table, schema, changes)
+    target = lake.storable(T.StructType([f for f in delta.schema.fields if f.name != DELETED]))
+    change = plan_schema_change(table.name, None if replace_all else facts.schema, target)
+    batch = request.stored.batch + 1
+    plan = WritePlan(
+        lake=lake,
+        facts=facts,
+        txn=new_txn(),
+        batch=batch,
+        cursor=format_lsn(read.position),
+        replace_all=replace_all,
+        primary_key=key,
+        cursor_column=None,
+        delete_column=None,
+        buckets=table.buckets,
+        bucket_rows=table.bucket_rows,
+        compression=request.lake_spec.codec,
+        max_rows_per_file=request.lake_spec.max_rows_per_file,
+        schema=change,
+        delta_beats_lake=True,
+        key_enforced=True,
+        run_id=request.run_id,
+        tuning=request.lake_spec.merge_tuning,
+        merge_writes=table.merge_writes,
+    )
+    writer = writer_for(table.mode, spark, lake)
+    staged = writer.stage(delta, plan)
+    return writer.commit(staged, plan), batch
+
+
+def _typed(
+    spark: SparkSession,
+    table: TableSpec,
+    schema: T.StructType,
+    rows: list[dict[str, str | None]],
+    deleted: list[dict[str, str | None]],
+) -> DataFrame:
+    """The log's text values as the source's types (as a full load reads them), with `DELETED`
+    marking the keys to delete."""
+    import pyarrow as pa
+
+    names = [f.name for f in schema.fields]
+    texts = {n: pa.array([r.get(n) for r in [*rows, *deleted]], pa.string()) for n in names}
+    marks = pa.array([False] * len(rows) + [True] * len(deleted), pa.bool_())
+    frame = spark.createDataFrame(pa.table({**texts, DELETED: marks}))
+    return frame.select(*[_cast(table, f).alias(f.name) for f in schema.fields], F.col(DELETED))
+
+
+def _change_log(
+    spark: SparkSession, table: TableSpec, schema: T.StructType, changes: list[Change]
+) -> DataFrame:
+    """Every change as a row: its values, what it did, its transaction's position, its order."""
+    import pyarrow as pa
+
+    clash = [c for c in (CHANGE_OP, CHANGE_LSN, CHANGE_SEQ) if c in schema.names]
+    if clash:
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"the source has column(s) {', '.join(clash)}, which an append table captured "
+                "from the log adds for each change.",
+                "capture",
+                "rename the column(s) in the source, or load the table in merge mode.",
+            )
+        )
+    names = [f.name for f in schema.fields]
+    texts = {n: pa.array([c.values.get(n) for c in changes], pa.string()) for n in names}
+    frame = spark.createDataFrame(
+        pa.table(
+            {
+                **texts,
+                CHANGE_OP: pa.array([c.op for c in changes], pa.string()),
+                CHANGE_LSN: pa.array([c.lsn for c in changes], pa.int64()),
+                CHANGE_SEQ: pa.array(range(len(changes)), pa.int64()),
+            }
+        )
+    )
+    return frame.select(
+        *[_cast(table, f).alias(f.name) for f in schema.fields],
+        F.col(CHANGE_OP),
+        F.col(CHANGE_LSN),
+        F.col(CHANGE_SEQ),
+    )
+
+
+def _cast(table: TableSpec, field: T.StructField) -> Column:
+    """A value as PostgreSQL prints it (ISO dates, UTC, hex bytes) as the column's Spark type."""
+    text = column_named(field.name)
+    kind = field.dataType
+    if isinstance(kind, T.StringType):
+        return text
+    if isinstance(kind, T.BinaryType):
+        return F.unhex(F.regexp_replace(text, r"^\\x", ""))
+    if isinstance(kind, T.TimestampType):
+        # timestamptz prints its offset as +00; Spark reads +00:00
+        return F.regexp_replace(text, r"([+-][0-9]{2})$", "$1:00").cast(kind)
+    if isinstance(kind, T.ArrayType | T.MapType | T.StructType):
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                f"column {field.name} is {kind.simpleString()}, which log capture can't read "
+                "from the log's text yet.",
+                "exclude_columns",
+                f"leave it out (exclude_columns: [{field.name}]), or capture the table with a "
+                "`cursor:`.",
+            )
+        )
+    return text.cast(kind)
+
+
+def _result(
+    request: LoadRequest,
+    facts: LakeFacts,
+    read: LogRead,
+    outcome: WriteOutcome,
+    batch: int,
+    report: Report,
+    started: float,
+    extracted: float | None,
+) -> LoadResult:
+    table = request.table
+    lake = request.lake_table
+    finished = time.monotonic()
+    extracted = finished if extracted is None else extracted
+    return LoadResult(
+        mode=table.mode,
+        cursor_column=None,
+        cursor_type=CursorType.LSN,
+        previous_cursor=_recorded(request),
+        cursor=read.position,
+        # A TRUNCATE replaced a merge table by the rows that followed it
+        full_refresh=_merge(table) and any(c.op == "truncate" for c in read.gathered.changes),
+        batch=batch,
+        extract_filter=f"log {format_lsn(read.since)} .. {format_lsn(read.position)}",
+        written=outcome,
+        row_count=rows_after(lake, request.stored, facts, outcome),
+        uri=lake.uri,
+        extract_seconds=extracted - started,
+        write_seconds=finished - extracted,
+        report=report,
+        primary_key=table.primary_key,
+        head=outcome.head or facts.head,
+        settings=request.settings,
+        table_name=lake.identifier,
+    )
+
+
+def _split(name: str) -> list[str]:
+    """`schema.table`, either part maybe "quoted" (a quoted part may hold a dot)."""
+    return [m.group(0) for m in re.finditer(r'"(?:[^"]|"")*"|[^.]+', name)]
+
+
+def _identifier(part: str) -> str:
+    if part.startswith('"') and part.endswith('"'):
+        return part[1:-1].replace('""', '"')
+    return part.lower()

@@ -1,0 +1,163 @@
+"""`capture: log` tables on PostgreSQL: every insert, update, hard delete and TRUNCATE reaches the
+lake exactly once, through the slot the first run makes; a run with nothing new starts no Spark;
+a slot gone, lost or moved is refused with the fix; a run killed after its commit loses and
+doubles nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from incremental_assets.cursor import parse_lsn
+from incremental_assets.log_load import names_of
+from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.postgres import Schema
+
+LOGGED: dict[str, Any] = {
+    "name": "items",
+    "mode": "merge",
+    "capture": "log",
+    "primary_key": ["id"],
+}
+ICEBERG = {"format": "iceberg"}
+
+
+def _slot(loads: Loads) -> str:
+    return names_of(loads.project.table("items")).slot
+
+
+def _drop_slot(pg: Schema, slot: str) -> None:
+    pg.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+    pg.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+
+
+def _source(pg: Schema) -> list[tuple[Any, ...]]:
+    return sorted(pg.query("SELECT id, note, n FROM items"))
+
+
+def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute(
+        "CREATE TABLE items (id bigint PRIMARY KEY, note text, n numeric(10,2))",
+        "INSERT INTO items SELECT i, 'n' || i, i * 1.5 FROM generate_series(1, 50) i",
+    )
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        first = loads.run()
+        assert first.success, first.failure
+        assert first.metadata["cursor_type"] == "lsn"
+        assert loads.rows(["id", "note", "n"]) == _source(pg)
+
+        # No timestamp moves: a cursor column would see none of these.
+        pg.execute(
+            "UPDATE items SET note = 'changed' WHERE id % 10 = 0",
+            "DELETE FROM items WHERE id IN (3, 4, 5)",
+            "INSERT INTO items VALUES (51, 'new', 0.25), (52, NULL, NULL)",
+            "UPDATE items SET id = 1000 WHERE id = 7",  # a key that moves
+        )
+        second = loads.run()
+        assert second.success, second.failure
+        assert loads.rows(["id", "note", "n"]) == _source(pg)
+        assert (
+            second.metadata["rows_inserted"],
+            second.metadata["rows_updated"],
+            second.metadata["rows_deleted"],
+        ) == (3, 5, 4)
+        assert second.metadata["log_changes"] == 11
+        assert parse_lsn(second.metadata["cursor"]) > parse_lsn(first.metadata["cursor"])
+
+        pg.execute("TRUNCATE items", "INSERT INTO items VALUES (1, 'after', 1)")
+        third = loads.run()
+        assert third.success, third.failure
+        assert loads.rows(["id", "note", "n"]) == [(1, "after", 1)]
+        assert third.metadata["full_refresh"] is True
+
+        quiet = loads.run()
+        assert quiet.success, quiet.failure
+        assert quiet.metadata["spark"] == "not started (nothing new)"
+        assert quiet.metadata["log_changes"] == 0
+        assert quiet.metadata["dagster/row_count"] == 1
+        assert parse_lsn(quiet.metadata["cursor"]) >= parse_lsn(third.metadata["cursor"])
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    assert loads.run().success
+    _drop_slot(pg, slot)
+    pg.execute("INSERT INTO items VALUES (2, 'lost to the log', 2)")
+
+    refused = loads.run()
+
+    assert not refused.success
+    assert refused.failure is not None
+    assert f"slot {slot} is gone" in refused.failure
+    assert "--full" in refused.failure
+    assert loads.rows(["id"]) == [(1,)]
+
+    again = loads.run(full_refresh=True)
+    try:
+        assert again.success, again.failure
+        assert loads.rows(["id", "note", "n"]) == _source(pg)
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_a_slot_moved_past_the_recorded_position_is_refused(loads: Loads, pg: Schema) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute("INSERT INTO items VALUES (1, 'consumed by someone else', 1)")
+        pg.execute("CHECKPOINT")
+        pg.execute(
+            f"SELECT count(*) FROM pg_logical_slot_get_binary_changes('{slot}', NULL, NULL, "
+            f"'proto_version', '1', 'publication_names', '{slot}')"
+        )
+
+        refused = loads.run()
+
+        assert not refused.success
+        assert refused.failure is not None and "was moved to" in refused.failure
+    finally:
+        _drop_slot(pg, slot)
+
+
+def _seq(row: dict[str, Any]) -> int:
+    return int(row["change_seq"])
+
+
+def test_an_append_table_logs_every_change_once(loads: Loads, pg: Schema) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    loads.configure(pg, {**LOGGED, "mode": "append"}, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute(
+            "INSERT INTO items VALUES (2, 'b', 2)",
+            "UPDATE items SET note = 'a2' WHERE id = 1",
+            "DELETE FROM items WHERE id = 2",
+        )
+        run = loads.run()
+        assert run.success, run.failure
+        logged = loads.lake().to_pylist()
+        changes = sorted((r for r in logged if r["change_seq"] is not None), key=_seq)
+        assert [(c["change_op"], c["id"], c["note"]) for c in changes] == [
+            ("insert", 2, "b"),
+            ("update", 1, "a2"),
+            ("delete", 2, None),
+        ]
+        assert len({c["change_lsn"] for c in changes}) == 3  # three transactions
+        assert loads.run().metadata["log_changes"] == 0
+        assert len(loads.rows(["id"])) == 4  # the first load's row, and the three changes
+    finally:
+        _drop_slot(pg, slot)
