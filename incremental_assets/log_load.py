@@ -12,9 +12,11 @@ last run recorded, read without consuming them and committed as one lake commit.
                            source's schema in Spark and written by the table's writer, with the
                            position the run records kept in its commit
 
-The slot moves only to a position a run recorded, at the start of the next run: a run killed
-after its commit reads the same changes again, and skips those its commit holds (the lake's
-head records its position). A run that finds no change starts no JVM.
+The slot moves only to a position a run recorded, at the start of the next run. A run killed
+after its commit, before Dagster recorded it, is redone as any run is: the next one reads the
+same changes again (and those since) as the same batch, which the writers apply idempotently (a
+merge applies them again; an append replaces the batch's rows). A run that finds no change
+starts no JVM.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import psycopg
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.cursor import CursorType, format_lsn, parse_cursor
-from incremental_assets.errors import ConfigError, CursorError, SourceError, TableProblem
+from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
@@ -136,9 +138,8 @@ def run_log_load(
         return _first_load(session, request, names, previous, log)
     started = time.monotonic()
     facts = request.lake_table.facts()
-    since = max(previous, _committed(table, facts) or 0)
     with _connected(table) as conn:
-        read = _read(conn, table, names, previous, since)
+        read = _read(conn, table, names, previous)
     gathered = read.gathered
     log(
         f"{table.name}: read the log from {format_lsn(read.since)} to {format_lsn(read.position)}"
@@ -228,20 +229,6 @@ def _recorded(request: LoadRequest) -> int | None:
     return value
 
 
-def _committed(table: TableSpec, facts: LakeFacts) -> int | None:
-    """The position the lake's last commit holds: past the recorded one when a run was killed
-    after its commit, before Dagster recorded it."""
-    text = facts.head.cursor if facts.head is not None else None
-    if text is None:
-        return None
-    try:
-        value = parse_cursor(CursorType.LSN, text)
-    except CursorError:
-        return None  # a commit of the table's cursor capture, before it was captured from the log
-    assert isinstance(value, int)
-    return value
-
-
 class _connected:
     """The source's connection, with values printed as the casts in `_typed` read them; a
     failure to connect is the source's error."""
@@ -279,9 +266,7 @@ def _source_error(table: TableSpec, exc: psycopg.Error, doing: str) -> SourceErr
     )
 
 
-def _read(
-    conn: psycopg.Connection, table: TableSpec, names: LogNames, previous: int, since: int
-) -> LogRead:
+def _read(conn: psycopg.Connection, table: TableSpec, names: LogNames, previous: int) -> LogRead:
     """The slot checked and advanced to the recorded position, then read up to a frozen bound."""
     state = slot_state(conn, names.slot)
     fix = FULL_REFRESH_FIX.format(table=table.name)
@@ -317,7 +302,7 @@ def _read(
         gathered = gather(
             counter.counted(peek(conn, names.slot, names.publication, bound, CHANGES_PER_RUN)),
             names.relation,
-            since,
+            previous,
         )
     except LogRefused as exc:
         raise SourceError(
@@ -326,8 +311,8 @@ def _read(
     more = counter.rows >= CHANGES_PER_RUN
     after = slot_state(conn, names.slot)
     return LogRead(
-        since=since,
-        position=gathered.position if more else max(bound, since),
+        since=previous,
+        position=gathered.position if more else max(bound, previous),
         gathered=gathered,
         more=more,
         retained=after.retained_bytes if after is not None else None,

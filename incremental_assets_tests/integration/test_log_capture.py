@@ -5,10 +5,16 @@ doubles nothing."""
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from incremental_assets.cursor import parse_lsn
 from incremental_assets.log_load import names_of
+from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
 
@@ -159,5 +165,79 @@ def test_an_append_table_logs_every_change_once(loads: Loads, pg: Schema) -> Non
         assert len({c["change_lsn"] for c in changes}) == 3  # three transactions
         assert loads.run().metadata["log_changes"] == 0
         assert len(loads.rows(["id"])) == 4  # the first load's row, and the three changes
+    finally:
+        _drop_slot(pg, slot)
+
+
+ORDERS_LOGGED: dict[str, Any] = {**LOGGED, "name": "orders"}
+
+
+def _orders(pg: Schema) -> list[tuple[Any, ...]]:
+    return sorted(pg.query("SELECT id, note, n FROM orders"))
+
+
+@pytest.mark.parametrize("mode", ["merge", "append"])
+def test_a_run_killed_after_its_commit_loses_and_doubles_nothing_through_the_cli(
+    loads: Loads, pg: Schema, tmp_path: Path, mode: str
+) -> None:
+    """`dagster asset materialize` killed once its commit landed, before Dagster recorded it:
+    the next run skips what the commit holds and records its position."""
+    pg.execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text, n int)",
+        "INSERT INTO orders SELECT i, 'n' || i, i FROM generate_series(1, 20) i",
+    )
+    loads.configure(pg, {**ORDERS_LOGGED, "mode": mode}, lake=ICEBERG)
+    slot = names_of(loads.project.table("orders")).slot
+    try:
+        assert loads.run().success
+        pg.execute("UPDATE orders SET note = 'x' WHERE id <= 5", "DELETE FROM orders WHERE id = 20")
+        process, _ = loads.paused_run("committed")
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        assert len(materializations(loads.home, "orders")) == 1
+        pg.execute("INSERT INTO orders VALUES (21, 'after the kill', 21)")
+
+        rerun = run_cli(tmp_path, cli_env(loads.cli_config(), loads.home), "--select", "orders")
+
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        recorded = materializations(loads.home, "orders")
+        assert len(recorded) == 2 and recorded[-1]["cursor_type"] == "lsn"
+        if mode == "merge":
+            assert loads.rows(["id", "note", "n"]) == _orders(pg)
+        else:
+            changes = [r for r in loads.lake().to_pylist() if r["change_op"] is not None]
+            ops = sorted((r["change_op"], r["id"]) for r in changes)
+            updated = [("update", i) for i in range(1, 6)]
+            assert ops == [("delete", 20), ("insert", 21), *updated]
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
+    loads: Loads, pg: Schema, tmp_path: Path
+) -> None:
+    """The slot is made before the full load reads: what commits in between is in the full
+    load, the log, or both, and the merge applies the log over it in order."""
+    pg.execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, note text, n int)",
+        "INSERT INTO orders SELECT i, 'n' || i, i FROM generate_series(1, 20) i",
+    )
+    loads.configure(pg, ORDERS_LOGGED, lake=ICEBERG)
+    slot = names_of(loads.project.table("orders")).slot
+    try:
+        process, marker = loads.paused_run("session")
+        pg.execute(
+            "INSERT INTO orders VALUES (21, 'during', 21)",
+            "UPDATE orders SET n = -n WHERE id <= 3",
+            "DELETE FROM orders WHERE id = 4",
+        )
+        marker.unlink()
+        assert process.wait(timeout=300) == 0, process.communicate()[1][-3000:]
+        pg.execute("UPDATE orders SET note = 'later' WHERE id = 21")
+
+        run = loads.run()
+
+        assert run.success, run.failure
+        assert loads.rows(["id", "note", "n"]) == _orders(pg)
     finally:
         _drop_slot(pg, slot)
