@@ -65,7 +65,7 @@ class Change:
 class Gathered:
     """What a run read of the table's log."""
 
-    columns: tuple[Column, ...] = ()  # the table's columns, as the log last described them
+    columns: tuple[str, ...] = ()  # the table's columns, as the log last described them
     changes: list[Change] = field(default_factory=list)
     position: int = 0  # the LSN to record: the last transaction kept ends here
     transactions: int = 0
@@ -76,11 +76,11 @@ def gather(
     messages: Iterable[tuple[int, Message | None]],
     table: tuple[str, str],
     since: int,
-    columns: tuple[Column, ...] = (),
+    columns: tuple[str, ...] = (),
 ) -> Gathered:
     """The changes to `table` (schema, name) in transactions that committed at or past `since`,
     in log order. `messages`: (the message's LSN, the message) as the slot returns them;
-    `columns`: the table's columns as the run knows them before the log says."""
+    `columns`: the table's columns as the lake holds them, before the log says."""
     found = Gathered(columns=columns, position=since)
     relations: dict[int, Relation] = {}
     commit_lsn: int | None = None
@@ -220,10 +220,10 @@ def _is(relation: Relation | None, table: tuple[str, str]) -> bool:
     return relation is not None and (relation.namespace, relation.name) == table
 
 
-def _evolved(known: tuple[Column, ...], relation: Relation) -> tuple[Column, ...]:
+def _evolved(known: tuple[str, ...], relation: Relation) -> tuple[str, ...]:
     """The table's columns after `relation`: new ones added; a dropped or renamed one refused."""
     now = {c.name for c in relation.columns}
-    gone = [c.name for c in known if c.name not in now]
+    gone = [name for name in known if name not in now]
     if gone:
         raise LogRefused(
             f"{relation.namespace}.{relation.name} lost column(s) {', '.join(gone)} (dropped or "
@@ -232,4 +232,4 @@ def _evolved(known: tuple[Column, ...], relation: Relation) -> tuple[Column, ...
             fix="reload the table with a full refresh (`incremental-assets run <table> --full`), "
             "which starts the capture again from the table as it is.",
         )
-    return relation.columns
+    return tuple(c.name for c in relation.columns)

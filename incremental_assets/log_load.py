@@ -139,7 +139,7 @@ def run_log_load(
     started = time.monotonic()
     facts = request.lake_table.facts()
     with _connected(table) as conn:
-        read = _read(conn, table, names, previous)
+        read = _read(conn, table, names, previous, _held(facts))
     gathered = read.gathered
     log(
         f"{table.name}: read the log from {format_lsn(read.since)} to {format_lsn(read.position)}"
@@ -266,8 +266,15 @@ def _source_error(table: TableSpec, exc: psycopg.Error, doing: str) -> SourceErr
     )
 
 
-def _read(conn: psycopg.Connection, table: TableSpec, names: LogNames, previous: int) -> LogRead:
-    """The slot checked and advanced to the recorded position, then read up to a frozen bound."""
+def _read(
+    conn: psycopg.Connection,
+    table: TableSpec,
+    names: LogNames,
+    previous: int,
+    columns: tuple[str, ...],
+) -> LogRead:
+    """The slot checked and advanced to the recorded position, then read up to a frozen bound;
+    `columns`: the source's columns the lake holds (one the log lacks was dropped or renamed)."""
     state = slot_state(conn, names.slot)
     fix = FULL_REFRESH_FIX.format(table=table.name)
     lost = None
@@ -303,6 +310,7 @@ def _read(conn: psycopg.Connection, table: TableSpec, names: LogNames, previous:
             counter.counted(peek(conn, names.slot, names.publication, bound, CHANGES_PER_RUN)),
             names.relation,
             previous,
+            columns,
         )
     except LogRefused as exc:
         raise SourceError(
@@ -317,6 +325,14 @@ def _read(conn: psycopg.Connection, table: TableSpec, names: LogNames, previous:
         more=more,
         retained=after.retained_bytes if after is not None else None,
     )
+
+
+def _held(facts: LakeFacts) -> tuple[str, ...]:
+    """The lake's columns that came from the source (not its own, nor a change log's)."""
+    if facts.schema is None:
+        return ()
+    ours = (CHANGE_OP, CHANGE_LSN, CHANGE_SEQ)
+    return tuple(n for n in facts.schema.names if not n.startswith("_") and n not in ours)
 
 
 class _Counter:

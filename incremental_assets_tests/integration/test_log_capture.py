@@ -241,3 +241,58 @@ def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
         assert loads.rows(["id", "note", "n"]) == _orders(pg)
     finally:
         _drop_slot(pg, slot)
+
+
+def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute(
+            "INSERT INTO items VALUES (2, 'before the column', 2)",
+            "ALTER TABLE items ADD COLUMN price numeric(8,2)",
+            "INSERT INTO items VALUES (3, 'with it', 3, 9.5)",
+            "UPDATE items SET price = 1.25 WHERE id = 1",
+        )
+        added = loads.run()
+        assert added.success, added.failure
+        assert loads.rows(["id", "price"]) == sorted(pg.query("SELECT id, price FROM items"))
+
+        pg.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES (4, 4, 4)")
+        dropped = loads.run()
+        assert not dropped.success
+        assert dropped.failure is not None and "lost column(s) note" in dropped.failure
+        assert "--full" in dropped.failure
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with_it(
+    loads: Loads, pg: Schema
+) -> None:
+    """PostgreSQL leaves a TOASTed value out of an update that didn't change it."""
+    big = "x" * 100_000
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute("ALTER TABLE items ALTER COLUMN note SET STORAGE EXTERNAL")
+    pg.execute(f"INSERT INTO items VALUES (1, '{big}', 1)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute("UPDATE items SET n = 2 WHERE id = 1")
+        refused = loads.run()
+        assert not refused.success
+        assert refused.failure is not None and "REPLICA IDENTITY FULL" in refused.failure
+
+        pg.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+        assert loads.run(full_refresh=True).success
+        pg.execute("UPDATE items SET n = 3 WHERE id = 1")
+        kept = loads.run()
+        assert kept.success, kept.failure
+        assert loads.rows(["id", "note", "n"]) == [(1, big, 3)]
+    finally:
+        _drop_slot(pg, slot)

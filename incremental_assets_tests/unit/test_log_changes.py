@@ -51,7 +51,7 @@ def test_changes_come_in_log_order_with_their_transactions_commit_lsn() -> None:
         Change("delete", 2000, {"id": "1"}),
     ]
     assert (found.transactions, found.position) == (2, 2008)
-    assert [c.name for c in found.columns] == ["id", "note"]
+    assert found.columns == ("id", "note")
 
 
 def test_transactions_committed_before_the_recorded_position_are_skipped_whole() -> None:
@@ -127,10 +127,17 @@ def test_a_new_column_joins_and_a_dropped_one_is_refused() -> None:
         since=0,
     )
 
-    assert [c.name for c in found.columns] == ["id", "note", "qty"]
+    assert found.columns == ("id", "note", "qty")
     narrower = Relation(7, "shop", "orders", "d", ORDERS.columns[:1])
     with pytest.raises(LogRefused, match="lost column"):
         gather([(0, ORDERS), (0, narrower)], TABLE, since=0)
+
+
+def test_a_column_the_lake_holds_and_the_log_lacks_is_refused() -> None:
+    """The first relation a run reads may already lack it: the lake's columns say it was there."""
+    narrower = Relation(7, "shop", "orders", "d", ORDERS.columns[:1])
+    with pytest.raises(LogRefused, match="lost column.s. note"):
+        gather([(0, narrower)], TABLE, since=0, columns=("id", "note"))
 
 
 def test_a_fold_keeps_each_keys_last_change_after_the_last_truncate() -> None:
