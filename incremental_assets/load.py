@@ -425,7 +425,9 @@ def _rows_after(run: _Run, outcome: WriteOutcome) -> int:
     return rows_after(run.lake, run.request.stored, run.facts, outcome)
 
 
-def rows_after(lake: LakeTable, stored: StoredState, facts: LakeFacts, outcome: WriteOutcome) -> int:
+def rows_after(
+    lake: LakeTable, stored: StoredState, facts: LakeFacts, outcome: WriteOutcome
+) -> int:
     """The lake's rows after a run: as its commit tells, else counted; when it committed
     nothing, as the last recorded run counted them, if the lake is still at that commit."""
     if outcome.rows_held is not None:

@@ -26,7 +26,6 @@ from typing import Literal
 from incremental_assets.sources.pgoutput import (
     UNCHANGED,
     Begin,
-    Column,
     Commit,
     Delete,
     Insert,

@@ -21,8 +21,6 @@ starts no JVM.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -41,11 +39,13 @@ from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.pg_client import connect
 from incremental_assets.sources.pg_slot import (
+    LogNames,
     advance,
     create_slot,
     drop,
     ensure_publication,
     flush_bound,
+    names_of,
     peek,
     server_lacks,
     slot_state,
@@ -73,32 +73,6 @@ FULL_REFRESH_FIX = (
     "reload the table with `incremental-assets run {table} --full`, which makes the slot again "
     "and starts the capture from the table as it is."
 )
-
-
-@dataclass(frozen=True)
-class LogNames:
-    """Where a table's changes are: its relation, and the slot and publication that keep them."""
-
-    relation: tuple[str, str]
-    slot: str
-
-    @property
-    def publication(self) -> str:
-        return self.slot
-
-
-def names_of(table: TableSpec) -> LogNames:
-    """The relation `table:` names (unquoted names fold to lower case, as PostgreSQL's do), and
-    the slot: `slot:`, or `ia_<schema>_<table>` (a digest ends a name past 63 characters)."""
-    assert table.table is not None, "a `capture: log` table names its `table:` (config rules)"
-    parts = [_identifier(p) for p in _split(table.table)]
-    relation = (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[-1])
-    if table.slot is not None:
-        return LogNames(relation, table.slot)
-    slot = re.sub(r"[^a-z0-9_]", "_", f"ia_{relation[0]}_{relation[1]}".lower())
-    if len(slot) > 63:
-        slot = f"{slot[:54]}_{hashlib.sha256(slot.encode()).hexdigest()[:8]}"
-    return LogNames(relation, slot)
 
 
 @dataclass(frozen=True)
@@ -512,14 +486,3 @@ def _result(
         settings=request.settings,
         table_name=lake.identifier,
     )
-
-
-def _split(name: str) -> list[str]:
-    """`schema.table`, either part maybe "quoted" (a quoted part may hold a dot)."""
-    return [m.group(0) for m in re.finditer(r'"(?:[^"]|"")*"|[^.]+', name)]
-
-
-def _identifier(part: str) -> str:
-    if part.startswith('"') and part.endswith('"'):
-        return part[1:-1].replace('""', '"')
-    return part.lower()

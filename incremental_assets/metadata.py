@@ -37,6 +37,10 @@ LAKE_CURSOR = "lake_cursor"
 ROWS_WAITING = "rows_waiting"
 FILES_WAITING = "files_waiting"
 BEHIND_SECONDS = "behind_seconds"
+# A table captured from the log: the log the slot keeps, and how far the log's end is past the
+# position the lake recorded (bytes).
+LOG_RETAINED_BYTES = "log_retained_bytes"
+LOG_BEHIND_BYTES = "log_behind_bytes"
 
 # Written as a value even when there is none, so "no cursor" reads back as such.
 _ALWAYS = ("cursor", "previous_cursor")

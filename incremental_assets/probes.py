@@ -24,6 +24,7 @@ from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.database import Connection, Database, described, fetch_row
 from incremental_assets.sources.freeze_sql import freeze, newest_loadable, relation_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_slot import names_of
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Probe:
     newest: str | None = None
     # Rows (a database) or files a run would read now; None when not counted.
     waiting: int | None = None
+    # `capture: log`: the log the table's replication slot keeps, in bytes (None: no slot yet)
+    retained: int | None = None
 
 
 NOTHING = Probe(None)
@@ -70,6 +73,8 @@ def _probe_database(
         fix = "fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
     try:
+        if table.capture == "log":
+            return _log_probe(conn, database, table, stored)
         if table.cursor is None:
             return Probe(_table_changes(conn, database, table, stored))
         return _newest_cursor(conn, database, table, stored, count_when)
@@ -166,6 +171,26 @@ def _table_changes(
             )
         )
     return f"changes:{row['changes']}" if row["settled"] else None
+
+
+def _log_probe(
+    conn: Connection, database: Database, table: TableSpec, stored: StoredState
+) -> Probe:
+    """A table captured from the log: changed by the database's own count, the log's end as
+    the newest position, and what the table's slot keeps."""
+    slot = names_of(table).slot  # [a-z0-9_]: safe in the literal
+    row = fetch_row(
+        conn,
+        "SELECT pg_current_wal_lsn()::text AS newest, (SELECT pg_wal_lsn_diff("
+        "pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots "
+        f"WHERE slot_name = '{slot}') AS retained",
+    )
+    retained = row["retained"]
+    return Probe(
+        _table_changes(conn, database, table, stored),
+        newest=str(row["newest"]),
+        retained=None if retained is None else int(retained),
+    )
 
 
 def _probe_files(table: TableSpec, source: FilesSourceSpec, last_run: datetime | None) -> Probe:

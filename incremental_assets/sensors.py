@@ -26,11 +26,13 @@ import dagster as dg
 
 from incremental_assets.checks import CHECKS_AFTER_FAILED_RUN
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
-from incremental_assets.cursor import parse_cursor
+from incremental_assets.cursor import CursorType, parse_cursor, parse_lsn
 from incremental_assets.metadata import (
     BEHIND_SECONDS,
     FILES_WAITING,
     LAKE_CURSOR,
+    LOG_BEHIND_BYTES,
+    LOG_RETAINED_BYTES,
     NEWEST_CURSOR,
     NEWEST_FILE,
     OBSERVED_FOR,
@@ -235,7 +237,16 @@ def _observation(
     if probe.newest is None:
         return []
     metadata: dict[str, Any] = {OBSERVED_FOR: table.name, LAKE_CURSOR: stored.cursor or ""}
-    if _reads_files(table):
+    if table.capture == "log":
+        metadata[NEWEST_CURSOR] = probe.newest
+        if probe.retained is not None:
+            metadata[LOG_RETAINED_BYTES] = probe.retained
+        if stored.cursor is not None and stored.cursor_type is CursorType.LSN:
+            metadata[LOG_BEHIND_BYTES] = max(0, parse_lsn(probe.newest) - parse_lsn(stored.cursor))
+        unchanged = last_seen is not None and all(
+            last_seen.get(name) == value for name, value in metadata.items()
+        )
+    elif _reads_files(table):
         metadata[NEWEST_FILE] = probe.newest
         metadata[FILES_WAITING] = probe.waiting or 0
         unchanged = last_seen is not None and all(

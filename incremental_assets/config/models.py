@@ -142,6 +142,12 @@ class ChecksSpec(FrozenModel):
         description="Merge tables: on this cron (UTC), check every lake file for keys held "
         "twice, without loading.",
     )
+    log_retained_mb: int = Field(
+        1024,
+        gt=0,
+        description="`capture: log` tables: warn when the table's replication slot keeps more "
+        "than this much of the database's log (MB), which the server can't remove.",
+    )
 
 
 AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'

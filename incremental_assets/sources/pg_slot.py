@@ -14,18 +14,47 @@ ordinary connection (no replication protocol, no JVM).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
+from incremental_assets.config import TableSpec
 from incremental_assets.cursor import format_lsn, parse_lsn
 from incremental_assets.sources.pgoutput import Message, decode
 
 PLUGIN = "pgoutput"
 # How long creating a slot may wait for the transactions open at that moment to end.
 CREATE_TIMEOUT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class LogNames:
+    """Where a table's changes are: its relation, and the slot and publication that keep them."""
+
+    relation: tuple[str, str]
+    slot: str
+
+    @property
+    def publication(self) -> str:
+        return self.slot
+
+
+def names_of(table: TableSpec) -> LogNames:
+    """The relation `table:` names (unquoted names fold to lower case, as PostgreSQL's do), and
+    the slot: `slot:`, or `ia_<schema>_<table>` (a digest ends a name past 63 characters)."""
+    assert table.table is not None, "a `capture: log` table names its `table:` (config rules)"
+    parts = [_identifier(p) for p in _split(table.table)]
+    relation = (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[-1])
+    if table.slot is not None:
+        return LogNames(relation, table.slot)
+    slot = re.sub(r"[^a-z0-9_]", "_", f"ia_{relation[0]}_{relation[1]}".lower())
+    if len(slot) > 63:
+        slot = f"{slot[:54]}_{hashlib.sha256(slot.encode()).hexdigest()[:8]}"
+    return LogNames(relation, slot)
 
 
 @dataclass(frozen=True)
@@ -144,3 +173,14 @@ def server_lacks(conn: psycopg.Connection) -> list[str]:
             "the source's user has no REPLICATION privilege: ALTER ROLE <user> REPLICATION"
         )
     return lacking
+
+
+def _split(name: str) -> list[str]:
+    """`schema.table`, either part maybe "quoted" (a quoted part may hold a dot)."""
+    return [m.group(0) for m in re.finditer(r'"(?:[^"]|"")*"|[^.]+', name)]
+
+
+def _identifier(part: str) -> str:
+    if part.startswith('"') and part.endswith('"'):
+        return part[1:-1].replace('""', '"')
+    return part.lower()

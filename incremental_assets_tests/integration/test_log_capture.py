@@ -10,10 +10,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 
 from incremental_assets.cursor import parse_lsn
-from incremental_assets.log_load import names_of
+from incremental_assets.sensors import evaluate
+from incremental_assets.sources.pg_slot import names_of
+from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
@@ -294,5 +297,36 @@ def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with
         kept = loads.run()
         assert kept.success, kept.failure
         assert loads.rows(["id", "note", "n"]) == [(1, big, 3)]
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its_limit(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG, checks={"log_retained_mb": 1})
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute(
+            "INSERT INTO items SELECT i, repeat('x', 100), i FROM generate_series(1, 30000) i"
+        )
+        table = loads.project.table("items")
+        source = IncrementalAssetsTranslator(loads.project.lake).source_asset_key(table)
+
+        tick = evaluate(loads.instance, table, dg.AssetKey("items"), None, None, source)
+
+        assert isinstance(tick, dg.SensorResult) and len(tick.run_requests or []) == 1
+        (observation,) = tick.asset_events
+        seen = {k: v.value for k, v in observation.metadata.items()}
+        assert isinstance(seen["log_retained_bytes"], int) and seen["log_retained_bytes"] > 2**20
+        assert isinstance(seen["log_behind_bytes"], int) and seen["log_behind_bytes"] > 2**20
+        assert parse_lsn(str(seen["newest_cursor"])) > 0
+
+        run = loads.execute({})
+        (check,) = [e for e in run.get_asset_check_evaluations() if e.check_name == "log_retained"]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+        assert loads.rows(["id"]) == [(i,) for i in range(1, 30001)]
     finally:
         _drop_slot(pg, slot)

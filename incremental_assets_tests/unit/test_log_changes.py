@@ -136,7 +136,7 @@ def test_a_new_column_joins_and_a_dropped_one_is_refused() -> None:
 def test_a_column_the_lake_holds_and_the_log_lacks_is_refused() -> None:
     """The first relation a run reads may already lack it: the lake's columns say it was there."""
     narrower = Relation(7, "shop", "orders", "d", ORDERS.columns[:1])
-    with pytest.raises(LogRefused, match="lost column.s. note"):
+    with pytest.raises(LogRefused, match=r"lost column\(s\) note"):
         gather([(0, narrower)], TABLE, since=0, columns=("id", "note"))
 
 
