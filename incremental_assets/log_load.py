@@ -42,7 +42,6 @@ from incremental_assets.sources.pg_slot import (
     LogNames,
     advance,
     create_slot,
-    drop,
     ensure_publication,
     flush_bound,
     names_of,
@@ -137,14 +136,6 @@ def run_log_load(
     extracted = time.monotonic()
     outcome, batch = _write(spark, request, facts, read)
     return _result(request, facts, read, outcome, batch, report, started, extracted)
-
-
-def drop_capture(table: TableSpec) -> bool:
-    """The table's slot and publication dropped (`incremental-assets cdc drop`); whether there
-    was a slot. The next run loads the table whole again."""
-    names = names_of(table)
-    with _connected(table) as conn:
-        return drop(conn, names.slot, names.publication)
 
 
 def _first_load(

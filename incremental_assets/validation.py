@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+import psycopg
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -29,6 +30,7 @@ from incremental_assets.sources.database import Connection, Database, described
 from incremental_assets.sources.failures import source_error
 from incremental_assets.sources.freeze_sql import relation_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_slot import names_of, server_lacks, slot_state
 from incremental_assets.spark_api import T
 
 
@@ -94,7 +96,30 @@ def _database_check(table: TableSpec, database: Database, conn: Connection) -> S
     schema = T.StructType(
         [T.StructField(str(c[0]), _arrives_as(database, c[1], c[4], c[5])) for c in columns]
     )
-    return _columns_check(table, table.source_object, schema)
+    checked = _columns_check(table, table.source_object, schema)
+    if table.capture != "log" or checked.problems:
+        return checked
+    return _log_check(table, checked, conn)
+
+
+def _log_check(table: TableSpec, checked: SourceCheck, conn: Connection) -> SourceCheck:
+    """What the server lacks for log capture, and the state of the table's slot."""
+    assert isinstance(conn, psycopg.Connection)
+    lacking = server_lacks(conn)
+    if lacking:
+        problem = TableProblem(
+            table.name,
+            "the source can't keep a log of its changes: " + "; ".join(lacking) + ".",
+            "capture",
+            "change what is named, or capture the table with a `cursor:`.",
+        )
+        return SourceCheck(table.name, checked.seen, (problem,))
+    slot = names_of(table).slot
+    state = slot_state(conn, slot)
+    if state is None:
+        return replace(checked, seen=f"{checked.seen}, log: slot {slot} made by the first run")
+    kept = f"{(state.retained_bytes or 0) / 2**20:.1f} MB kept"
+    return replace(checked, seen=f"{checked.seen}, log: slot {slot} ({state.wal_status}, {kept})")
 
 
 def _files_check(table: TableSpec, source: FilesSourceSpec) -> SourceCheck:

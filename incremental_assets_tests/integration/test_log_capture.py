@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +332,71 @@ def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its
         assert loads.rows(["id"]) == [(i,) for i in range(1, 30001)]
     finally:
         _drop_slot(pg, slot)
+
+
+def _ia(loads: Loads, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`incremental-assets ...` in a subprocess, on the test's instance and project."""
+    program = str(Path(sys.executable).with_name("incremental-assets"))
+    env = cli_env(loads.cli_config(), loads.home)
+    return subprocess.run(
+        [program, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
+    loads: Loads, pg: Schema, tmp_path: Path
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    before = _ia(loads, tmp_path, "validate", "--connect")
+    assert before.returncode == 0, before.stderr
+    assert f"log: slot {slot} made by the first run" in before.stdout
+    try:
+        first = loads.run()
+        assert first.success
+        shown = _ia(loads, tmp_path, "validate", "--connect")
+        assert f"log: slot {slot} (reserved" in shown.stdout, shown.stdout
+
+        pg.execute("INSERT INTO items VALUES (2, 'skipped by the cursor set', 2)")
+        pg.execute("CHECKPOINT")
+        (now,) = pg.query("SELECT pg_current_wal_flush_lsn()::text")
+        moved = _ia(loads, tmp_path, "cursor", "set", "items", str(now[0]), "--reason", "skip")
+        assert moved.returncode == 0, moved.stderr
+        pg.execute("INSERT INTO items VALUES (3, 'after it', 3)")
+        assert loads.run().success
+        assert loads.rows(["id"]) == [(1,), (3,)]  # what the hand-set position skipped stays out
+
+        dropped = _ia(loads, tmp_path, "cdc", "drop", "items", "--reason", "decommissioned")
+        assert dropped.returncode == 0, dropped.stderr
+        assert f"slot {slot} dropped" in dropped.stdout
+        assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{slot}'") == []
+        assert loads.run().success  # loaded whole again, the slot made again
+        assert loads.rows(["id"]) == [(1,), (2,), (3,)]
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_validate_names_what_the_server_lacks_for_log_capture(
+    loads: Loads, pg: Schema, tmp_path: Path
+) -> None:
+    role = f"{pg.name}_plain"
+    pg.execute(
+        f"CREATE ROLE {role} LOGIN PASSWORD 'plain'",
+        f"GRANT USAGE ON SCHEMA {pg.name} TO {role}",
+        "CREATE TABLE items (id int PRIMARY KEY, note text, n int)",
+        f"GRANT SELECT ON items TO {role}",
+    )
+    try:
+        loads.configure(pg, LOGGED, lake=ICEBERG, source={"user": role, "password": "plain"})
+
+        checked = _ia(loads, tmp_path, "validate", "--connect")
+        run = loads.run()
+
+        assert checked.returncode == 1
+        assert "no REPLICATION privilege: ALTER ROLE" in checked.stdout
+        assert not run.success and run.failure is not None
+        assert "no REPLICATION privilege" in run.failure
+    finally:
+        pg.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
