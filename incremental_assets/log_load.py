@@ -40,6 +40,7 @@ from incremental_assets.sources import open_source
 from incremental_assets.sources.pg_client import connect
 from incremental_assets.sources.pg_slot import (
     LogNames,
+    SlotWaited,
     advance,
     create_slot,
     ensure_publication,
@@ -171,7 +172,21 @@ def _first_load(
             f"{table.name}: making the replication slot {names.slot} (it waits for open "
             "transactions to end)"
         )
-        consistent = create_slot(conn, names.slot)
+        try:
+            consistent = create_slot(conn, names.slot)
+        except SlotWaited as exc:
+            raise SourceError(
+                TableProblem(
+                    table.name,
+                    f"making the replication slot {names.slot} waited {exc.seconds} s for the "
+                    "transactions open on the server to end (a slot keeps every change "
+                    "committed after it is made, so it waits for those begun before), and some "
+                    "are still open. Nothing was written.",
+                    "capture",
+                    "end them (pg_stat_activity lists them: state 'idle in transaction', "
+                    "oldest xact_start first), or run again once they have ended.",
+                )
+            ) from None
     log(f"{table.name}: slot {names.slot} keeps every change from {format_lsn(consistent)}")
     spark = session()
     loaded = run_incremental_load(spark, replace(request, full_refresh=True), log)

@@ -57,6 +57,14 @@ def names_of(table: TableSpec) -> LogNames:
     return LogNames(relation, slot)
 
 
+class SlotWaited(Exception):
+    """Making a slot waited past its timeout for transactions open on the server to end."""
+
+    def __init__(self, seconds: int) -> None:
+        super().__init__(f"waited {seconds} s for open transactions")
+        self.seconds = seconds
+
+
 @dataclass(frozen=True)
 class SlotState:
     plugin: str
@@ -110,6 +118,8 @@ def create_slot(conn: psycopg.Connection, slot: str) -> int:
         row = conn.execute(
             "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN)
         ).fetchone()
+    except psycopg.errors.QueryCanceled:
+        raise SlotWaited(CREATE_TIMEOUT_SECONDS) from None
     finally:
         conn.execute("RESET statement_timeout")
     assert row is not None

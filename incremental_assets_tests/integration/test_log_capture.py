@@ -21,7 +21,7 @@ from incremental_assets.sources.pg_slot import names_of
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
-from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.postgres import PostgresServer, Schema
 
 LOGGED: dict[str, Any] = {
     "name": "items",
@@ -400,3 +400,46 @@ def test_validate_names_what_the_server_lacks_for_log_capture(
         assert "no REPLICATION privilege" in run.failure
     finally:
         pg.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+
+
+def test_a_first_load_waiting_on_a_long_open_transaction_says_so(
+    loads: Loads, pg: Schema, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("incremental_assets.sources.pg_slot.CREATE_TIMEOUT_SECONDS", 2)
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    with postgres.connect(autocommit=False) as open_transaction:
+        open_transaction.execute("SELECT txid_current()")  # holds an xid until it ends
+        waited = loads.run()
+    try:
+        assert not waited.success and waited.failure is not None
+        assert "waited 2 s for the transactions open on the server to end" in waited.failure
+        assert "idle in transaction" in waited.failure
+        assert loads.run().success  # once it ended
+    finally:
+        _drop_slot(pg, slot)
+
+
+def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: Schema) -> None:
+    """Nothing changes in the table while the server writes log for others: each run records
+    the bound it read to, and the next one advances the slot there."""
+    pg.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, note text, n int)",
+        "CREATE TABLE busy (id int, pad text)",
+    )
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute("INSERT INTO busy SELECT i, repeat('x', 200) FROM generate_series(1, 20000) i")
+        # A slot restarts decoding from a snapshot of the running transactions, which a busy
+        # server logs every 15 s and at a checkpoint.
+        pg.execute("CHECKPOINT")
+        idle = loads.run()
+        assert idle.success and idle.metadata["log_changes"] == 0
+        assert idle.metadata["log_retained_bytes"] > 2**20  # kept until a run records past it
+        later = loads.run()
+        assert later.metadata["log_retained_bytes"] < 2**20
+    finally:
+        _drop_slot(pg, slot)
