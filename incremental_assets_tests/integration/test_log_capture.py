@@ -443,3 +443,29 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
         assert later.metadata["log_retained_bytes"] < 2**20
     finally:
         _drop_slot(pg, slot)
+
+
+def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema) -> None:
+    """`max_slot_wal_keep_size` lets the server remove the log a slot that fell behind keeps."""
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        pg.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()")
+        for i in range(3):
+            pg.execute(f"INSERT INTO items VALUES ({i}, 'x', {i})", "SELECT pg_switch_wal()")
+        pg.execute("CHECKPOINT")
+        (status,) = pg.query(
+            f"SELECT wal_status FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )
+        assert status == ("lost",)
+
+        refused = loads.run()
+
+        assert not refused.success and refused.failure is not None
+        assert f"slot {slot} lost the log it kept" in refused.failure
+        assert "--full" in refused.failure
+    finally:
+        pg.execute("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
+        _drop_slot(pg, slot)
