@@ -49,10 +49,16 @@ class CursorType(StrEnum):
     # A position in PostgreSQL's write-ahead log, the cursor of a table captured from the log
     # (`capture: log`); never a column's, so no name in CURSOR_TYPE_ALIASES chooses it.
     LSN = "lsn"
+    # A position in MySQL's or MariaDB's binary log, `<file>:<offset>` (`mariadb-bin.000003:1234`)
+    BINLOG = "binlog"
 
     @property
     def is_temporal(self) -> bool:
         return self in (CursorType.DATE, CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ)
+
+    @property
+    def is_log_position(self) -> bool:
+        return self in (CursorType.LSN, CursorType.BINLOG)
 
     @property
     def is_timestamp(self) -> bool:
@@ -83,7 +89,7 @@ def cursor_type_from_name(name: str) -> CursorType:
     try:
         return CURSOR_TYPE_ALIASES[name.strip().lower()]
     except KeyError:
-        allowed = ", ".join(t.value for t in CursorType if t is not CursorType.LSN)
+        allowed = ", ".join(t.value for t in CursorType if not t.is_log_position)
         raise CursorError(f"'{name}' is not a cursor type; use one of {allowed}.") from None
 
 
@@ -160,6 +166,7 @@ _PARSERS: dict[CursorType, Callable[[str], CursorValue]] = {
     CursorType.TIMESTAMPTZ: lambda text: _parse_timestamp(text, aware=True),
     CursorType.STRING: str,
     CursorType.LSN: lambda text: parse_lsn(text),
+    CursorType.BINLOG: lambda text: format_binlog(*parse_binlog(text)),
 }
 
 
@@ -199,6 +206,24 @@ def parse_lsn(text: str) -> int:
     return (int(found[1], 16) << 32) | int(found[2], 16)
 
 
+_BINLOG = re.compile(r"([^\s:/]+\.[0-9]+):([0-9]+)")
+
+
+def parse_binlog(text: str) -> tuple[str, int]:
+    """`mariadb-bin.000003:1234` as (file, offset); ValueError if it isn't one."""
+    found = _BINLOG.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(
+            f"{text!r} is not a binary log position (write it as <file>:<offset>, as SHOW MASTER "
+            "STATUS gives them: mariadb-bin.000003:1234)"
+        )
+    return found[1], int(found[2])
+
+
+def format_binlog(file: str, offset: int) -> str:
+    return f"{file}:{offset}"
+
+
 def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
     """Decode a bound as sources return it: epoch micros, epoch days, or exact text."""
     try:
@@ -231,7 +256,8 @@ class CursorOrder:
     @property
     def known(self) -> bool:
         """Whether Python orders any two values as the source does."""
-        return self.cursor_type is not CursorType.STRING
+        # A binary log position is (file, offset), which text order doesn't follow
+        return self.cursor_type not in (CursorType.STRING, CursorType.BINLOG)
 
     @property
     def spark_orders(self) -> bool:

@@ -19,10 +19,11 @@ bound when it read everything up to it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
+from incremental_assets.cursor import CursorType
 from incremental_assets.sources.pgoutput import (
     UNCHANGED,
     Begin,
@@ -37,6 +38,23 @@ from incremental_assets.sources.pgoutput import (
 )
 
 Op = Literal["insert", "update", "delete", "truncate"]
+Log = Callable[[str], None]
+
+# The changes one run reads at most (whole transactions: a larger one comes whole). The rest wait
+# for the next run, which `log_more_waiting` says is due.
+CHANGES_PER_RUN = 500_000
+
+
+def position_type(url: str) -> CursorType:
+    """The cursor of a table captured from the log of the database at a JDBC `url`."""
+    return CursorType.LSN if url.startswith("jdbc:postgresql:") else CursorType.BINLOG
+
+
+def full_refresh_fix(table: str) -> str:
+    return (
+        f"reload the table with `incremental-assets run {table} --full`, which starts the "
+        "capture again from the table as it is."
+    )
 
 
 class LogRefused(Exception):
@@ -69,6 +87,33 @@ class Gathered:
     position: int = 0  # the LSN to record: the last transaction kept ends here
     transactions: int = 0
     skipped: int = 0  # transactions committed before the recorded position
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """What a run read of a table's log, before anything is written; positions as the cursor's
+    text (`ChangeLog.cursor_type`)."""
+
+    since: str  # every transaction committed before it is in the lake
+    position: str  # the position the run records
+    gathered: Gathered
+    more: bool  # the read stopped at `CHANGES_PER_RUN`: changes wait past `position`
+    retained: int | None  # the log kept for the table, in bytes, where the database keeps it
+
+
+class ChangeLog(Protocol):
+    """A database's log of one table's changes (`sources/pg_log.py`, `sources/binlog.py`)."""
+
+    cursor_type: CursorType
+
+    def begin(self, log: Log) -> str:
+        """Made ready before the table is loaded whole; the position its changes are kept from."""
+        ...
+
+    def read(self, previous: str, columns: tuple[str, ...]) -> LogRead:
+        """The changes since `previous`, up to a bound frozen now; `columns`: the source's columns
+        the lake holds (one the log lacks was dropped or renamed)."""
+        ...
 
 
 def gather(

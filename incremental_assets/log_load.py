@@ -22,35 +22,21 @@ starts no JVM.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import psycopg
-
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
-from incremental_assets.cursor import CursorType, format_lsn, parse_cursor
-from incremental_assets.errors import ConfigError, SourceError, TableProblem
+from incremental_assets.cursor import CursorType, parse_cursor
+from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
-from incremental_assets.log_changes import Change, Gathered, LogRefused, fold, gather
+from incremental_assets.log_changes import Change, ChangeLog, Log, LogRead, fold
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
-from incremental_assets.sources.pg_client import connect
-from incremental_assets.sources.pg_slot import (
-    LogNames,
-    SlotWaited,
-    advance,
-    create_slot,
-    ensure_publication,
-    flush_bound,
-    names_of,
-    peek,
-    server_lacks,
-    slot_state,
-)
-from incremental_assets.sources.pgoutput import Message
+from incremental_assets.sources.binlog import Binlog
+from incremental_assets.sources.pg_log import PgLog
 from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import WritePlan
@@ -60,30 +46,19 @@ from incremental_assets.writers.versions import DELETED
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-Log = Callable[[str], None]
-
-# The changes one run reads at most (whole transactions: a larger one comes whole). The rest wait
-# for the next run, which `log_more_waiting` says is due.
-CHANGES_PER_RUN = 500_000
-# An append table's change log: what each row did, its transaction's commit position (the LSN as
-# a number, so that it sorts), and its order within the run: (change_lsn, change_seq) orders the
+# An append table's change log: what each row did, its transaction's commit position (as a
+# number, so that it sorts), and its order within the run: (change_lsn, change_seq) orders the
 # log, since a run reads whole transactions.
 CHANGE_OP, CHANGE_LSN, CHANGE_SEQ = "change_op", "change_lsn", "change_seq"
-FULL_REFRESH_FIX = (
-    "reload the table with `incremental-assets run {table} --full`, which makes the slot again "
-    "and starts the capture from the table as it is."
-)
 
 
-@dataclass(frozen=True)
-class LogRead:
-    """What a run read of the log, before anything is written."""
-
-    since: int  # every transaction committed before it is in the lake
-    position: int  # the position the run records
-    gathered: Gathered
-    more: bool  # the read stopped at `CHANGES_PER_RUN`: changes wait past `position`
-    retained: int | None  # the log the slot keeps, in bytes
+def log_of(table: TableSpec) -> ChangeLog:
+    """The table's log: PostgreSQL's through a slot, MySQL's or MariaDB's binlog."""
+    source = table.source
+    assert isinstance(source, JdbcSourceSpec), "config rules: a jdbc source"
+    if source.url.startswith("jdbc:postgresql:"):
+        return PgLog(table)
+    return Binlog(table)
 
 
 def run_log_load(
@@ -106,19 +81,18 @@ def run_log_load(
                 "`incremental-assets lake convert`), or capture it with a `cursor:`.",
             )
         )
-    names = names_of(table)
-    previous = _recorded(request)
+    changes = log_of(table)
+    previous = _recorded(request, changes.cursor_type)
     if previous is None or request.full_refresh:
-        return _first_load(session, request, names, previous, log)
+        return _first_load(session, request, changes, previous, log)
     started = time.monotonic()
     facts = request.lake_table.facts()
-    with _connected(table) as conn:
-        read = _read(conn, table, names, previous, _held(facts))
+    read = changes.read(previous, _held(facts))
     gathered = read.gathered
     log(
-        f"{table.name}: read the log from {format_lsn(read.since)} to {format_lsn(read.position)}"
-        f": {len(gathered.changes)} change(s) in {gathered.transactions} transaction(s)"
-        + (f"; more wait past {format_lsn(read.position)}" if read.more else "")
+        f"{table.name}: read the log from {read.since} to {read.position}: "
+        f"{len(gathered.changes)} change(s) in {gathered.transactions} transaction(s)"
+        + (f"; more wait past {read.position}" if read.more else "")
     )
     report = Report(
         log_changes=len(gathered.changes),
@@ -142,169 +116,32 @@ def run_log_load(
 def _first_load(
     session: Callable[[], SparkSession],
     request: LoadRequest,
-    names: LogNames,
-    previous: int | None,
+    changes: ChangeLog,
+    previous: str | None,
     log: Log,
 ) -> LoadResult:
-    """The slot made first, then the table loaded whole: every change committed after the slot's
-    consistent point is replayed by the next run."""
-    table = request.table
-    with _connected(table) as conn:
-        lacking = server_lacks(conn)
-        if lacking:
-            raise SourceError(
-                TableProblem(
-                    table.name,
-                    "the source can't keep a log of its changes for this package: "
-                    + "; ".join(lacking)
-                    + ".",
-                    "capture",
-                    "change what is named, then run again (`incremental-assets validate "
-                    "--connect` checks it).",
-                )
-            )
-        ensure_publication(conn, names.publication, names.relation)
-        if slot_state(conn, names.slot) is not None:
-            # A full refresh, or a first load killed after it made the slot: nothing recorded
-            # depends on the slot, and the load below reads the whole table again.
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
-        log(
-            f"{table.name}: making the replication slot {names.slot} (it waits for open "
-            "transactions to end)"
-        )
-        try:
-            consistent = create_slot(conn, names.slot)
-        except SlotWaited as exc:
-            raise SourceError(
-                TableProblem(
-                    table.name,
-                    f"making the replication slot {names.slot} waited {exc.seconds} s for the "
-                    "transactions open on the server to end (a slot keeps every change "
-                    "committed after it is made, so it waits for those begun before), and some "
-                    "are still open. Nothing was written.",
-                    "capture",
-                    "end them (pg_stat_activity lists them: state 'idle in transaction', "
-                    "oldest xact_start first), or run again once they have ended.",
-                )
-            ) from None
-    log(f"{table.name}: slot {names.slot} keeps every change from {format_lsn(consistent)}")
+    """The log made ready first, then the table loaded whole: every change committed after the
+    position it gives is replayed by the next run."""
+    start = changes.begin(log)
     spark = session()
     loaded = run_incremental_load(spark, replace(request, full_refresh=True), log)
     return replace(
         loaded,
-        cursor_type=CursorType.LSN,
-        cursor=consistent,
-        previous_cursor=previous,
-        extract_filter=f"the whole table; its log kept from {format_lsn(consistent)}",
+        cursor_type=changes.cursor_type,
+        cursor=_parsed(changes.cursor_type, start),
+        previous_cursor=None if previous is None else _parsed(changes.cursor_type, previous),
+        extract_filter=f"the whole table; its log kept from {start}",
     )
 
 
-def _recorded(request: LoadRequest) -> int | None:
-    """The position the last run recorded; None if it recorded a column's cursor (or none)."""
+def _recorded(request: LoadRequest, kind: CursorType) -> str | None:
+    """The position the last run recorded, as text; None if it recorded another kind of cursor
+    (a column's, before the table was captured from the log) or none."""
     stored = request.stored
-    if stored.cursor is None or stored.cursor_type is not CursorType.LSN:
+    if stored.cursor is None or stored.cursor_type is not kind:
         return None
-    value = parse_cursor(CursorType.LSN, stored.cursor)
-    assert isinstance(value, int)
-    return value
-
-
-class _connected:
-    """The source's connection, with values printed as the casts in `_typed` read them; a
-    failure to connect is the source's error."""
-
-    def __init__(self, table: TableSpec) -> None:
-        self.table = table
-
-    def __enter__(self) -> psycopg.Connection:
-        source = self.table.source
-        assert isinstance(source, JdbcSourceSpec)
-        try:
-            self.conn = connect(source, pinned=True)
-        except psycopg.Error as exc:
-            raise _source_error(self.table, exc, "connecting") from None
-        return self.conn
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        self.conn.close()
-        if isinstance(exc, psycopg.Error):
-            raise _source_error(self.table, exc, "reading the log") from None
-
-
-def _source_error(table: TableSpec, exc: psycopg.Error, doing: str) -> SourceError:
-    source = table.source
-    assert isinstance(source, JdbcSourceSpec)
-    detail = " ".join(str(exc).split())[:400]
-    return SourceError(
-        TableProblem(
-            table.name,
-            f"{doing} failed: {detail}. Nothing was written and the position did not move.",
-            source=source.redacted_url(),
-            fix="check that the database answers and the source's user may read the log "
-            "(REPLICATION), then run again.",
-        )
-    )
-
-
-def _read(
-    conn: psycopg.Connection,
-    table: TableSpec,
-    names: LogNames,
-    previous: int,
-    columns: tuple[str, ...],
-) -> LogRead:
-    """The slot checked and advanced to the recorded position, then read up to a frozen bound;
-    `columns`: the source's columns the lake holds (one the log lacks was dropped or renamed)."""
-    state = slot_state(conn, names.slot)
-    fix = FULL_REFRESH_FIX.format(table=table.name)
-    lost = None
-    if state is None:
-        lost = f"its replication slot {names.slot} is gone (dropped, or the server was replaced)"
-    elif state.wal_status == "lost":
-        lost = (
-            f"its replication slot {names.slot} lost the log it kept (max_slot_wal_keep_size "
-            "let the server remove it)"
-        )
-    elif (state.confirmed_flush_lsn or 0) > previous:
-        lost = (
-            f"its replication slot {names.slot} was moved to "
-            f"{format_lsn(state.confirmed_flush_lsn or 0)}, past the position the last run "
-            f"recorded ({format_lsn(previous)}), by something other than this table's runs "
-            "(or the cursor was set back)"
-        )
-    if lost is not None:
-        raise SourceError(
-            TableProblem(
-                table.name,
-                f"{lost}: the changes since {format_lsn(previous)} can't be read, and loading on "
-                "would miss them. Nothing was written and the position did not move.",
-                "capture",
-                fix,
-            )
-        )
-    advance(conn, names.slot, previous)
-    bound = flush_bound(conn)
-    counter = _Counter()
-    try:
-        gathered = gather(
-            counter.counted(peek(conn, names.slot, names.publication, bound, CHANGES_PER_RUN)),
-            names.relation,
-            previous,
-            columns,
-        )
-    except LogRefused as exc:
-        raise SourceError(
-            TableProblem(table.name, exc.message + " Nothing was written.", "capture", exc.fix)
-        ) from None
-    more = counter.rows >= CHANGES_PER_RUN
-    after = slot_state(conn, names.slot)
-    return LogRead(
-        since=previous,
-        position=gathered.position if more else max(bound, previous),
-        gathered=gathered,
-        more=more,
-        retained=after.retained_bytes if after is not None else None,
-    )
+    _parsed(kind, stored.cursor)  # a position the log can't read is refused here
+    return stored.cursor
 
 
 def _held(facts: LakeFacts) -> tuple[str, ...]:
@@ -313,18 +150,6 @@ def _held(facts: LakeFacts) -> tuple[str, ...]:
         return ()
     ours = (CHANGE_OP, CHANGE_LSN, CHANGE_SEQ)
     return tuple(n for n in facts.schema.names if not n.startswith("_") and n not in ours)
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.rows = 0
-
-    def counted(
-        self, messages: Iterable[tuple[int, Message | None]]
-    ) -> Iterator[tuple[int, Message | None]]:
-        for message in messages:
-            self.rows += 1
-            yield message
 
 
 def _merge(table: TableSpec) -> bool:
@@ -356,7 +181,7 @@ def _write(
         facts=facts,
         txn=new_txn(),
         batch=batch,
-        cursor=format_lsn(read.position),
+        cursor=read.position,
         replace_all=replace_all,
         primary_key=key,
         cursor_column=None,
@@ -474,13 +299,13 @@ def _result(
     return LoadResult(
         mode=table.mode,
         cursor_column=None,
-        cursor_type=CursorType.LSN,
-        previous_cursor=_recorded(request),
-        cursor=read.position,
+        cursor_type=log_of(table).cursor_type,
+        previous_cursor=_parsed(log_of(table).cursor_type, read.since),
+        cursor=_parsed(log_of(table).cursor_type, read.position),
         # A TRUNCATE replaced a merge table by the rows that followed it
         full_refresh=_merge(table) and any(c.op == "truncate" for c in read.gathered.changes),
         batch=batch,
-        extract_filter=f"log {format_lsn(read.since)} .. {format_lsn(read.position)}",
+        extract_filter=f"log {read.since} .. {read.position}",
         written=outcome,
         row_count=rows_after(lake, request.stored, facts, outcome),
         uri=lake.uri,
@@ -492,3 +317,9 @@ def _result(
         settings=request.settings,
         table_name=lake.identifier,
     )
+
+
+def _parsed(kind: CursorType, text: str) -> int | str:
+    value = parse_cursor(kind, text)
+    assert isinstance(value, int | str)
+    return value

@@ -73,7 +73,7 @@ def _probe_database(
         fix = "fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
     try:
-        if table.capture == "log":
+        if table.capture == "log" and source.url.startswith("jdbc:postgresql:"):
             return _log_probe(conn, database, table, stored)
         if table.cursor is None:
             return Probe(_table_changes(conn, database, table, stored))

@@ -237,7 +237,7 @@ def _observation(
     if probe.newest is None:
         return []
     metadata: dict[str, Any] = {OBSERVED_FOR: table.name, LAKE_CURSOR: stored.cursor or ""}
-    if table.capture == "log":
+    if table.capture == "log" and probe.newest is not None:
         metadata[NEWEST_CURSOR] = probe.newest
         if probe.retained is not None:
             metadata[LOG_RETAINED_BYTES] = probe.retained

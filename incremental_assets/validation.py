@@ -26,6 +26,7 @@ from incremental_assets.errors import ConfigError, TableProblem
 from incremental_assets.lake.files import arrow_uri
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import check_columns, resolve_cursor, selected
+from incremental_assets.sources.binlog import server_lacks as binlog_lacks
 from incremental_assets.sources.database import Connection, Database, described
 from incremental_assets.sources.failures import source_error
 from incremental_assets.sources.freeze_sql import relation_of
@@ -104,8 +105,12 @@ def _database_check(table: TableSpec, database: Database, conn: Connection) -> S
 
 def _log_check(table: TableSpec, checked: SourceCheck, conn: Connection) -> SourceCheck:
     """What the server lacks for log capture, and the state of the table's slot."""
-    assert isinstance(conn, psycopg.Connection)
-    lacking = server_lacks(conn)
+    if not isinstance(conn, psycopg.Connection):  # MySQL or MariaDB: their binary log
+        lacking = binlog_lacks(conn)
+        if not lacking:
+            return replace(checked, seen=f"{checked.seen}, log: the binary log (ROW, FULL)")
+    else:
+        lacking = server_lacks(conn)
     if lacking:
         problem = TableProblem(
             table.name,
@@ -114,6 +119,7 @@ def _log_check(table: TableSpec, checked: SourceCheck, conn: Connection) -> Sour
             "change what is named, or capture the table with a `cursor:`.",
         )
         return SourceCheck(table.name, checked.seen, (problem,))
+    assert isinstance(conn, psycopg.Connection)
     slot = names_of(table).slot
     state = slot_state(conn, slot)
     if state is None:

@@ -12,9 +12,10 @@ from incremental_assets.cli.context import (
     table_lock,
     tables_of,
 )
-from incremental_assets.config import TableSpec
+from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, TableProblem
+from incremental_assets.log_changes import position_type
 from incremental_assets.results import StoredState
 from incremental_assets.state import read_stored_state, record_cursor_override
 
@@ -48,7 +49,9 @@ def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[Curs
     """The cursor's type and `text` as its exact form; CursorError if either can't be had. A
     table captured from the log has a position in the log (an LSN) for its cursor."""
     if table.capture == "log":
-        return CursorType.LSN, _parse_value(table, CursorType.LSN, text)
+        assert isinstance(table.source, JdbcSourceSpec)
+        position = position_type(table.source.url)
+        return position, _parse_value(table, position, text)
     assert table.cursor is not None
     kind = stored.cursor_type or table.cursor.declared_type
     if kind is None:

@@ -95,12 +95,13 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
 
 
 def _log_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
-    """A table captured from the log: a PostgreSQL table, its changes kept by key or logged."""
-    if not isinstance(t.source, JdbcSourceSpec) or not t.source.url.startswith("jdbc:postgresql:"):
+    """A table captured from the log: a database table, its changes kept by key or logged."""
+    logged = ("jdbc:postgresql:", "jdbc:mysql:", "jdbc:mariadb:")
+    if not isinstance(t.source, JdbcSourceSpec) or not t.source.url.startswith(logged):
         yield (
             "capture",
-            "log capture reads PostgreSQL's write-ahead log; this source isn't a "
-            "jdbc:postgresql one (use `cursor:` capture)",
+            "log capture reads PostgreSQL's write-ahead log or MySQL's and MariaDB's binary "
+            "log; this source is neither (use `cursor:` capture)",
         )
     if t.query is not None:
         yield "query", "a `capture: log` table reads a `table:`, whose changes the log holds"

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from incremental_assets.sources.pg_slot import names_of
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.postgres import PostgresServer, Schema
 
 LOGGED: dict[str, Any] = {
@@ -469,3 +471,66 @@ def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema
     finally:
         pg.execute("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
         _drop_slot(pg, slot)
+
+
+def test_a_mariadb_table_follows_its_binary_log_through_the_cli(
+    loads: Loads, my: Database, tmp_path: Path
+) -> None:
+    """Inserts, updates that touch no timestamp, a key that moves, hard deletes and a TRUNCATE,
+    from MariaDB's binary log; the last run through `dagster asset materialize`."""
+    my.execute(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, note VARCHAR(40), n DECIMAL(10,2), "
+        "at TIMESTAMP(6) NULL, day DATE, raw VARBINARY(8))",
+        "INSERT INTO items VALUES (1, 'a', 1.50, '2025-01-01 10:00:00.5', '2025-01-01', 'x'), "
+        "(2, 'b', 2, NULL, NULL, NULL), (3, 'c', 3, NULL, NULL, NULL)",
+    )
+    loads.configure(my, LOGGED, lake=ICEBERG)
+    columns = ["id", "note", "n", "at", "day", "raw"]
+
+    def source() -> list[tuple[Any, ...]]:
+        """The source's rows; a TIMESTAMP (read in UTC) is an instant in the lake."""
+        rows = my.query(f"SELECT {', '.join(columns)} FROM items")
+        return sorted((*r[:3], r[3] and r[3].replace(tzinfo=UTC), *r[4:]) for r in rows)
+
+    first = loads.run()
+    assert first.success, first.failure
+    assert first.metadata["cursor_type"] == "binlog"
+    my.execute(
+        "UPDATE items SET note = 'changed', at = '2026-02-03 04:05:06.789' WHERE id = 1",
+        "DELETE FROM items WHERE id = 2",
+        "INSERT INTO items VALUES (4, 'd', 4.25, NULL, '2026-01-01', 'yz')",
+        "UPDATE items SET id = 30 WHERE id = 3",
+    )
+    second = loads.run()
+    assert second.success, second.failure
+    assert loads.rows(columns) == source()
+    assert (
+        second.metadata["rows_inserted"],
+        second.metadata["rows_updated"],
+        second.metadata["rows_deleted"],
+    ) == (2, 1, 2)
+
+    my.execute("TRUNCATE TABLE items", "INSERT INTO items (id, note) VALUES (9, 'after')")
+    last = run_cli(tmp_path, cli_env(loads.cli_config(), loads.home), "--select", "items")
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert loads.rows(columns) == source()
+    assert materializations(loads.home, "items")[-1]["full_refresh"] is True
+
+
+def test_a_mariadb_position_whose_binary_log_was_purged_is_refused(
+    loads: Loads, my: Database
+) -> None:
+    my.execute("CREATE TABLE items (id INT PRIMARY KEY, note TEXT, n INT)")
+    loads.configure(my, LOGGED, lake=ICEBERG)
+    assert loads.run().success
+    my.execute("INSERT INTO items VALUES (1, 'lost with the purged log', 1)", "FLUSH BINARY LOGS")
+    ((newest, *_),) = my.query("SHOW MASTER STATUS")
+    my.execute(f"PURGE BINARY LOGS TO '{newest}'")
+
+    refused = loads.run()
+
+    assert not refused.success and refused.failure is not None
+    assert "is gone (the server purged it" in refused.failure
+    assert "--full" in refused.failure
+    assert loads.run(full_refresh=True).success
+    assert loads.rows(["id"]) == [(1,)]

@@ -1,0 +1,205 @@
+"""A PostgreSQL table's log (`capture: log`): its slot made before the first load, and each run's
+changes read from it up to a frozen bound, over an ordinary connection (`pg_slot.py`).
+
+Positions are LSNs (`16/B374D848`). The slot is checked (there, its log not lost, not moved past
+the recorded position by anything else) and advanced to the recorded position before each read,
+so the log before it is released; the read peeks, never consumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import psycopg
+
+from incremental_assets import log_changes
+from incremental_assets.config import JdbcSourceSpec, TableSpec
+from incremental_assets.cursor import CursorType, format_lsn, parse_lsn
+from incremental_assets.errors import SourceError, TableProblem
+from incremental_assets.log_changes import Log, LogRead, LogRefused, full_refresh_fix, gather
+from incremental_assets.sources.pg_client import connect
+from incremental_assets.sources.pg_slot import (
+    SlotWaited,
+    advance,
+    create_slot,
+    ensure_publication,
+    flush_bound,
+    names_of,
+    peek,
+    server_lacks,
+    slot_state,
+)
+from incremental_assets.sources.pgoutput import Message
+
+
+class PgLog:
+    """The log of one PostgreSQL table, through its replication slot."""
+
+    cursor_type = CursorType.LSN
+
+    def __init__(self, table: TableSpec) -> None:
+        self.table = table
+        self.names = names_of(table)
+
+    def begin(self, log: Log) -> str:
+        """The publication and a new slot (an old one dropped: nothing recorded depends on it
+        when a table is loaded whole); the slot's consistent point."""
+        table, names = self.table, self.names
+        with _connected(table) as conn:
+            lacking = server_lacks(conn)
+            if lacking:
+                raise lacks_error(table, lacking)
+            ensure_publication(conn, names.publication, names.relation)
+            if slot_state(conn, names.slot) is not None:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (names.slot,))
+            log(
+                f"{table.name}: making the replication slot {names.slot} (it waits for open "
+                "transactions to end)"
+            )
+            try:
+                consistent = create_slot(conn, names.slot)
+            except SlotWaited as exc:
+                raise SourceError(
+                    TableProblem(
+                        table.name,
+                        f"making the replication slot {names.slot} waited {exc.seconds} s for "
+                        "the transactions open on the server to end (a slot keeps every change "
+                        "committed after it is made, so it waits for those begun before), and "
+                        "some are still open. Nothing was written.",
+                        "capture",
+                        "end them (pg_stat_activity lists them: state 'idle in transaction', "
+                        "oldest xact_start first), or run again once they have ended.",
+                    )
+                ) from None
+        log(f"{table.name}: slot {names.slot} keeps every change from {format_lsn(consistent)}")
+        return format_lsn(consistent)
+
+    def read(self, previous: str, columns: tuple[str, ...]) -> LogRead:
+        """The slot checked and advanced to the recorded position, then read up to a frozen
+        bound; `columns`: the source's columns the lake holds (one the log lacks was dropped or
+        renamed)."""
+        table, names = self.table, self.names
+        since = parse_lsn(previous)
+        with _connected(table) as conn:
+            _check_slot(table, conn, names.slot, since)
+            advance(conn, names.slot, since)
+            bound = flush_bound(conn)
+            counter = _Counter()
+            limit = log_changes.CHANGES_PER_RUN
+            messages = peek(conn, names.slot, names.publication, bound, limit)
+            try:
+                gathered = gather(counter.counted(messages), names.relation, since, columns)
+            except LogRefused as exc:
+                raise refused_error(table, exc) from None
+            more = counter.rows >= limit
+            after = slot_state(conn, names.slot)
+        return LogRead(
+            since=previous,
+            position=format_lsn(gathered.position if more else max(bound, since)),
+            gathered=gathered,
+            more=more,
+            retained=after.retained_bytes if after is not None else None,
+        )
+
+
+def _check_slot(table: TableSpec, conn: psycopg.Connection, slot: str, since: int) -> None:
+    state = slot_state(conn, slot)
+    lost = None
+    if state is None:
+        lost = f"its replication slot {slot} is gone (dropped, or the server was replaced)"
+    elif state.wal_status == "lost":
+        lost = (
+            f"its replication slot {slot} lost the log it kept (max_slot_wal_keep_size let the "
+            "server remove it)"
+        )
+    elif (state.confirmed_flush_lsn or 0) > since:
+        lost = (
+            f"its replication slot {slot} was moved to "
+            f"{format_lsn(state.confirmed_flush_lsn or 0)}, past the position the last run "
+            f"recorded ({format_lsn(since)}), by something other than this table's runs (or the "
+            "cursor was set back)"
+        )
+    if lost is not None:
+        raise lost_error(table, lost, format_lsn(since))
+
+
+def lost_error(table: TableSpec, lost: str, since: str) -> SourceError:
+    return SourceError(
+        TableProblem(
+            table.name,
+            f"{lost}: the changes since {since} can't be read, and loading on would miss them. "
+            "Nothing was written and the position did not move.",
+            "capture",
+            full_refresh_fix(table.name),
+        )
+    )
+
+
+def lacks_error(table: TableSpec, lacking: list[str]) -> SourceError:
+    return SourceError(
+        TableProblem(
+            table.name,
+            "the source can't keep a log of its changes for this package: "
+            + "; ".join(lacking)
+            + ".",
+            "capture",
+            "change what is named, then run again (`incremental-assets validate --connect` "
+            "checks it).",
+        )
+    )
+
+
+def refused_error(table: TableSpec, exc: LogRefused) -> SourceError:
+    return SourceError(
+        TableProblem(table.name, exc.message + " Nothing was written.", "capture", exc.fix)
+    )
+
+
+class _connected:
+    """The source's connection, with values printed as the casts of `log_load` read them; a
+    failure is the source's error."""
+
+    def __init__(self, table: TableSpec) -> None:
+        self.table = table
+
+    def __enter__(self) -> psycopg.Connection:
+        source = self.table.source
+        assert isinstance(source, JdbcSourceSpec)
+        try:
+            self.conn = connect(source, pinned=True)
+        except psycopg.Error as exc:
+            raise source_failed(self.table, exc, "connecting") from None
+        return self.conn
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.conn.close()
+        if isinstance(exc, psycopg.Error):
+            raise source_failed(self.table, exc, "reading the log") from None
+
+
+def source_failed(table: TableSpec, exc: Exception, doing: str) -> SourceError:
+    source = table.source
+    assert isinstance(source, JdbcSourceSpec)
+    detail = " ".join(str(exc).split())[:400]
+    return SourceError(
+        TableProblem(
+            table.name,
+            f"{doing} failed: {detail}. Nothing was written and the position did not move.",
+            source=source.redacted_url(),
+            fix="check that the database answers and the source's user may read the log "
+            "(REPLICATION on PostgreSQL; REPLICATION SLAVE and BINLOG MONITOR on MariaDB), then "
+            "run again.",
+        )
+    )
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def counted(
+        self, messages: Iterable[tuple[int, Message | None]]
+    ) -> Iterator[tuple[int, Message | None]]:
+        for message in messages:
+            self.rows += 1
+            yield message
