@@ -35,8 +35,6 @@ from incremental_assets.load import LoadRequest, rows_after, run_incremental_loa
 from incremental_assets.log_changes import Change, ChangeLog, Log, LogRead, fold
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
-from incremental_assets.sources.binlog import Binlog
-from incremental_assets.sources.pg_log import PgLog
 from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import WritePlan
@@ -56,8 +54,13 @@ def log_of(table: TableSpec) -> ChangeLog:
     """The table's log: PostgreSQL's through a slot, MySQL's or MariaDB's binlog."""
     source = table.source
     assert isinstance(source, JdbcSourceSpec), "config rules: a jdbc source"
+    # Imported here: loading the definitions imports neither database's driver
     if source.url.startswith("jdbc:postgresql:"):
+        from incremental_assets.sources.pg_log import PgLog
+
         return PgLog(table)
+    from incremental_assets.sources.binlog import Binlog
+
     return Binlog(table)
 
 
