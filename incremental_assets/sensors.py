@@ -26,7 +26,7 @@ import dagster as dg
 
 from incremental_assets.checks import CHECKS_AFTER_FAILED_RUN
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
-from incremental_assets.cursor import CursorType, parse_cursor, parse_lsn
+from incremental_assets.cursor import parse_cursor
 from incremental_assets.metadata import (
     BEHIND_SECONDS,
     FILES_WAITING,
@@ -241,8 +241,8 @@ def _observation(
         metadata[NEWEST_CURSOR] = probe.newest
         if probe.retained is not None:
             metadata[LOG_RETAINED_BYTES] = probe.retained
-        if stored.cursor is not None and stored.cursor_type is CursorType.LSN:
-            metadata[LOG_BEHIND_BYTES] = max(0, parse_lsn(probe.newest) - parse_lsn(stored.cursor))
+        if probe.behind is not None:
+            metadata[LOG_BEHIND_BYTES] = probe.behind
         unchanged = last_seen is not None and all(
             last_seen.get(name) == value for name, value in metadata.items()
         )

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -511,6 +512,14 @@ def test_a_mariadb_table_follows_its_binary_log_through_the_cli(
     ) == (2, 1, 2)
 
     my.execute("TRUNCATE TABLE items", "INSERT INTO items (id, note) VALUES (9, 'after')")
+    time.sleep(1.1)  # the sensor asks InnoDB's UPDATE_TIME, which counts whole seconds
+    table = loads.project.table("items")
+    source_key = IncrementalAssetsTranslator(loads.project.lake).source_asset_key(table)
+    tick = evaluate(loads.instance, table, dg.AssetKey("items"), None, None, source_key)
+    assert isinstance(tick, dg.SensorResult) and tick.run_requests
+    (seen,) = [{k: v.value for k, v in e.metadata.items()} for e in tick.asset_events]
+    assert str(seen["newest_cursor"]).startswith("mariadb-bin.")
+    assert isinstance(seen["log_behind_bytes"], int) and seen["log_behind_bytes"] > 0
     last = run_cli(tmp_path, cli_env(loads.cli_config(), loads.home), "--select", "items")
     assert last.returncode == 0, last.stderr[-3000:]
     assert loads.rows(columns) == source()
