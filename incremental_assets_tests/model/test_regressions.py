@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.model.log_machine import LogEnv, LogMachine, log_machine_class
 from incremental_assets_tests.model.machine import Env, LakeMachine, machine_class
 from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import TABLE, TableConfig
@@ -307,3 +308,46 @@ def test_an_iceberg_merge_whose_key_changed_counts_what_it_wrote(
         state.add_row()
         state.run()
         state.recreate_key(pick=0, named="as drawn", flagged=[0], deleted=[0])
+
+
+LOG_MERGE = TableConfig("postgres", "merge", ("id",), "integer", "bigint", shapes=False)
+LOG_APPEND = replace(LOG_MERGE, mode="append")
+
+
+@contextmanager
+def replayed_log(env: LogEnv, config: TableConfig) -> Iterator[LogMachine]:
+    """The log machine's example for `config`, for a test to take its steps; settled at the
+    end, its slot dropped."""
+    state = log_machine_class(env)()
+    state.setup(config)
+    try:
+        yield state
+    finally:
+        state.teardown()
+
+
+@pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize("point", ["session", "committed"])
+def test_a_log_tables_full_refresh_killed_part_way_leaves_the_next_run_able_to_run(
+    point: str,
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    connect: str,
+    tmp_path: Path,
+) -> None:
+    """Found by the log machine (`killed_run(point, full_refresh=True)`; soak `--capture log`):
+    `--full` of a log table drops and makes its slot again (at a new consistent point) before it
+    loads the table. Killed after that (with its Spark session, or even after its commit), the
+    position Dagster recorded is the previous run's, behind the new slot's; every later run is
+    refused: "its replication slot ia_... was moved to X, past the position the last run
+    recorded (Y), by something other than this table's runs", until another `--full`. The
+    README promises a run killed anywhere is redone from the recorded position. RED: fails
+    against the product as it is (no fix here)."""
+    env = LogEnv(postgres, spark_resource, tmp_path, connect=connect)
+    with replayed_log(env, LOG_MERGE) as state:
+        state.insert_rows(2)
+        state.run()
+        state.insert_rows(1)
+        state.killed_run(point, full_refresh=True)
+        state.update_rows([0], touch=False)
+        state.run()
