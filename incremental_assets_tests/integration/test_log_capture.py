@@ -5,12 +5,14 @@ doubles nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import UTC
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -367,6 +369,10 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
         (now,) = pg.query("SELECT pg_current_wal_flush_lsn()::text")
         moved = _ia(loads, tmp_path, "cursor", "set", "items", str(now[0]), "--reason", "skip")
         assert moved.returncode == 0, moved.stderr
+        shown = _ia(loads, tmp_path, "status", "--json", "items")
+        assert json.loads(shown.stdout)[0]["cursor"] == now[0]
+        backfill = _ia(loads, tmp_path, "backfill", "items", "--from", "0/0", "--to", now[0])
+        assert backfill.returncode == 1 and "full refresh" in backfill.stderr, backfill.stderr
         pg.execute("INSERT INTO items VALUES (3, 'after it', 3)")
         assert loads.run().success
         assert loads.rows(["id"]) == [(1,), (3,)]  # what the hand-set position skipped stays out
@@ -543,3 +549,43 @@ def test_a_mariadb_position_whose_binary_log_was_purged_is_refused(
     assert "--full" in refused.failure
     assert loads.run(full_refresh=True).success
     assert loads.rows(["id"]) == [(1,)]
+
+
+def test_a_mariadb_column_added_joins_a_dropped_one_is_refused_and_append_logs_each_change(
+    loads: Loads, my: Database
+) -> None:
+    my.execute("CREATE TABLE items (id INT PRIMARY KEY, note VARCHAR(20), n INT)")
+    my.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    loads.configure(my, {**LOGGED, "mode": "append"}, lake=ICEBERG)
+    assert loads.run().success
+    my.execute(
+        "INSERT INTO items VALUES (2, 'b', 2)",
+        "ALTER TABLE items ADD COLUMN price DECIMAL(8,2)",
+        "UPDATE items SET price = 9.5 WHERE id = 1",
+        "DELETE FROM items WHERE id = 2",
+    )
+    added = loads.run()
+    assert added.success, added.failure
+    logged = [r for r in loads.lake().to_pylist() if r["change_op"] is not None]
+    assert [(r["change_op"], r["id"], r["price"]) for r in sorted(logged, key=_seq)] == [
+        ("insert", 2, None),
+        ("update", 1, Decimal("9.50")),
+        ("delete", 2, None),
+    ]
+
+    my.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES (3, 3, 3)")
+    dropped = loads.run()
+    assert not dropped.success and dropped.failure is not None
+    assert "lost column(s) note" in dropped.failure
+
+
+def test_a_backfill_of_a_log_table_from_the_launchpad_is_refused(loads: Loads, pg: Schema) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+
+    run = loads.execute({"backfill_from": "0/0", "backfill_to": "0/10"}, raise_on_error=False)
+
+    assert not run.success
+    (failure,) = [e for e in run.all_events if e.is_step_failure]
+    assert "no window to backfill; run a full refresh" in str(failure.event_specific_data)
+    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
