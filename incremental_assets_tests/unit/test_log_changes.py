@@ -94,7 +94,7 @@ def test_an_unchanged_toast_value_comes_from_the_old_row_or_is_refused() -> None
 
     found = gather([(0, ORDERS), *_txn(1000, full)], TABLE, since=0)
 
-    row = {"id": "1", "note": "long text"}
+    row: dict[str, str | None] = {"id": "1", "note": "long text"}
     assert found.changes == [Change("update", 1000, row, old=row)]
     with pytest.raises(LogRefused) as refused:
         gather([(0, ORDERS), *_txn(1000, keyed)], TABLE, since=0)
