@@ -125,8 +125,10 @@ def _first_load(
 ) -> LoadResult:
     """The log made ready first, then the table loaded whole: every change committed after the
     position it gives is replayed by the next run."""
-    start = changes.begin(log)
     spark = session()
+    for field in open_source(spark, request.table).schema().fields:
+        _cast(request.table, field)  # a column the log can't be read into fails before the slot
+    start = changes.begin(log)
     loaded = run_incremental_load(spark, replace(request, full_refresh=True), log)
     return replace(
         loaded,

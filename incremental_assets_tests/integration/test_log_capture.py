@@ -591,3 +591,17 @@ def test_a_backfill_of_a_log_table_from_the_launchpad_is_refused(loads: Loads, p
     (failure,) = [e for e in run.all_events if e.is_step_failure]
     assert "no window to backfill; run a full refresh" in str(failure.event_specific_data)
     assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+
+
+def test_a_column_the_log_cant_be_read_into_is_refused_before_the_slot_is_made(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, tags text[], n int)")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+
+    refused = loads.run()
+
+    assert not refused.success and refused.failure is not None
+    assert "column tags is array<string>" in refused.failure
+    assert "exclude_columns: [tags]" in refused.failure
+    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
