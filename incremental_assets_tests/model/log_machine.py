@@ -325,6 +325,7 @@ class LogMachine(RuleBasedStateMachine):
         # Keys deleted or changed away, with their key columns' values (`reinsert`).
         self.gone: dict[Key, dict[str, Any]] = {}
         self.dirty = True
+        self.unread = False  # a transaction committed since the last run that read to the end
         self.killed_at: str | None = None
         self.did: Counter[str] = Counter()
 
@@ -446,7 +447,7 @@ class LogMachine(RuleBasedStateMachine):
 
     def _committed(self, changes: list[Change]) -> None:
         """One transaction committed: its changes, and the source's rows after it."""
-        self.dirty = True
+        self.dirty = self.unread = True
         self.reference.committed(changes, self._snapshot())
 
     # -- source writes -----------------------------------------------------------------------
@@ -629,17 +630,26 @@ class LogMachine(RuleBasedStateMachine):
         self.insert_rows(1)
 
     @precondition(lambda self: self._can_change_schema() and bool(self._droppable()))
-    @rule(pick=st.integers(0, 99))
-    def drop_column(self, pick: int) -> None:
-        """A column dropped, then a row inserted: refused ("lost column") while the lake holds
-        the column; a full refresh then rebuilds the table."""
+    @rule(pick=st.integers(0, 99), insert=st.booleans())
+    def drop_column(self, pick: int, insert: bool) -> None:
+        """A column dropped, then (`insert`, or when no change waits for the next run) a row
+        inserted: the next run is refused ("lost column") while the lake holds the column,
+        whether the changes it would load came after the drop or before it (their values for
+        the column are in the log, and the source's schema has lost it); a full refresh then
+        rebuilds the table."""
         self.schema_changes += 1
         columns = self._droppable()
         name = columns[pick % len(columns)]
         held = name in self._lake().columns
         self.source.drop_column(name)
-        self._say("dropped", f"# dropped {name} (the lake {'holds' if held else 'lacks'} it)")
-        self.insert_rows(1)
+        waiting = self.unread
+        self._say(
+            "dropped",
+            f"# dropped {name} (the lake {'holds' if held else 'lacks'} it; "
+            f"{'changes' if waiting else 'no change'} committed before it wait for a run)",
+        )
+        if insert or not waiting:
+            self.insert_rows(1)
         if held:
             self._expect_refusal(f"{name} dropped", ["lost column", name, "--full"])
             self._run(full_refresh=True)
@@ -703,6 +713,7 @@ class LogMachine(RuleBasedStateMachine):
         )
         problems = self.reference.check(snapshot, self._lake(), md)
         self.dirty = False
+        self.unread = bool(md.get("log_more_waiting"))
         self.killed_at = None
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)

@@ -351,3 +351,27 @@ def test_a_log_tables_full_refresh_killed_part_way_leaves_the_next_run_able_to_r
         state.killed_run(point, full_refresh=True)
         state.update_rows([0], touch=False)
         state.run()
+
+
+@pytest.mark.parametrize("config", [LOG_MERGE, LOG_APPEND], ids=["merge", "append"])
+def test_a_log_tables_changes_committed_before_a_column_was_dropped_are_not_loaded_without_it(
+    config: TableConfig,
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    tmp_path: Path,
+) -> None:
+    """Found by the log machine (`drop_column(insert=False)`): rows inserted and updated, then
+    a column the lake holds (qty) dropped before the next run, with no change after the drop.
+    The log holds those changes with their qty (its relation still has the column), and the run
+    types them by the source's schema as it is now: it succeeds and writes them with qty NULL
+    (merge: the updated row's qty 1 -> NULL, the new row's 3 -> NULL; append: their change rows
+    the same), and nothing says a column was lost. A run that meets a dropped column must be
+    refused ("lost column(s) qty ... --full"), as it is when a change follows the drop. RED:
+    fails against the product as it is (no fix here)."""
+    env = LogEnv(postgres, spark_resource, tmp_path)
+    with replayed_log(env, config) as state:
+        state.insert_rows(2)
+        state.run()
+        state.insert_rows(1)
+        state.update_rows([0], touch=False)
+        state.drop_column(pick=0, insert=False)  # qty
