@@ -69,6 +69,14 @@ class InvalidTable:
     def error(self) -> ConfigError:
         return ConfigError(problems=self.problems, file=self.file)
 
+    @property
+    def left_out(self) -> str:
+        """What a command that works on the other tables says of this one."""
+        return (
+            f"table '{self.table.name}' is left out until its configuration is fixed (the other "
+            f"tables work as usual; a command that names it refuses it). {self.error}"
+        )
+
 
 @dataclass(frozen=True)
 class LoadedConfig:
