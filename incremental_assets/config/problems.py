@@ -6,18 +6,15 @@ A union's alternatives each report why they failed (`cursor: {type: float}` fail
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from incremental_assets.config.models import AUTOMATION_HINT, SENSOR_HINT
-from incremental_assets.errors import Problem
+from incremental_assets.errors import Problem, nearest
 
-UNKNOWN_SETTING = (
-    "is not a known setting; check the spelling against the configuration reference "
-    "(docs/configuration.md)"
-)
 # How pydantic names a union's alternatives in an error's location: never a field.
 _UNION_MEMBERS = {
     "str",
@@ -31,8 +28,38 @@ _UNION_MEMBERS = {
 _FIELD_HINTS = {"automation": AUTOMATION_HINT, "sensor": SENSOR_HINT}
 
 
-def problems_from(exc: ValidationError, where: str) -> list[Problem]:
-    """One problem per field path; of a union's alternatives, only the most useful one."""
+def unknown_setting(key: str, known: Iterable[str]) -> str:
+    """What a key that is no setting is told: the setting it is likely a typo of, if one is."""
+    close = nearest(key, known)
+    hint = f" (did you mean `{close}`?)" if close else ""
+    return (
+        f"is not a known setting{hint}; check the spelling against the configuration reference "
+        "(docs/configuration.md)"
+    )
+
+
+def setting_names(*shapes: Any) -> frozenset[str]:
+    """Every setting name in the models `shapes` are or hold (through unions, lists, mappings
+    and nested models), for the nearest one to an unknown key."""
+    names: set[str] = set()
+    todo, seen = list(shapes), set()
+    while todo:
+        shape = todo.pop()
+        if isinstance(shape, type) and issubclass(shape, BaseModel):
+            if shape in seen:
+                continue
+            seen.add(shape)
+            for name, field in shape.model_fields.items():
+                names.add(field.alias or name)
+                todo.append(field.annotation)
+        else:
+            todo += get_args(shape)
+    return frozenset(names)
+
+
+def problems_from(exc: ValidationError, where: str, known: Collection[str]) -> list[Problem]:
+    """One problem per field path; of a union's alternatives, only the most useful one. An
+    unknown key comes with the name of `known` it is likely a typo of."""
     problems: dict[str, Problem] = {}
     for error in _closest_alternatives(exc.errors(), 0):
         parts = [p for p in error["loc"] if p not in _UNION_MEMBERS]
@@ -40,9 +67,12 @@ def problems_from(exc: ValidationError, where: str) -> list[Problem]:
             ".[", "["
         )
         top = str(parts[0]) if parts else ""
-        problems.setdefault(
-            field, Problem(where, field, friendly(error["type"], error["msg"], top))
+        message = (
+            unknown_setting(str(parts[-1]), known)
+            if error["type"] == "extra_forbidden" and parts
+            else friendly(error["type"], error["msg"], top)
         )
+        problems.setdefault(field, Problem(where, field, message))
     return list(problems.values())
 
 
@@ -76,8 +106,6 @@ def _closeness(alternative: list[ErrorDetails]) -> tuple[int, bool]:
 def friendly(kind: str, msg: str, field: str = "") -> str:
     if kind == "missing":
         return "is required"
-    if kind == "extra_forbidden":
-        return UNKNOWN_SETTING
     if kind == "union_tag_not_found":
         return "needs `type: jdbc` or `type: files`"
     if kind == "union_tag_invalid":

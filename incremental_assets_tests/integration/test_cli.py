@@ -162,14 +162,20 @@ def test_the_command_explains_errors_without_a_traceback(
         "--reason",
         "x",
     )
+    typo = run_command(
+        tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS)), "run", "ordrs"
+    )
     no_home = run_command(
         tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS), home=False), "status"
     )
 
     assert validate.returncode == 1 and "table 'orders', field 'mode'" in validate.stderr
     assert unknown.returncode == 1 and "no table named 'nope'" in unknown.stderr
+    assert "did you mean" not in unknown.stderr
+    assert typo.returncode == 1 and "no table named 'ordrs' in " in typo.stderr
+    assert "; did you mean 'orders'? (tables: orders)" in typo.stderr
     assert no_home.returncode == 1 and "DAGSTER_HOME is not set" in no_home.stderr
-    assert all("Traceback" not in r.stderr for r in (validate, unknown, no_home))
+    assert all("Traceback" not in r.stderr for r in (validate, unknown, typo, no_home))
 
 
 def _python_m(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
