@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,21 @@ def test_the_command_explains_errors_without_a_traceback(
     assert "; did you mean 'orders'? (tables: orders)" in typo.stderr
     assert no_home.returncode == 1 and "DAGSTER_HOME is not set" in no_home.stderr
     assert all("Traceback" not in r.stderr for r in (validate, unknown, typo, no_home))
+
+
+def test_backfill_help_says_how_to_write_from_and_to(tmp_path: Path) -> None:
+    shown = run_command(tmp_path, dict(os.environ), "backfill", "--help")
+
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "--from FROM the first cursor value to re-extract (included), written as the table's "
+        in text
+    )
+    for form in ("timestamptz 2025-06-01T00:00:00Z", "date 2025-06-01", "integer 1000"):
+        assert form in text
+    assert "--to TO the cursor value to stop before (excluded), written as --from is" in text
+    assert "backfill orders --from 2025-06-01T00:00:00Z --to 2025-06-08T00:00:00Z" in text
 
 
 def _python_m(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
