@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from incremental_assets.config.models import AUTOMATION_HINT, SENSOR_HINT
+from incremental_assets.config.shorthand import STRATEGY_MODES
 from incremental_assets.errors import Problem, nearest
 
 # How pydantic names a union's alternatives in an error's location: never a field.
@@ -70,7 +71,7 @@ def problems_from(exc: ValidationError, where: str, known: Collection[str]) -> l
         message = (
             unknown_setting(str(parts[-1]), known)
             if error["type"] == "extra_forbidden" and parts
-            else friendly(error["type"], error["msg"], top)
+            else friendly(error, top)
         )
         problems.setdefault(field, Problem(where, field, message))
     return list(problems.values())
@@ -103,7 +104,9 @@ def _closeness(alternative: list[ErrorDetails]) -> tuple[int, bool]:
     return deepest, about_value
 
 
-def friendly(kind: str, msg: str, field: str = "") -> str:
+def friendly(error: ErrorDetails, field: str = "") -> str:
+    """One error in the configuration's words; `field` is the top-level setting it is in."""
+    kind, msg = error["type"], error["msg"]
     if kind == "missing":
         return "is required"
     if kind == "union_tag_not_found":
@@ -113,9 +116,21 @@ def friendly(kind: str, msg: str, field: str = "") -> str:
     hinted = kind in ("literal_error", "model_type", "model_attributes_type", "bool_type")
     if hinted and field in _FIELD_HINTS:
         return _FIELD_HINTS[field]
+    if kind in ("enum", "literal_error"):
+        return _not_a_value(error["input"], str(error.get("ctx", {}).get("expected")), field)
     if kind == "string_pattern_mismatch":
         return (
             "use letters, digits and underscores, not starting with a digit "
             "(it becomes the asset key)"
         )
     return msg.removeprefix("Value error, ")
+
+
+def _not_a_value(value: Any, expected: str, field: str) -> str:
+    """A value a setting doesn't take, with the ones it does (and, for `mode`, the mode a
+    one-line entry's `!strategy` of that name stands for)."""
+    text = f"{value!r} is not one of its values; use {expected}"
+    mode = STRATEGY_MODES.get(str(value)) if field == "mode" else None
+    if mode is not None and mode != value:
+        text += f" (`!{value}` in a one-line entry is `mode: {mode}`)"
+    return text

@@ -26,7 +26,10 @@ from incremental_assets_tests.integration.test_component import DG, _plain, _pro
 from incremental_assets_tests.support.cli import cli_env, run_command, write_cli_config
 
 # The field the problem names, and the problem.
-BAD_MODE = "table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'"
+BAD_MODE = (
+    "table 'orders', field 'mode': 'upsert' is not one of its values; use 'append', 'merge' or "
+    "'full_refresh' (`!upsert` in a one-line entry is `mode: merge`)"
+)
 
 
 def _attributes(landing: Path) -> dict[str, Any]:

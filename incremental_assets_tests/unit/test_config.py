@@ -108,7 +108,8 @@ def test_config_file_is_found_through_the_environment(
 BAD_INPUTS = [
     (
         _with_table(mode="upsert"),
-        "table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'",
+        "table 'orders', field 'mode': 'upsert' is not one of its values; use 'append', "
+        "'merge' or 'full_refresh' (`!upsert` in a one-line entry is `mode: merge`)",
     ),
     (
         _with_table(primary_key=None, table=None, query="SELECT 1"),
@@ -183,7 +184,10 @@ BAD_INPUTS = [
         "lake, field 'compresion': is not a known setting (did you mean `compression`?)",
     ),
     ({**VALID, "lake": {"compression": "zstd"}}, "lake, field 'path': is required"),
-    ({**VALID, "lake": {"path": "x", "compression": "brotli"}}, "lake, field 'compression'"),
+    (
+        {**VALID, "lake": {"path": "x", "compression": "brotli"}},
+        "lake, field 'compression': 'brotli' is not one of its values; use 'zstd', 'snappy', ",
+    ),
     (
         {**VALID, "sources": {"shop": {"type": "jdbc", "url": "jdbc:sqlserver://h;db=x"}}},
         "source 'shop', field 'url': 'jdbc:sqlserver://h;db=x' is not a JDBC URL of a database "
