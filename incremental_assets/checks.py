@@ -77,6 +77,11 @@ SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: W
 AFTER_FAILED_RUN = (
     dg.AutomationCondition.execution_failed().newly_true() & ~dg.AutomationCondition.in_progress()
 ).with_label("marked skipped after a run that failed before evaluating it")
+# Why a check reads "Skipped" after a failed run, on the check's page (its description).
+SKIPPED_WHY = (
+    "Skipped after a run that failed before committing: that run left nothing new to check "
+    "(a checks-only run marks it so)."
+)
 # The tag of the runs the checks sensor starts: the Runs page shows it on each in its list.
 CHECKS_AFTER_FAILED_RUN = "incremental_assets/checks_only"
 CHECKS_ONLY_TAGS = {CHECKS_AFTER_FAILED_RUN: "after failure"}
@@ -101,7 +106,7 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
         dg.AssetCheckSpec(
             name,
             asset=key,
-            description=description,
+            description=description if name == NEXT_RUN else f"{description} {SKIPPED_WHY}",
             blocking=name == KEY_UNIQUE and table.checks.key_unique_blocking,
             automation_condition=AFTER_FAILED_RUN,
         )

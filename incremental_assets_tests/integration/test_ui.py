@@ -31,6 +31,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from incremental_assets.checks import SKIPPED_WHY
 from incremental_assets.config import Project
 from incremental_assets.demo import change, seed
 from incremental_assets.resources import IncrementalSparkResource
@@ -301,6 +302,7 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         "next_run_reads_from": "SUCCEEDED",
     }
     assert "Skipped" in returns and "Execution failed" not in returns.split("Checks (3)")[1]
+    assert SKIPPED_WHY in returns  # why, on the check's page
     # A checks-only run: no asset, the three checks, and said so where it is listed.
     with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
         (marking,) = instance.get_runs(dg.RunsFilter(tags={SENSOR_NAME_TAG: CHECKS_SENSOR}))
