@@ -35,6 +35,11 @@ planned check by its run's status), so each check carries `AFTER_FAILED_RUN`: th
 checks sensor then runs them alone, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing
 but the cursor in force: Dagster shows them skipped, and the last real verdict stays the one of
 the last materialization.
+
+That takes a run (a checks-only one, launched by the sensor named for it): Dagster resolves a
+check as skipped only when a run that planned it ended without failing. A check result recorded
+without a run (`instance.report_runless_asset_event(AssetCheckEvaluation(...))`) is stored as
+passed or failed, from its `passed`, so it would show a check that never ran as passed or failed.
 """
 
 from __future__ import annotations
@@ -82,8 +87,14 @@ SEVERITY = {
 AFTER_FAILED_RUN = (
     dg.AutomationCondition.execution_failed().newly_true() & ~dg.AutomationCondition.in_progress()
 ).with_label("marked skipped after a run that failed before evaluating it")
-# The tag of the runs the checks sensor starts.
-CHECKS_AFTER_FAILED_RUN = "incremental_assets/checks_after_failed_run"
+# Why a check reads "Skipped" after a failed run, on the check's page (its description).
+SKIPPED_WHY = (
+    "Skipped after a run that failed before committing: that run left nothing new to check "
+    "(a checks-only run marks it so)."
+)
+# The tag of the runs the checks sensor starts: the Runs page shows it on each in its list.
+CHECKS_AFTER_FAILED_RUN = "incremental_assets/checks_only"
+CHECKS_ONLY_TAGS = {CHECKS_AFTER_FAILED_RUN: "after failure"}
 
 
 def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
@@ -110,7 +121,7 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
         dg.AssetCheckSpec(
             name,
             asset=key,
-            description=description,
+            description=description if name == NEXT_RUN else f"{description} {SKIPPED_WHY}",
             blocking=name == KEY_UNIQUE and table.checks.key_unique_blocking,
             automation_condition=AFTER_FAILED_RUN,
         )

@@ -7,7 +7,8 @@ error keeps its list of `Problem`s; an error about one table keeps its `TablePro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,13 @@ class TableProblem:
         place += f", field '{self.field}'" if self.field else ""
         text = f"{place}: {self.message}"
         return f"{text} Fix: {self.fix}" if self.fix else text
+
+
+def nearest(name: str, names: Iterable[str]) -> str | None:
+    """Of `names`, the one `name` is most likely a typo of, if one is close enough (`ordrs` is
+    `orders`, `returns` is not)."""
+    found = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def unknown_cause_fix(table: str) -> str:

@@ -145,8 +145,9 @@ def _checks_alone(
         yield CursorInForce.of(read_state_records(context.instance, key)).result()
     if context.run.tags.get(checks.CHECKS_AFTER_FAILED_RUN):
         context.log.info(
-            f"{table.name}: the run before failed without evaluating its checks; nothing new "
-            "was committed for them to examine, so they are skipped"
+            f"{table.name}: checks only, nothing loaded: the run before failed without "
+            "evaluating its checks and committed nothing new for them to examine, so they are "
+            "marked skipped"
         )
         return
     if checks.KEY_UNIQUE not in selected:

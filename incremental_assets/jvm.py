@@ -13,6 +13,7 @@ one per lake at run time.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -159,8 +160,9 @@ def _installed_pyspark() -> str:
 
 
 def check_before_session(conf: Mapping[str, Any]) -> None:
-    """What a Spark session started from `conf` needs here: pyspark on the supported line, and
-    every jar of this module the conf names in place."""
+    """What a Spark session started from `conf` needs here: pyspark on the supported line, every
+    jar of this module the conf names in place, and every other local jar it names there too
+    (Spark would start without it, and a run fail later on a class it holds)."""
     check_spark_line()
     missing = [(jar, path) for jar, path in jars_in(conf) if not path.is_file()]
     if missing:
@@ -170,6 +172,32 @@ def check_before_session(conf: Mapping[str, Any]) -> None:
             f"${JARS_ENV}, if it is set), which fetches the jars the project needs through "
             f"Maven into {missing[0][1].parent}."
         )
+    ours = {str(path) for _, path in jars_in(conf)}
+    for entry in listed(conf.get("spark.jars")):
+        path = entry.removeprefix("file:")
+        if _is_local(entry) and path not in ours and not glob.glob(path):
+            raise EngineError(_missing_given_jar(path))
+
+
+def _is_local(entry: str) -> bool:
+    """Whether a `spark.jars` entry is a file of this machine (not `local:`, which is each
+    node's, nor a URL)."""
+    return entry.startswith("file:") or not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", entry)
+
+
+def _missing_given_jar(path: str) -> str:
+    replaced = next((jar for jar in ALL_JARS if Path(path).name.startswith(jar.artifact)), None)
+    instead = (
+        f"; without it, the project's own {replaced.coordinates} is used (`{FETCH_COMMAND}` "
+        "fetches it)"
+        if replaced
+        else ""
+    )
+    return (
+        f"Spark can't start: `spark.jars` names {path}, which is not there, and every class it "
+        f"holds would be missing. Fix: correct the path in the configuration's `spark: jars:` "
+        f"(or `spark.jars` in `spark: conf:`), or remove the entry{instead}."
+    )
 
 
 def fetch(

@@ -26,7 +26,8 @@ from incremental_assets.settings import settings_digest
 
 ALL_TABLES_JOB = "incremental_assets_all"
 AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
-CHECKS_SENSOR = "incremental_assets_checks_sensor"
+# Named for what its runs do: the Runs page shows it as what launched them ("Launched by").
+CHECKS_SENSOR = "incremental_assets_mark_checks_skipped"
 POOL_GUARD_SENSOR = "incremental_assets_pool_guard"
 MAINTENANCE_JOB = "incremental_assets_maintenance"
 # The check that shows the cursor the next run reads from (checks.py evaluates it).
@@ -204,8 +205,8 @@ class IncrementalAssetsTranslator:
 
     @property
     def checks_sensor_name(self) -> str:
-        """The project's sensor that marks skipped the checks of a run that failed before it
-        committed (Dagster shows them "Execution failed" until then)."""
+        """The project's sensor that marks skipped, in a checks-only run, the checks of a run
+        that failed before it committed (Dagster shows them "Execution failed" until then)."""
         return CHECKS_SENSOR + self.suffix
 
     @property

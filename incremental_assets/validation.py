@@ -10,7 +10,6 @@ Spark would read them, so they fail here in the words a run would fail in.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cache
@@ -22,7 +21,7 @@ import pyarrow.parquet as pq
 
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
 from incremental_assets.cursor import CursorType
-from incremental_assets.errors import ConfigError, TableProblem
+from incremental_assets.errors import ConfigError, TableProblem, nearest
 from incremental_assets.lake.files import arrow_uri
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import check_columns, resolve_cursor, selected
@@ -135,8 +134,8 @@ def _files_check(table: TableSpec, source: FilesSourceSpec) -> SourceCheck:
     except OSError as exc:
         return _failed(table, source_error(table, exc, f"listing {where}").problem)
     if not files:
-        nearest = difflib.get_close_matches(table.table or "", _folder_names(source), n=1)
-        hint = f"; did you mean `{nearest[0]}`?" if nearest else "."
+        folder = nearest(table.table or "", _folder_names(source))
+        hint = f"; did you mean `{folder}`?" if folder else "."
         return _failed(
             table,
             TableProblem(
@@ -202,8 +201,8 @@ def _missing(table: TableSpec, names: list[str]) -> Iterator[TableProblem]:
     for setting, column in named:
         if column in names:
             continue
-        nearest = difflib.get_close_matches(column, names, n=1)
-        hint = f"; did you mean `{nearest[0]}`?" if nearest else f" (columns: {', '.join(names)})."
+        close = nearest(column, names)
+        hint = f"; did you mean `{close}`?" if close else f" (columns: {', '.join(names)})."
         message = f"column '{column}' is not in {table.source_object}{hint}"
         yield TableProblem(table.name, message, setting, "correct the column name.")
 

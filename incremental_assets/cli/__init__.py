@@ -28,6 +28,13 @@ from collections.abc import Sequence
 from incremental_assets.cli import capture, cursors, engine, jars, lake, runs, status
 from incremental_assets.errors import IncrementalAssetsError
 
+# How a cursor value is written on the command line, for each cursor type.
+CURSOR_VALUE = (
+    "written as the table's cursor type: timestamptz 2025-06-01T00:00:00Z (an offset such as "
+    "+02:00 instead of Z; none means UTC), timestamp 2025-06-01T00:00:00 (no offset), date "
+    "2025-06-01, integer 1000, decimal 12.50, string as the column holds it"
+)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
@@ -77,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "set", help="the next run starts from VALUE (a backfill from that point)"
     )
     set_.add_argument("table")
-    set_.add_argument("value")
+    set_.add_argument("value", help=f"the cursor the next run reads from, {CURSOR_VALUE}")
     set_.add_argument("--reason", required=True, help="why, recorded with the new cursor")
     set_.set_defaults(handler=cursors.set_cursor)
     reset = cursor.add_parser("reset", help="the next run extracts everything")
@@ -99,11 +106,27 @@ def _parser() -> argparse.ArgumentParser:
     freeing.set_defaults(handler=runs.free_run_slots)
 
     backfill = commands.add_parser(
-        "backfill", help="re-extract [FROM, TO) without moving the cursor"
+        "backfill",
+        help="re-extract [FROM, TO) without moving the cursor",
+        description="Re-extract the rows whose cursor is in [FROM, TO) and merge or append them "
+        "into the lake, without moving the cursor. For example: incremental-assets backfill "
+        "orders --from 2025-06-01T00:00:00Z --to 2025-06-08T00:00:00Z",
     )
     backfill.add_argument("table")
-    backfill.add_argument("--from", dest="start", required=True)
-    backfill.add_argument("--to", dest="end", required=True)
+    backfill.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        metavar="FROM",
+        help=f"the first cursor value to re-extract (included), {CURSOR_VALUE}",
+    )
+    backfill.add_argument(
+        "--to",
+        dest="end",
+        required=True,
+        metavar="TO",
+        help="the cursor value to stop before (excluded), written as --from is",
+    )
     backfill.set_defaults(handler=runs.run_backfill)
     tables = commands.add_parser(
         "lake", help="the lake's tables: convert a plain Parquet table to Iceberg"

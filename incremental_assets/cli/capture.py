@@ -11,9 +11,8 @@ from incremental_assets.cli.context import (
     actor,
     asset_key,
     open_instance,
-    project_of,
+    project_and_tables,
     table_lock,
-    tables_of,
 )
 from incremental_assets.config import JdbcSourceSpec
 from incremental_assets.errors import ConfigError, SourceError, TableProblem
@@ -23,13 +22,21 @@ from incremental_assets.state import read_stored_state, record_cursor_override
 
 
 def drop_slot(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    (table,) = tables_of(project, [args.table])
+    project, (table,) = project_and_tables(args, [args.table])
     source = table.source
     if table.capture != "log" or not isinstance(source, JdbcSourceSpec):
         raise ConfigError(
             TableProblem(
                 table.name, "it isn't captured from the log (`capture: log`): it has no slot."
+            )
+        )
+    if not source.url.startswith("jdbc:postgresql:"):
+        raise ConfigError(
+            TableProblem(
+                table.name,
+                "its changes are read from the server's binary log, which keeps no slot for it "
+                "(the server expires its logs on its own): there is nothing to drop.",
+                fix="remove the table from the configuration to stop capturing it.",
             )
         )
     names = names_of(table)

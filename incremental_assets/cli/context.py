@@ -6,26 +6,45 @@ import argparse
 import getpass
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 import dagster as dg
 
-from incremental_assets.config import Project, TableSpec, load_project
-from incremental_assets.errors import CursorError, InstanceError
+from incremental_assets.config import Project, TableSpec, load_config
+from incremental_assets.errors import ConfigError, CursorError, InstanceError
 from incremental_assets.lake import open_lake
 from incremental_assets.translator import translator_for
 
 
 def project_of(args: argparse.Namespace) -> Project:
-    return load_project(args.config)
+    """The configuration with its valid tables (each invalid one named on stderr)."""
+    return project_and_tables(args, ())[0]
 
 
-def tables_of(project: Project, names: Sequence[str]) -> list[TableSpec]:
+def project_and_tables(
+    args: argparse.Namespace, names: Sequence[str]
+) -> tuple[Project, list[TableSpec]]:
+    """The configuration with its valid tables, as the Dagster definitions load it, and the
+    tables `names` names (all of them when it names none).
+
+    A named table whose settings are wrong is refused with its configuration error; every other
+    one is left out, and named on stderr with that error.
+    """
+    loaded = load_config(args.config)
+    named = [invalid for invalid in loaded.invalid_tables if invalid.table.name in names]
+    if named:
+        problems = [problem for invalid in named for problem in invalid.problems]
+        raise ConfigError(problems=problems, file=loaded.project.path)
+    for invalid in loaded.invalid_tables:
+        print(f"incremental-assets: {invalid.left_out}", file=sys.stderr)
+    project = loaded.project
     try:
-        return [project.table(name) for name in names] if names else list(project.tables)
+        tables = [project.table(name) for name in names] if names else list(project.tables)
     except KeyError as exc:
         raise CursorError(str(exc.args[0])) from None
+    return project, tables
 
 
 def dagster_home() -> str:

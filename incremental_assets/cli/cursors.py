@@ -8,9 +8,8 @@ from incremental_assets.cli.context import (
     actor,
     asset_key,
     open_instance,
-    project_of,
+    project_and_tables,
     table_lock,
-    tables_of,
 )
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
@@ -21,8 +20,7 @@ from incremental_assets.state import read_stored_state, record_cursor_override
 
 
 def set_cursor(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    (table,) = tables_of(project, [args.table])
+    project, (table,) = project_and_tables(args, [args.table])
     if table.cursor is None and table.capture != "log":
         raise CursorError(
             TableProblem(
@@ -47,7 +45,8 @@ def set_cursor(args: argparse.Namespace) -> int:
 
 def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[CursorType, str]:
     """The cursor's type and `text` as its exact form; CursorError if either can't be had. A
-    table captured from the log has a position in the log (an LSN) for its cursor."""
+    table captured from the log has a position in the log (an LSN, a binary log's) for its
+    cursor."""
     if table.capture == "log":
         assert isinstance(table.source, JdbcSourceSpec)
         position = position_type(table.source.url)
@@ -69,8 +68,7 @@ def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[Curs
 
 
 def reset_cursor(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    (table,) = tables_of(project, [args.table])
+    project, (table,) = project_and_tables(args, [args.table])
     with open_instance() as instance, table_lock(project, table, "cursor reset"):
         stored = read_stored_state(instance, asset_key(project, table))
         note = f"{args.reason} (reset by {actor()} with incremental-assets cursor reset)"

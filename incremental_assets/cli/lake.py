@@ -8,9 +8,8 @@ from incremental_assets.cli.context import (
     actor,
     asset_key,
     open_instance,
-    project_of,
+    project_and_tables,
     table_lock,
-    tables_of,
 )
 from incremental_assets.conversion import convert_to_iceberg
 from incremental_assets.resources import IncrementalSparkResource
@@ -19,8 +18,7 @@ from incremental_assets.translator import translator_for
 
 
 def convert(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    (table,) = tables_of(project, [args.table])
+    project, (table,) = project_and_tables(args, [args.table])
     identifier = translator_for(project).lake_table_name(table)
     with open_instance() as instance, table_lock(project, table, "lake convert"):
         key = asset_key(project, table)

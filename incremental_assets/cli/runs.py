@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 
 from incremental_assets.backfill import check_backfill_window
-from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
+from incremental_assets.cli.context import asset_key, open_instance, project_and_tables
 from incremental_assets.cli.status import table_status
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.in_process import materialize_tables
@@ -21,14 +21,12 @@ from incremental_assets.translator import IncrementalAssetsTranslator, translato
 
 
 def run_tables(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    tables = tables_of(project, args.tables)
+    project, tables = project_and_tables(args, args.tables)
     return _materialize(project, tables, {"full_refresh": True} if args.full else {})
 
 
 def run_backfill(args: argparse.Namespace) -> int:
-    project = project_of(args)
-    (table,) = tables_of(project, [args.table])
+    project, (table,) = project_and_tables(args, [args.table])
     with open_instance() as instance:
         stored = read_stored_state(instance, asset_key(project, table))
     check_backfill_window(table, stored.cursor_type, (args.start, args.end), ("--from", "--to"))

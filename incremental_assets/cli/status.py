@@ -11,8 +11,8 @@ from typing import Any
 
 import dagster as dg
 
-from incremental_assets.cli.context import asset_key, open_instance, project_of, tables_of
-from incremental_assets.config import Project, TableSpec
+from incremental_assets.cli.context import asset_key, open_instance, project_and_tables
+from incremental_assets.config import Project, TableSpec, load_config
 from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
@@ -22,9 +22,16 @@ from incremental_assets.validation import check_sources
 
 
 def validate(args: argparse.Namespace) -> int:
-    project = project_of(args)
+    """The valid tables listed (and with `--connect` checked against their sources), then the
+    invalid ones' problems: status 1 if there are any."""
+    loaded = load_config(args.config)
+    project = loaded.project
     translator_for(project)  # a translator the configuration names must import
-    print(f"{project.path}: valid, {len(project.tables)} tables")
+    if loaded.invalid_tables:
+        total = len(project.tables) + len(loaded.invalid_tables)
+        print(f"{project.path}: {len(project.tables)} of {total} tables valid")
+    else:
+        print(f"{project.path}: valid, {len(project.tables)} tables")
     for table in project.tables:
         cursor = table.cursor.column if table.cursor else "no cursor (full refresh every run)"
         if table.capture == "log":
@@ -32,8 +39,13 @@ def validate(args: argparse.Namespace) -> int:
         print(
             f"  {table.name}: {table.mode.value} from source '{table.source.name}', cursor {cursor}"
         )
-    if not args.connect:
-        return 0
+    failed = _checked_against_sources(project) if args.connect else []
+    loaded.whole()  # raises ConfigError with every invalid table's problems
+    return 1 if failed else 0
+
+
+def _checked_against_sources(project: Project) -> list[str]:
+    """Each table's check against its source printed; the tables that failed."""
     print("against the sources, without Spark:")
     checks = check_sources(project)
     for check in checks:
@@ -45,7 +57,7 @@ def validate(args: argparse.Namespace) -> int:
             f"configured: {', '.join(failed)}",
             file=sys.stderr,
         )
-    return 1 if failed else 0
+    return failed
 
 
 def table_status(
@@ -94,11 +106,11 @@ def _override(record: dg.EventLogRecord | None) -> dict[str, Any] | None:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    project = project_of(args)
+    project, tables = project_and_tables(args, args.tables)
     with open_instance() as instance:
         if args.history:
-            return _show_history(instance, project, tables_of(project, args.tables), args.json)
-        rows = [table_status(instance, project, table) for table in tables_of(project, args.tables)]
+            return _show_history(instance, project, tables, args.json)
+        rows = [table_status(instance, project, table) for table in tables]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from incremental_assets.config.env import substitute_env
 from incremental_assets.config.lake import LakeSpec
 from incremental_assets.config.models import Project, SparkSpec, TableSpec
-from incremental_assets.config.problems import UNKNOWN_SETTING, problems_from
+from incremental_assets.config.problems import problems_from, setting_names, unknown_setting
 from incremental_assets.config.rules import table_problems
 from incremental_assets.config.shorthand import expand_shorthand, table_place
 from incremental_assets.config.sources import FilesSourceSpec, JdbcSourceSpec, SourceSpec
@@ -51,6 +51,10 @@ class TopLevel(BaseModel):
     )
 
 
+# Every setting the file can hold, each section's: the nearest one to an unknown key.
+_SETTINGS = setting_names(TopLevel, SparkSpec, LakeSpec, SourceSpec, TableSpec)
+
+
 def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG).resolve()
 
@@ -68,6 +72,14 @@ class InvalidTable:
     @property
     def error(self) -> ConfigError:
         return ConfigError(problems=self.problems, file=self.file)
+
+    @property
+    def left_out(self) -> str:
+        """What a command that works on the other tables says of this one."""
+        return (
+            f"table '{self.table.name}' is left out until its configuration is fixed (the other "
+            f"tables work as usual; a command that names it refuses it). {self.error}"
+        )
 
 
 @dataclass(frozen=True)
@@ -236,7 +248,11 @@ def _validate(raw: Any, file: Path, problems: list[Problem]) -> _Read | None:
     if not isinstance(raw, dict):
         problems.append(Problem("the file", "", "must be a mapping with lake, sources and tables"))
         return None
-    problems += [Problem("top level", str(k), UNKNOWN_SETTING) for k in raw if k not in _TOP_LEVEL]
+    problems += [
+        Problem("top level", str(k), unknown_setting(str(k), _TOP_LEVEL))
+        for k in raw
+        if k not in _TOP_LEVEL
+    ]
     context: dict[str, Any] = {"base": file.parent}
     top = {k: raw.get(k) for k in ("key_prefix", "translator")}
     found = _validated(TopLevel, top, "top level", problems, context) or TopLevel()
@@ -273,7 +289,7 @@ def _validated(
             return model.validate_python(data, context=context)
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        problems.extend(problems_from(exc, where))
+        problems.extend(problems_from(exc, where, _SETTINGS))
         return None
 
 

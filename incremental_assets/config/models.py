@@ -30,7 +30,7 @@ from incremental_assets.config.fields import Cron, Duration, FrozenModel, Option
 from incremental_assets.config.lake import LakeSpec, MergeWrites
 from incremental_assets.config.sources import FilesSourceSpec, SourceSpec
 from incremental_assets.cursor import CursorType, cursor_type_from_name, parse_decimal
-from incremental_assets.errors import CursorError
+from incremental_assets.errors import CursorError, nearest
 from incremental_assets.jvm import jars_needed, listed, with_jars
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -346,5 +346,8 @@ class Project(FrozenModel):
         for table in self.tables:
             if table.name == name:
                 return table
-        known = ", ".join(t.name for t in self.tables) or "none"
-        raise KeyError(f"no table named '{name}' in {self.path} (tables: {known})")
+        names = [t.name for t in self.tables]
+        close = nearest(name, names)
+        hint = f"; did you mean '{close}'?" if close else ""
+        known = ", ".join(names) or "none"
+        raise KeyError(f"no table named '{name}' in {self.path}{hint} (tables: {known})")

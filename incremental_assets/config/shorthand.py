@@ -10,6 +10,8 @@ SHORTHAND = re.compile(
     r"^(?:(?P<source>[A-Za-z_]\w*)/)?(?P<table>[A-Za-z_][\w.]*):(?P<column>[A-Za-z_]\w*):(?P<type>[A-Za-z_]+)"
     r"(?::(?P<direction>[ie]))?(?:@(?P<start>[^!]+))?(?:!(?P<strategy>append|upsert))?$"
 )
+# The mode each `!strategy` of a one-line entry stands for.
+STRATEGY_MODES = {"append": "append", "upsert": "merge"}
 
 
 def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
@@ -33,7 +35,7 @@ def expand_shorthand(text: str, sources: list[str]) -> dict[str, Any]:
         entry["cursor"] = {"column": parts["column"], "type": parts["type"]}
         if parts["start"]:
             entry["start"] = parts["start"]
-    entry["mode"] = "merge" if parts["strategy"] == "upsert" else "append"
+    entry["mode"] = STRATEGY_MODES[parts["strategy"] or "append"]
     return entry
 
 

@@ -90,6 +90,20 @@ def test_a_run_that_fails_before_it_commits_evaluates_no_check_and_they_end_skip
     assert evaluations[checks.NEXT_RUN].description == (
         "The next run reads everything (no run has recorded a cursor yet)."
     )
+    # A checks-only run, which says why the checks are skipped, and loads nothing.
+    planned = instance.all_logs(
+        run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED
+    )
+    assert (
+        len(planned) == 3
+        and run.dagster_run.tags[checks.CHECKS_AFTER_FAILED_RUN] == "after failure"
+    )
+    said = [entry.user_message for entry in instance.all_logs(run.run_id)]
+    assert (
+        "orders: checks only, nothing loaded: the run before failed without evaluating its "
+        "checks and committed nothing new for them to examine, so they are marked skipped"
+    ) in said
+    assert not run.get_asset_materialization_events()
 
 
 @pytest.mark.parametrize("blocking", [True, False])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
     run_cli,
+    run_command,
     write_cli_config,
 )
 from incremental_assets_tests.support.postgres import Schema
@@ -117,21 +118,6 @@ def test_a_temporary_instance_is_refused_with_an_explanation(
     assert not (tmp_path / "lake" / "orders").exists()
 
 
-def _incremental_assets(
-    tmp_path: Path, env: dict[str, str], *args: str, python_m: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """The installed command, or `python -m incremental_assets`."""
-    program = (
-        [sys.executable, "-m", "incremental_assets"]
-        if python_m
-        else [str(Path(sys.executable).with_name("incremental-assets"))]
-    )
-    command = [*program, *args]
-    return subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.xdist_group("connect")
 def test_the_incremental_assets_command_runs_and_reports(
     make_project: ProjectBuilder, tmp_path: Path, pg: Schema, connect: str
@@ -139,9 +125,9 @@ def test_the_incremental_assets_command_runs_and_reports(
     _create_orders(pg, 12)
     env = _env(tmp_path, make_project.cli_config(pg, DEFAULTS, remote=connect))
 
-    run = _incremental_assets(tmp_path, env, "run", "orders")
-    status = _incremental_assets(tmp_path, env, "status", "--json")
-    human = _incremental_assets(tmp_path, env, "status")
+    run = run_command(tmp_path, env, "run", "orders")
+    status = run_command(tmp_path, env, "status", "--json")
+    human = run_command(tmp_path, env, "status")
 
     assert run.returncode == 0, run.stderr[-2000:]
     assert (
@@ -167,8 +153,8 @@ def test_the_command_explains_errors_without_a_traceback(
     config.write_text(config.read_text().replace("mode: merge", "mode: upsert"))
     env = _env(tmp_path, config)
 
-    validate = _incremental_assets(tmp_path, env, "validate")
-    unknown = _incremental_assets(
+    validate = run_command(tmp_path, env, "validate")
+    unknown = run_command(
         tmp_path,
         _env(tmp_path, make_project.cli_config(pg, DEFAULTS)),
         "cursor",
@@ -177,18 +163,39 @@ def test_the_command_explains_errors_without_a_traceback(
         "--reason",
         "x",
     )
-    no_home = _incremental_assets(
+    typo = run_command(
+        tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS)), "run", "ordrs"
+    )
+    no_home = run_command(
         tmp_path, _env(tmp_path, make_project.cli_config(pg, DEFAULTS), home=False), "status"
     )
 
     assert validate.returncode == 1 and "table 'orders', field 'mode'" in validate.stderr
     assert unknown.returncode == 1 and "no table named 'nope'" in unknown.stderr
+    assert "did you mean" not in unknown.stderr
+    assert typo.returncode == 1 and "no table named 'ordrs' in " in typo.stderr
+    assert "; did you mean 'orders'? (tables: orders)" in typo.stderr
     assert no_home.returncode == 1 and "DAGSTER_HOME is not set" in no_home.stderr
-    assert all("Traceback" not in r.stderr for r in (validate, unknown, no_home))
+    assert all("Traceback" not in r.stderr for r in (validate, unknown, typo, no_home))
+
+
+def test_backfill_help_says_how_to_write_from_and_to(tmp_path: Path) -> None:
+    shown = run_command(tmp_path, dict(os.environ), "backfill", "--help")
+
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "--from FROM the first cursor value to re-extract (included), written as the table's "
+        in text
+    )
+    for form in ("timestamptz 2025-06-01T00:00:00Z", "date 2025-06-01", "integer 1000"):
+        assert form in text
+    assert "--to TO the cursor value to stop before (excluded), written as --from is" in text
+    assert "backfill orders --from 2025-06-01T00:00:00Z --to 2025-06-08T00:00:00Z" in text
 
 
 def _python_m(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return _incremental_assets(tmp_path, env, *args, python_m=True)
+    return run_command(tmp_path, env, *args, python_m=True)
 
 
 @pytest.mark.xdist_group("connect")
@@ -382,11 +389,11 @@ def test_a_translator_named_in_the_config_names_the_assets_for_the_command_too(
     (tmp_path / "renamed_assets.py").write_text(RENAMING_TRANSLATOR)
     env = {**_env(tmp_path, config), "PYTHONPATH": str(tmp_path)}
 
-    run = _incremental_assets(tmp_path, env, "run", "orders")
-    moved = _incremental_assets(
+    run = run_command(tmp_path, env, "run", "orders")
+    moved = run_command(
         tmp_path, env, "cursor", "set", "orders", "2025-01-01T00:00:05Z", "--reason", "replay"
     )
-    status = _incremental_assets(tmp_path, env, "status", "--json")
+    status = run_command(tmp_path, env, "status", "--json")
 
     assert run.returncode == 0 and moved.returncode == 0, (run.stderr[-2000:], moved.stderr[-2000:])
     (row,) = json.loads(status.stdout)

@@ -5,7 +5,8 @@ table whose first run failed, then `dagster dev` on it. The UI must show: the so
 asset upstream of the lake table; the asset's cursor, row counts, description (with the command
 that moves the cursor) and column schema; plots of quantities only; the checks that ran with the
 materialization; a cursor set from the CLI as the one the next run reads, before that run, and
-the run reading it; and the failed first run's checks as skipped, never failed. The screenshots
+the run reading it; and the failed first run's checks as skipped, never failed, by a checks-only
+run the Runs page names as such, from a sensor that ticks every few minutes. The screenshots
 are kept in test-artifacts/ (docs/images/ holds copies).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +31,12 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from incremental_assets.checks import SKIPPED_WHY
 from incremental_assets.config import Project
 from incremental_assets.demo import change, seed
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets.sensors import evaluate
-from incremental_assets.translator import IncrementalAssetsTranslator
+from incremental_assets.sensors import SENSOR_NAME_TAG, evaluate
+from incremental_assets.translator import CHECKS_SENSOR, IncrementalAssetsTranslator
 from incremental_assets_tests.support.postgres import free_port
 from incremental_assets_tests.support.project import materialize, write_project
 
@@ -204,7 +208,7 @@ def _set_cursor(loaded: Loaded, value: str, reason: str) -> None:
 
 
 def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
-    dagster_dev: str, loaded: Loaded, spark_resource: IncrementalSparkResource
+    dagster_dev: str, loaded: Loaded, spark_resource: IncrementalSparkResource, tmp_path: Path
 ) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     url = dagster_dev
@@ -262,6 +266,12 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         returns = _check_page(page, url, "returns", "primary_key_unique")
         page.screenshot(path=str(ARTIFACTS / "failed-run-checks.png"), full_page=True)
         returns_statuses = _statuses(_asset(page, url, ["returns"]))
+
+        # The run that marked them: on the Runs page, launched by the sensor named for it.
+        _open(page, f"{url}/runs")
+        page.get_by_text(CHECKS_SENSOR, exact=True).first.wait_for(timeout=30_000)
+        runs_page = page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "runs-after-failure.png"), full_page=True)
         browser.close()
 
     assert orders["dependencyKeys"] == [{"path": ["export", "orders"]}]
@@ -292,3 +302,32 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         "next_run_reads_from": "SUCCEEDED",
     }
     assert "Skipped" in returns and "Execution failed" not in returns.split("Checks (3)")[1]
+    assert SKIPPED_WHY in returns  # why, on the check's page
+    # A checks-only run: no asset, the three checks, and said so where it is listed.
+    with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
+        (marking,) = instance.get_runs(dg.RunsFilter(tags={SENSOR_NAME_TAG: CHECKS_SENSOR}))
+    assert marking.status == dg.DagsterRunStatus.SUCCESS and not marking.asset_selection
+    assert {key.asset_key.path[0] for key in marking.asset_check_selection or ()} == {"returns"}
+    assert len(marking.asset_check_selection or ()) == 3
+    assert "incremental_assets/checks_only: after failure" in runs_page
+    assert CHECKS_SENSOR in runs_page and "Failure" in runs_page
+    # The checks sensor's ticks, each several INFO lines of the daemon's: one per 5 minutes.
+    ticks, seconds = _ticks(tmp_path / "dagster-dev.log", CHECKS_SENSOR)
+    assert seconds > 60  # long enough to tell a tick every 5 minutes from Dagster's 30 seconds
+    assert 1 <= ticks <= 1 + seconds // 300, (ticks, seconds)
+
+
+def _ticks(log: Path, sensor: str) -> tuple[int, float]:
+    """How many ticks of `sensor` the daemon logged, and over how many seconds of its log."""
+    lines = log.read_text().splitlines()
+    stamps = [
+        datetime.strptime(found.group(), "%Y-%m-%d %H:%M:%S %z")
+        for found in map(_STAMP.search, lines)
+        if found
+    ]
+    finished = f"Finished auto-materialization tick for {sensor} "
+    return sum(finished in line for line in lines), (stamps[-1] - stamps[0]).total_seconds()
+
+
+# When a line of `dagster dev`'s log was written (its lines may start with colour codes).
+_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}")

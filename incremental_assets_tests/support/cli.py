@@ -54,6 +54,20 @@ def run_cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def run_command(
+    cwd: Path, env: dict[str, str], *args: str, python_m: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The installed `incremental-assets` command, or `python -m incremental_assets`."""
+    program = (
+        [sys.executable, "-m", "incremental_assets"]
+        if python_m
+        else [str(Path(sys.executable).with_name("incremental-assets"))]
+    )
+    return subprocess.run(
+        [*program, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
 def materializations(home: Path, table: str) -> list[dict[str, Any]]:
     """Every materialization of a table in the instance at `home`, oldest first."""
     with dg.DagsterInstance.from_config(str(home)) as instance:

@@ -108,7 +108,8 @@ def test_config_file_is_found_through_the_environment(
 BAD_INPUTS = [
     (
         _with_table(mode="upsert"),
-        "table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'",
+        "table 'orders', field 'mode': 'upsert' is not one of its values; use 'append', "
+        "'merge' or 'full_refresh' (`!upsert` in a one-line entry is `mode: merge`)",
     ),
     (
         _with_table(primary_key=None, table=None, query="SELECT 1"),
@@ -173,9 +174,20 @@ BAD_INPUTS = [
         "field 'timezone': 'Mars/Olympus' is not an IANA time zone",
     ),
     (_with_table(name="1st table"), "field 'name': use letters, digits and underscores"),
-    (_with_table(colour="red"), "table 'orders', field 'colour': is not a known setting"),
+    (_with_table(colour="red"), "table 'orders', field 'colour': is not a known setting; check"),
+    (
+        _with_table(primary_kye=["id"]),
+        "table 'orders', field 'primary_kye': is not a known setting (did you mean `primary_key`?)",
+    ),
+    (
+        {**VALID, "lake": {"path": "x", "compresion": "zstd"}},
+        "lake, field 'compresion': is not a known setting (did you mean `compression`?)",
+    ),
     ({**VALID, "lake": {"compression": "zstd"}}, "lake, field 'path': is required"),
-    ({**VALID, "lake": {"path": "x", "compression": "brotli"}}, "lake, field 'compression'"),
+    (
+        {**VALID, "lake": {"path": "x", "compression": "brotli"}},
+        "lake, field 'compression': 'brotli' is not one of its values; use 'zstd', 'snappy', ",
+    ),
     (
         {**VALID, "sources": {"shop": {"type": "jdbc", "url": "jdbc:sqlserver://h;db=x"}}},
         "source 'shop', field 'url': 'jdbc:sqlserver://h;db=x' is not a JDBC URL of a database "
@@ -196,7 +208,10 @@ BAD_INPUTS = [
         "source 'landing', field 'format'",
     ),
     ({**VALID, "tables": []}, "top level, field 'tables': list at least one table to load"),
-    ({**VALID, "tabels": []}, "top level, field 'tabels': is not a known setting"),
+    (
+        {**VALID, "tabels": []},
+        "top level, field 'tabels': is not a known setting (did you mean `tables`?)",
+    ),
     (
         {**VALID, "tables": [VALID["tables"][0], VALID["tables"][0]]},
         "table 'orders', field 'name': is used by another table",

@@ -222,6 +222,49 @@ def test_a_missing_jar_is_named_with_the_command_that_fetches_it(
         start_engine(spec, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        (
+            "/usr/share/java/nowhere/mariadb-java-client.jar",
+            "names /usr/share/java/nowhere/mariadb-java-client.jar, which is not there, and every "
+            "class it holds would be missing. Fix: correct the path in the configuration's "
+            "`spark: jars:` (or `spark.jars` in `spark: conf:`), or remove the entry; without it, "
+            "the project's own org.mariadb.jdbc:mariadb-java-client:3.5.6 is used",
+        ),
+        ("file:/opt/nowhere/udfs.jar", "names /opt/nowhere/udfs.jar, which is not there"),
+        ("/opt/nowhere/*.jar", "names /opt/nowhere/*.jar, which is not there"),
+    ],
+)
+def test_a_jar_the_configuration_names_that_is_not_there_is_named_before_spark_starts(
+    tmp_path: Path, jar_folder: Path, entry: str, said: str
+) -> None:
+    """Spark would start without it, and a run fail later with ClassNotFoundException."""
+    jar_folder.mkdir()
+    for jar in jvm.ALL_JARS:
+        (jar_folder / jar.file_name).touch()
+    spec = SparkSpec(master="local[1]", jars=[entry])
+
+    with pytest.raises(EngineError) as refused:
+        IncrementalSparkResource.from_spec(spec).spark_session  # noqa: B018
+    assert said in str(refused.value)
+    with pytest.raises(EngineError, match="which is not there"):
+        start_engine(spec, tmp_path)
+
+
+def test_jars_that_are_there_or_not_this_machines_to_check_are_taken(
+    tmp_path: Path, jar_folder: Path
+) -> None:
+    jar_folder.mkdir()
+    for jar in jvm.ALL_JARS:
+        (jar_folder / jar.file_name).touch()
+    (tmp_path / "udfs.jar").touch()
+    given = [str(tmp_path / "udfs.jar"), f"file:{tmp_path}/*.jar", "local:/opt/x.jar"]
+    given += ["hdfs://nn/jars/y.jar", "https://repo/z.jar"]
+
+    jvm.check_before_session(SparkSpec(master="local[1]", jars=given).conf)
+
+
 def test_fetch_downloads_a_jar_through_maven_and_keeps_it(tmp_path: Path) -> None:
     announced: list[jvm.Jar] = []
 

@@ -63,7 +63,8 @@ def test_a_bad_table_is_set_apart_and_the_others_load(tmp_path: Path) -> None:
     assert bad.table.name == "orders" and bad.table.key_prefix == ("raw",)
     assert str(bad.error) == (
         f"Invalid configuration in {path} (1 problem):\n"
-        "  - table 'orders', field 'mode': Input should be 'append', 'merge' or 'full_refresh'"
+        "  - table 'orders', field 'mode': 'upsert' is not one of its values; use 'append', "
+        "'merge' or 'full_refresh' (`!upsert` in a one-line entry is `mode: merge`)"
     )
     with pytest.raises(ConfigError) as strict:  # the CLI and the tests load every table or none
         load_project(path)
