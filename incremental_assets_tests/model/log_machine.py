@@ -5,22 +5,31 @@ Each example is one table (a fresh schema, a key of one or two columns of a draw
 cursor machine's value columns; with composites but without arrays, which log capture refuses:
 they are `exclude_columns`). Rules change the source as applications do, with nothing a cursor
 could see: inserts, updates that leave `cur` as it was (or stamp it), hard deletes, key changes,
-TRUNCATE, transactions left open across runs (committed or rolled back later), columns added and
-dropped; and run the asset: in this process, as a full refresh, killed in a subprocess at a pause
-point ("session", "staged", "mid-commit", "committed", or not killed when it ends first), or
-twice after settling (everything committed; the second run reads nothing).
+TRUNCATE, keys deleted or changed away inserted again, transactions left open across runs
+(inserts, updates, a key change, a delete; committed or rolled back later), columns added (then
+written, or not), widened and dropped (with changes from before the drop waiting, or a row
+after); and run the asset: in this process (reading at most a drawn number of changes, so that
+runs stop part way through the log), as a full refresh, killed in a subprocess at a pause point
+("session", "staged", "mid-commit", "committed"; or not killed, when it ends first), or until
+settled (everything committed, runs until none stops at its limit; the next reads nothing). The
+table's REPLICA IDENTITY is drawn too: default (a delete logs its key) or full (its old row).
 
 The reference, after every successful run (the source is still while a run reads it, so its
 committed rows are those before the run's bound):
 
-* merge: the lake is the source's committed rows, exactly, every column (and only those);
+* merge: the lake is the source's committed rows, exactly, every column (and only those); a
+  run that stopped at its limit leaves it as the source was after one of the transactions
+  committed since the last run left it there (whole transactions, in commit order);
 * append: the rows a first load (or full refresh) wrote (`change_op` NULL) are the source's rows
   then; every change committed since appears once, in commit order by (`change_lsn`,
   `change_seq`): an insert or update with the row as written, a delete with the key alone
-  (`REPLICA IDENTITY DEFAULT`), a TRUNCATE with NULLs; a transaction still open is absent and
-  arrives whole once committed; one rolled back never does;
-* a column the lake holds dropped from the source (then a row written) fails the run with
-  "lost column", changing nothing; a full refresh then rebuilds the table;
+  (its old row under FULL), a TRUNCATE with NULLs; a transaction still open is absent and
+  arrives whole once committed; one rolled back never does; a run that stopped at its limit
+  holds the first ones, in order;
+* a column the lake holds dropped from the source fails the next run that has changes to load
+  (from after the drop or before it) with "lost column", changing nothing; a full refresh then
+  rebuilds the table. A run that commits nothing leaves the lake's columns as they were (as a
+  cursor table's): a column added joins at the next commit;
 * a run's position (`cursor`, type lsn) never moves back; a second run over a settled source
   reads no change and writes nothing.
 
@@ -53,7 +62,7 @@ from hypothesis.stateful import (
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from incremental_assets import log_load
+from incremental_assets import log_changes, log_load
 from incremental_assets.cursor import parse_lsn
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources.pg_slot import names_of
@@ -368,12 +377,13 @@ class LogMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if sys.exc_info()[0] is None and self.directory is not None:
-                if self.dirty or self.writers:
+                if self.dirty or self.writers or self.unread:
                     self.settle()
                 if self.env.verbose:
                     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(self.did.items()))
                     print(
-                        f"  log example {self.env.examples}: {self.config}\n    {summary}",
+                        f"  log example {self.env.examples}: {self.config}, replica identity "
+                        f"{self.identity}, limit {self.limit}\n    {summary}",
                         flush=True,
                     )
         finally:
@@ -680,7 +690,7 @@ class LogMachine(RuleBasedStateMachine):
 
     # -- runs --------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.dirty)
+    @precondition(lambda self: self.dirty or self.unread)
     @rule()
     def run(self) -> None:
         self._run()
@@ -706,10 +716,12 @@ class LogMachine(RuleBasedStateMachine):
         md = outcome.metadata
         if _whole(md):
             self.reference.full_load(snapshot)
+        more = " (more wait: stopped at its limit)" if md.get("log_more_waiting") else ""
         self._say(
-            "run",
-            f"# run {self.runs}: {md.get('extract_filter')}, {md.get('log_changes')} change(s), "
-            f"written {md.get('rows_written')}, lake {md.get('dagster/row_count')} rows",
+            "run stopped at its limit" if more else "run",
+            f"# run {self.runs}: {md.get('extract_filter')}, {md.get('log_changes')} "
+            f"change(s){more}, written {md.get('rows_written')}, "
+            f"lake {md.get('dagster/row_count')} rows",
         )
         problems = self.reference.check(snapshot, self._lake(), md)
         self.dirty = False
@@ -719,7 +731,11 @@ class LogMachine(RuleBasedStateMachine):
             self._fail(f"run {self.runs} broke the guarantees", problems)
 
     def _can_kill(self) -> bool:
-        return self.dirty and self.env.connect is not None and self.kills < self.env.kills
+        return (
+            (self.dirty or self.unread)
+            and self.env.connect is not None
+            and self.kills < self.env.kills
+        )
 
     @precondition(lambda self: self._can_kill())
     @rule(point=st.sampled_from(LOG_PAUSE_POINTS), full_refresh=st.booleans())
@@ -741,7 +757,7 @@ class LogMachine(RuleBasedStateMachine):
         self._say("not killed", f"# the {what} finished before reaching {point}")
         self._check(outcome, snapshot)
 
-    @precondition(lambda self: self.dirty or bool(self.writers))
+    @precondition(lambda self: self.dirty or self.unread or bool(self.writers))
     @rule()
     def settle(self) -> None:
         """Commit every open transaction and run twice: the second reads nothing, writes
@@ -760,16 +776,21 @@ class LogMachine(RuleBasedStateMachine):
 
 @contextmanager
 def _changes_per_run(limit: int | None) -> Iterator[None]:
-    """Runs in this process read at most `limit` changes (None: as many as the product does)."""
+    """Runs in this process read at most `limit` changes (None: as many as the product does):
+    `CHANGES_PER_RUN`, read when a run reads the log, wherever the product keeps it."""
     if limit is None:
         yield
         return
-    saved = log_load.CHANGES_PER_RUN
-    log_load.CHANGES_PER_RUN = limit
+    modules = [m for m in (log_changes, log_load) if hasattr(m, "CHANGES_PER_RUN")]
+    assert modules, "the product's CHANGES_PER_RUN moved: the model can't limit runs"
+    saved = [getattr(m, "CHANGES_PER_RUN") for m in modules]  # noqa: B009
+    for module in modules:
+        setattr(module, "CHANGES_PER_RUN", limit)  # noqa: B010
     try:
         yield
     finally:
-        log_load.CHANGES_PER_RUN = saved
+        for module, value in zip(modules, saved, strict=True):
+            setattr(module, "CHANGES_PER_RUN", value)  # noqa: B010
 
 
 def _drop_slot(server: PostgresServer, slot: str, publication: str) -> None:

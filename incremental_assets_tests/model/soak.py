@@ -206,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-limits",
-        default="none,3,8",
+        default="none,5,12",
         help="log tables: comma-separated most changes a run in this process reads, drawn per "
         "example ('none': the product's own)",
     )

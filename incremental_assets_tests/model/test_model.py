@@ -164,7 +164,7 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
     connect = request.getfixturevalue("connect") if f.kills else None
     if f.capture == "log":
         assert isinstance(server, PostgresServer)
-        # Runs in this process read at most 3 changes in some examples: they stop part way.
+        # Runs in this process read at most 8 changes in some examples: they stop part way.
         log_env = LogEnv(
             server,
             spark_resource,
@@ -172,7 +172,7 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
             connect=connect,
             modes=f.modes,
             kills=f.kills,
-            limits=(None, 3),
+            limits=(None, 8),
         )
         log_env.verbose = True
         run_log_machine(
