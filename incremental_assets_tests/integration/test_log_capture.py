@@ -610,3 +610,23 @@ def test_a_column_the_log_cant_be_read_into_is_refused_before_the_slot_is_made(
     assert "column tags is array<string>" in refused.failure
     assert "exclude_columns: [tags]" in refused.failure
     assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+
+
+def test_validate_names_what_a_mariadb_server_lacks_for_log_capture(
+    loads: Loads, my: Database, tmp_path: Path
+) -> None:
+    my.execute("CREATE TABLE items (id INT PRIMARY KEY, note TEXT, n INT)")
+    loads.configure(my, LOGGED, lake=ICEBERG)
+    ready = _ia(loads, tmp_path, "validate", "--connect")
+    my.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+    try:
+        lacking = _ia(loads, tmp_path, "validate", "--connect")
+        refused = loads.run()
+    finally:
+        my.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+
+    assert ready.returncode == 0 and "log: the binary log (ROW, FULL)" in ready.stdout
+    assert lacking.returncode == 1
+    assert "binlog_row_metadata is MINIMAL, not FULL" in lacking.stdout
+    assert not refused.success and refused.failure is not None
+    assert "binlog_row_metadata = FULL" in refused.failure
