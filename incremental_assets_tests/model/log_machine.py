@@ -106,6 +106,9 @@ class LogEnv:
     # Whether a killed run may be a full refresh (off: to look past the failure
     # `test_regressions.py` names for it, while the product has it).
     kill_full_refreshes: bool = True
+    # Whether a column may be dropped while changes committed before the drop wait for a run
+    # (off: a run reads them first; the failure `test_regressions.py` names for it).
+    drops_with_changes_waiting: bool = True
     # The most changes a run in this process reads (`log_load.CHANGES_PER_RUN`, drawn per
     # example; None: the product's own), so that runs stop part way through the log.
     limits: tuple[int | None, ...] = (None,)
@@ -648,6 +651,8 @@ class LogMachine(RuleBasedStateMachine):
         the column are in the log, and the source's schema has lost it); a full refresh then
         rebuilds the table."""
         self.schema_changes += 1
+        if self.unread and not self.env.drops_with_changes_waiting:
+            self._run()
         columns = self._droppable()
         name = columns[pick % len(columns)]
         held = name in self._lake().columns
