@@ -537,15 +537,27 @@ class LogMachine(RuleBasedStateMachine):
         return dict(changed)
 
     @precondition(lambda self: not self.writers and self.truncates < self.env.truncates)
-    @rule(then=st.integers(0, 2))
-    def truncate(self, then: int) -> None:
-        """TRUNCATE (its own transaction), then `then` new rows."""
+    @rule(then=st.integers(0, 2), together=st.booleans())
+    def truncate(self, then: int, together: bool) -> None:
+        """TRUNCATE, then `then` new rows: each its own transaction, or (`together`) all in
+        one, with the TRUNCATE first."""
         self.truncates += 1
-        self.source.conn.execute(f"TRUNCATE {TABLE}")
-        self._say("truncated", "# TRUNCATE")
-        self._committed([self._change("truncate", None)])
-        if then:
-            self.insert_rows(then)
+        if not together:
+            self.source.conn.execute(f"TRUNCATE {TABLE}")
+            self._say("truncated", "# TRUNCATE")
+            self._committed([self._change("truncate", None)])
+            if then:
+                self.insert_rows(then)
+            return
+        late = self.source.open_writer()
+        late.conn.execute(f"TRUNCATE {TABLE}")
+        rows = [self.source.insert(self._stamp(True), conn=late.conn) for _ in range(then)]
+        late.conn.commit()
+        late.conn.close()
+        self._say("truncated", f"# TRUNCATE and {[self._label(r) for r in rows]}, one transaction")
+        self._committed(
+            [self._change("truncate", None), *(self._change("insert", r) for r in rows)]
+        )
 
     # -- transactions left open --------------------------------------------------------------
 
