@@ -64,6 +64,7 @@ from psycopg.rows import dict_row
 
 from incremental_assets import log_changes, log_load
 from incremental_assets.cursor import parse_lsn
+from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources.pg_slot import names_of
 from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state
@@ -109,6 +110,10 @@ class LogEnv:
     # Whether a column may be dropped while changes committed before the drop wait for a run
     # (off: a run reads them first; the failure `test_regressions.py` names for it).
     drops_with_changes_waiting: bool = True
+    # Whether a column may be added while changes committed before it wait for a run (off:
+    # runs read them first; a run that stops at its limit before the addition fails the next,
+    # as `test_regressions.py` says).
+    adds_with_changes_waiting: bool = True
     # The most changes a run in this process reads (`log_load.CHANGES_PER_RUN`, drawn per
     # example; None: the product's own), so that runs stop part way through the log.
     limits: tuple[int | None, ...] = (None,)
@@ -631,6 +636,8 @@ class LogMachine(RuleBasedStateMachine):
         """A column (no default: older rows hold NULL, as the lake's will), then a row written
         with it, a new one or an old one updated, or nothing (it joins at the next commit)."""
         self.schema_changes += 1
+        if not self.env.adds_with_changes_waiting:
+            self._read_all()
         self._say("added", f"# added {self.source.add_column(False)}")
         self.dirty = True
         if then == "update" and self._free_rows():
@@ -663,8 +670,8 @@ class LogMachine(RuleBasedStateMachine):
         the column are in the log, and the source's schema has lost it); a full refresh then
         rebuilds the table."""
         self.schema_changes += 1
-        if self.unread and not self.env.drops_with_changes_waiting:
-            self._run()
+        if not self.env.drops_with_changes_waiting:
+            self._read_all()
         columns = self._droppable()
         name = columns[pick % len(columns)]
         held = name in self._lake().columns
@@ -680,6 +687,13 @@ class LogMachine(RuleBasedStateMachine):
         if held:
             self._expect_refusal(f"{name} dropped", ["lost column", name, "--full"])
             self._run(full_refresh=True)
+
+    def _read_all(self) -> None:
+        """Runs until no committed change waits for one."""
+        for _ in range(50):
+            if not self.unread:
+                return
+            self._run()
 
     def _droppable(self) -> list[str]:
         return [c for c in self.source.droppable() if c not in ARRAYS]
@@ -773,6 +787,48 @@ class LogMachine(RuleBasedStateMachine):
             self._fail(f"the subprocess {what} failed", [outcome.describe()])
         self._say("not killed", f"# the {what} finished before reaching {point}")
         self._check(outcome, snapshot)
+
+    @precondition(
+        lambda self: (
+            bool(self.writers)
+            and self.runs > 0
+            and self.env.connect is not None
+            and self.kills < self.env.kills
+        )
+    )
+    @rule(which=st.integers(0, 1))
+    def commit_during_run(self, which: int) -> None:
+        """An open transaction committed while a run (`dagster asset materialize`) waits at
+        "session", its bound frozen and the log read: the run leaves it out, a later run brings
+        it whole. (A run with nothing to write starts no session: it ends first.)"""
+        self.kills += 1  # the budget of runs in a subprocess
+        writer = self.writers[which % len(self.writers)]
+        snapshot = self._snapshot()
+        marker = self.runner.directory / f"paused-{time.monotonic_ns()}"
+        before = self.runner.materializations()
+        process = self.runner.start(False, **{PAUSE_AT: f"session:{marker}"})
+        deadline = time.monotonic() + self.runner.timeout
+        while not marker.exists() and process.poll() is None:
+            if time.monotonic() > deadline:
+                self.runner.stop(process)
+                self._fail("a run to pause at session never got there", [])
+            time.sleep(0.1)
+        paused = marker.exists()
+        if paused:  # committed now; the model learns it once the run is checked
+            self.writers.remove(writer)
+            writer.late.conn.commit()
+            writer.late.conn.close()
+            marker.unlink()
+        outcome = self.runner.finish(process, before)
+        if not outcome.success:
+            self._fail("the run a transaction committed under failed", [outcome.describe()])
+        what = "committed while a run waited" if paused else "the run ended before its session"
+        self._say(what, f"# {what}: {[c.op for c in writer.changes]}")
+        self._check(outcome, snapshot)
+        if paused:
+            self._committed(writer.changes)  # for a later run
+        else:
+            self._end(writer, rollback=False)
 
     @precondition(lambda self: self.dirty or self.unread or bool(self.writers))
     @rule()
