@@ -1,7 +1,8 @@
 """The model-based test within `make test`'s budget: a few short examples per mode family, on
 PostgreSQL and on MariaDB, and families whose settings change and whose lake is disturbed between
-runs, on a plain Parquet and on an Iceberg lake, each on both databases; and a files source (maps
-and arrays of structs) on an Iceberg lake.
+runs, on a plain Parquet and on an Iceberg lake, each on both databases; a files source (maps
+and arrays of structs) on an Iceberg lake; and `capture: log` tables on PostgreSQL into Iceberg,
+merge and append (`log_machine.py`).
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
