@@ -329,7 +329,7 @@ def replayed_log(
 
 
 @pytest.mark.xdist_group("connect")
-@pytest.mark.parametrize("point", ["session", "committed"])
+@pytest.mark.parametrize("point", ["staged", "committed"])
 def test_a_log_tables_full_refresh_killed_part_way_leaves_the_next_run_able_to_run(
     point: str,
     postgres: PostgresServer,
@@ -339,7 +339,7 @@ def test_a_log_tables_full_refresh_killed_part_way_leaves_the_next_run_able_to_r
 ) -> None:
     """Found by the log machine (`killed_run(point, full_refresh=True)`; soak `--capture log`):
     `--full` of a log table drops and makes its slot again (at a new consistent point) before it
-    loads the table. Killed after that (with its Spark session, or even after its commit), the
+    loads the table. Killed after that (its files staged, or even after its commit), the
     position Dagster recorded is the previous run's, behind the new slot's; every later run is
     refused: "its replication slot ia_... was moved to X, past the position the last run
     recorded (Y), by something other than this table's runs", until another `--full`. The
