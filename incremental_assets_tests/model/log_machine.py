@@ -645,20 +645,18 @@ class LogMachine(RuleBasedStateMachine):
         elif then == "insert":
             self.insert_rows(1)
 
-    @precondition(
-        lambda self: self._can_change_schema() and bool(self.source.widenable(keys=False))
-    )
-    @rule(pick=st.integers(0, 99))
-    def widen_column(self, pick: int) -> None:
-        """A value column widened (`ALTER ... TYPE`, which logs no row), then a row inserted:
-        the lake takes the wider type."""
-        self.schema_changes += 1
-        columns = [(n, k) for n, k in self.source.widenable(keys=False) if n not in ARRAYS]
+    @precondition(lambda self: self._can_change_schema())
+    @rule(pick=st.integers(0, 99), key=st.booleans())
+    def widen_column(self, pick: int, key: bool = False) -> None:
+        """A value column (`key`: a key column) widened (`ALTER ... TYPE`, which logs no row),
+        then a row inserted: the lake takes the wider type."""
+        columns = [(n, k) for n, k in self.source.widenable(keys=key) if n not in ARRAYS]
         if not columns:
             return
+        self.schema_changes += 1
         name, kind = columns[pick % len(columns)]
         self.source.retype(name, kind)
-        self._say("widened", f"# widened {name} to {kind}")
+        self._say("widened key" if key else "widened", f"# widened {name} to {kind}")
         self.insert_rows(1)
 
     @precondition(lambda self: self._can_change_schema() and bool(self._droppable()))
