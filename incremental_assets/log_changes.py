@@ -13,8 +13,7 @@ bound when it read everything up to it.
     Delete           the old key (or the old row, under FULL)
     Truncate         every row before it gone (a merge keeps what follows the last one:
                      `since_truncate`)
-    Relation         the table's columns: a new column joins the rows from there on; a column
-                     dropped or renamed is refused
+    Relation         the table's columns, by which the rows' values are named
 """
 
 from __future__ import annotations
@@ -82,7 +81,6 @@ class Change:
 class Gathered:
     """What a run read of the table's log."""
 
-    columns: tuple[str, ...] = ()  # the table's columns, as the log last described them
     changes: list[Change] = field(default_factory=list)
     position: int = 0  # the LSN to record: the last transaction kept ends here
     transactions: int = 0
@@ -110,9 +108,8 @@ class ChangeLog(Protocol):
         """Made ready before the table is loaded whole; the position its changes are kept from."""
         ...
 
-    def read(self, previous: str, columns: tuple[str, ...]) -> LogRead:
-        """The changes since `previous`, up to a bound frozen now; `columns`: the source's columns
-        the lake holds (one the log lacks was dropped or renamed)."""
+    def read(self, previous: str) -> LogRead:
+        """The changes since `previous`, up to a bound frozen now."""
         ...
 
 
@@ -120,12 +117,12 @@ def gather(
     messages: Iterable[tuple[int, Message | None]],
     table: tuple[str, str],
     since: int,
-    columns: tuple[str, ...] = (),
+    left_out: Callable[[str], bool] = lambda _: False,
 ) -> Gathered:
     """The changes to `table` (schema, name) in transactions that committed at or past `since`,
     in log order. `messages`: (the message's LSN, the message) as the slot returns them;
-    `columns`: the table's columns as the lake holds them, before the log says."""
-    found = Gathered(columns=columns, position=since)
+    """
+    found = Gathered(position=since)
     relations: dict[int, Relation] = {}
     commit_lsn: int | None = None
     pending: list[Change] = []
@@ -135,12 +132,10 @@ def gather(
                 commit_lsn, pending = lsn, []
             case Relation():
                 relations[message.oid] = message
-                if (message.namespace, message.name) == table:
-                    found.columns = _evolved(found.columns, message)
             case Insert() | Update() | Delete() | Truncate() if commit_lsn is not None:
                 if commit_lsn < since:
                     continue
-                change = _change(message, relations, table, commit_lsn)
+                change = _change(message, relations, table, commit_lsn, left_out)
                 if change is not None:
                     pending.append(change)
             case Commit(commit_lsn=lsn, end_lsn=end):
@@ -187,14 +182,30 @@ def fold(changes: list[Change], key: tuple[str, ...]) -> Folded:
                 )
             last[_key_of(change.values, key)] = None
             continue
-        if change.old is not None:
-            old = _key_of(change.old, key)
-            if old != _key_of(change.values, key):
-                last[old] = None
+        old = moved_from(change, key)
+        if old is not None and not _moved_in(last.get(old), change.old):
+            last[old] = None
         last[_key_of(change.values, key)] = change.values
     rows = [row for row in last.values() if row is not None]
     deleted = [dict(zip(key, k, strict=True)) for k, row in last.items() if row is None]
     return Folded(truncated, rows, deleted)
+
+
+def _moved_in(held: dict[str, str | None] | None, old: dict[str, str | None] | None) -> bool:
+    """Whether the row this fold holds at a key is another than the one an update moves out
+    of it: a deferrable key shifted in one statement moves a row in before the row there moves
+    out. Only a whole old row (REPLICA IDENTITY FULL) tells them apart."""
+    if held is None or old is None or not old.keys() >= held.keys():
+        return False
+    return any(old[name] != value for name, value in held.items())
+
+
+def moved_from(change: Change, key: tuple[str, ...]) -> tuple[str | None, ...] | None:
+    """The key an update moved its row from, if it changed the key."""
+    if change.op != "update" or change.old is None:
+        return None
+    old = _key_of(change.old, key)
+    return old if old != _key_of(change.values, key) else None
 
 
 def _key_of(values: dict[str, str | None], key: tuple[str, ...]) -> tuple[str | None, ...]:
@@ -206,8 +217,10 @@ def _change(
     relations: dict[int, Relation],
     table: tuple[str, str],
     lsn: int,
+    left_out: Callable[[str], bool],
 ) -> Change | None:
-    """The change `message` makes to `table`, if any."""
+    """The change `message` makes to `table`, if any; the columns `left_out` (not loaded) are
+    not read."""
     if isinstance(message, Truncate):
         hit = any(_is(relations.get(oid), table) for oid in message.relations)
         return Change.truncate(lsn) if hit else None
@@ -217,28 +230,36 @@ def _change(
     assert relation is not None
     names = [c.name for c in relation.columns]
     if isinstance(message, Insert):
-        return Change("insert", lsn, _row(names, message.new, None, relation))
+        return Change("insert", lsn, _row(names, message.new, None, relation, left_out))
     if isinstance(message, Update):
         old = None if message.old_is_key else message.old
         sent = None if message.old is None else dict(zip(names, message.old, strict=False))
+        if sent is not None and message.old_is_key:  # the old key's columns only
+            sent = {c.name: sent[c.name] for c in relation.columns if c.key}
         return Change(
             "update",
             lsn,
-            _row(names, message.new, old, relation),
+            _row(names, message.new, old, relation, left_out),
             None if sent is None else {k: _text(v) for k, v in sent.items()},
         )
     keys = [c.name for c in relation.columns if c.key] if message.old_is_key else names
     if message.old_is_key:
         values = dict(zip(names, message.old, strict=False))
         return Change("delete", lsn, {k: _text(values.get(k)) for k in keys})
-    return Change("delete", lsn, _row(names, message.old, None, relation))
+    return Change("delete", lsn, _row(names, message.old, None, relation, left_out))
 
 
 def _row(
-    names: list[str], new: tuple[Value, ...], old: tuple[Value, ...] | None, relation: Relation
+    names: list[str],
+    new: tuple[Value, ...],
+    old: tuple[Value, ...] | None,
+    relation: Relation,
+    left_out: Callable[[str], bool],
 ) -> dict[str, str | None]:
     row: dict[str, str | None] = {}
     for i, name in enumerate(names):
+        if left_out(name):
+            continue
         value = new[i]
         if value is UNCHANGED:
             if old is None or old[i] is UNCHANGED:
@@ -262,18 +283,3 @@ def _text(value: Value | None) -> str | None:
 
 def _is(relation: Relation | None, table: tuple[str, str]) -> bool:
     return relation is not None and (relation.namespace, relation.name) == table
-
-
-def _evolved(known: tuple[str, ...], relation: Relation) -> tuple[str, ...]:
-    """The table's columns after `relation`: new ones added; a dropped or renamed one refused."""
-    now = {c.name for c in relation.columns}
-    gone = [name for name in known if name not in now]
-    if gone:
-        raise LogRefused(
-            f"{relation.namespace}.{relation.name} lost column(s) {', '.join(gone)} (dropped or "
-            "renamed) while its changes were being captured; the lake can't tell which of its "
-            "rows still have them.",
-            fix="reload the table with a full refresh (`incremental-assets run <table> --full`), "
-            "which starts the capture again from the table as it is.",
-        )
-    return tuple(c.name for c in relation.columns)

@@ -28,13 +28,22 @@ from typing import TYPE_CHECKING
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.cursor import CursorType, parse_cursor
-from incremental_assets.errors import ConfigError, TableProblem
+from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
-from incremental_assets.log_changes import Change, ChangeLog, Log, LogRead, fold
+from incremental_assets.log_changes import (
+    Change,
+    ChangeLog,
+    Log,
+    LogRead,
+    fold,
+    full_refresh_fix,
+    moved_from,
+)
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
+from incremental_assets.sources.transport import decimal_fits
 from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers import writer_for
 from incremental_assets.writers.base import WritePlan
@@ -90,7 +99,7 @@ def run_log_load(
         return _first_load(session, request, changes, previous, log)
     started = time.monotonic()
     facts = request.lake_table.facts()
-    read = changes.read(previous, _held(facts))
+    read = changes.read(previous)
     gathered = read.gathered
     log(
         f"{table.name}: read the log from {read.since} to {read.position}: "
@@ -149,6 +158,31 @@ def _recorded(request: LoadRequest, kind: CursorType) -> str | None:
     return stored.cursor
 
 
+def _refuse_lost_columns(table: TableSpec, facts: LakeFacts, schema: T.StructType) -> None:
+    """A column the lake holds that the source no longer has was dropped or renamed: the log's
+    changes from before can't be told from those after, so the run stops. (One the source added
+    joins the lake, NULL in the rows no change has reached, as with a cursor.)"""
+    wanted = set(table.columns) if table.columns is not None else None
+    lost = [
+        name
+        for name in _held(facts)
+        if name not in schema.names
+        and name not in table.exclude_columns
+        and (wanted is None or name in wanted)
+    ]
+    if lost:
+        raise SourceError(
+            TableProblem(
+                table.name,
+                f"{table.source_object} lost column(s) {', '.join(lost)} (dropped or renamed) "
+                "while its changes were being captured; the lake can't tell which of its rows "
+                "still have them. Nothing was written.",
+                "capture",
+                full_refresh_fix(table.name),
+            )
+        )
+
+
 def _held(facts: LakeFacts) -> tuple[str, ...]:
     """The lake's columns that came from the source (not its own, nor a change log's)."""
     if facts.schema is None:
@@ -169,6 +203,7 @@ def _write(
     lake = request.lake_table
     source = open_source(spark, table)
     schema = source.schema()
+    _refuse_lost_columns(table, facts, schema)
     key = table.primary_key or source.primary_key()
     changes = read.gathered.changes
     if _merge(table):
@@ -177,7 +212,7 @@ def _write(
         delta = _typed(spark, table, schema, folded.rows, folded.deleted)
     else:
         replace_all = False
-        delta = _change_log(spark, table, schema, changes)
+        delta = _change_log(spark, table, schema, _with_moves(changes, key))
     target = lake.storable(T.StructType([f for f in delta.schema.fields if f.name != DELETED]))
     change = plan_schema_change(table.name, None if replace_all else facts.schema, target)
     batch = request.stored.batch + 1
@@ -225,6 +260,18 @@ def _typed(
     return frame.select(*[_cast(table, f).alias(f.name) for f in schema.fields], F.col(DELETED))
 
 
+def _with_moves(changes: list[Change], key: tuple[str, ...]) -> list[Change]:
+    """The changes, each update that moved its row to another key preceded by the delete of the
+    old key, so that the log replayed in order leaves no row at the old key."""
+    logged: list[Change] = []
+    for change in changes:
+        old = moved_from(change, key)
+        if old is not None:
+            logged.append(Change("delete", change.lsn, dict(zip(key, old, strict=True))))
+        logged.append(change)
+    return logged
+
+
 def _change_log(
     spark: SparkSession, table: TableSpec, schema: T.StructType, changes: list[Change]
 ) -> DataFrame:
@@ -268,8 +315,13 @@ def _cast(table: TableSpec, field: T.StructField) -> Column:
     kind = field.dataType
     if isinstance(kind, T.StringType):
         return text
-    if isinstance(kind, T.BinaryType):
-        return F.unhex(F.regexp_replace(text, r"^\\x", ""))
+    if isinstance(kind, T.BinaryType):  # bytea prints as \x and hex; bit strings as 0s and 1s
+        hexed = text.startswith("\\x")
+        return F.when(hexed, F.unhex(F.substring(text, 3, 1 << 30))).otherwise(
+            F.encode(text, "UTF-8")
+        )
+    if isinstance(kind, T.DecimalType):
+        return decimal_fits(table, field.name, kind, text)
     if isinstance(kind, T.TimestampType):
         # timestamptz prints its offset as +00; Spark reads +00:00
         return F.regexp_replace(text, r"([+-][0-9]{2})$", "$1:00").cast(kind)

@@ -105,6 +105,12 @@ def _log_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
         )
     if t.query is not None:
         yield "query", "a `capture: log` table reads a `table:`, whose changes the log holds"
+    elif t.table is not None and "." not in t.table:
+        yield (
+            "table",
+            "a `capture: log` table names its schema (`schema.table`; MySQL: `database.table`): "
+            "the log names tables so, whatever the connection's search path",
+        )
     if t.cursor is not None:
         yield "cursor", "a `capture: log` table's cursor is the log position; remove `cursor:`"
     if t.mode is Mode.FULL_REFRESH:

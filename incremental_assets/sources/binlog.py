@@ -59,11 +59,11 @@ class Binlog:
             lacking = server_lacks(conn)
             if lacking:
                 raise lacks_error(self.table, lacking)
-            start = format_binlog(*_end(conn))
+            start = format_binlog(*_consistent_end(conn))
         log(f"{self.table.name}: its changes are read from the binary log from {start}")
         return start
 
-    def read(self, previous: str, columns: tuple[str, ...]) -> LogRead:
+    def read(self, previous: str) -> LogRead:
         since = parse_binlog(previous)
         with self._connected() as conn:
             kept = [str(row[0]) for row in _rows(conn, "SHOW BINARY LOGS")]
@@ -75,7 +75,7 @@ class Binlog:
                 raise lost_error(self.table, lost, previous)
             bound = _end(conn)
         try:
-            gathered, last, more = self._gathered(since, bound, columns)
+            gathered, last, more = self._gathered(since, bound)
         except LogRefused as exc:
             raise refused_error(self.table, exc) from None
         except pymysql.Error as exc:
@@ -89,7 +89,7 @@ class Binlog:
         )
 
     def _gathered(
-        self, since: tuple[str, int], bound: tuple[str, int], columns: tuple[str, ...]
+        self, since: tuple[str, int], bound: tuple[str, int]
     ) -> tuple[Gathered, tuple[str, int], bool]:
         """The table's changes from `since` to `bound`, the end of the last transaction read,
         and whether the read stopped at `CHANGES_PER_RUN` before the bound."""
@@ -109,7 +109,7 @@ class Binlog:
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent],
             enable_logging=False,
         )
-        found = Gathered(columns=columns, position=_number(since))
+        found = Gathered(position=_number(since))
         last = since
         pending: list[Change] = []
         limit = log_changes.CHANGES_PER_RUN
@@ -130,7 +130,6 @@ class Binlog:
                         pending = [Change.truncate(_number(at))]
                 elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if self._is(event.schema, event.table):
-                        found.columns = _evolved(found.columns, event, self.relation)
                         pending.extend(_changes(event, _number(at)))
                     continue
                 # A commit (XID), or a statement that commits on its own (DDL, TRUNCATE, COMMIT)
@@ -179,6 +178,24 @@ def server_lacks(conn: pymysql.Connection[Any]) -> list[str]:
     return lacking
 
 
+def _consistent_end(conn: pymysql.Connection[Any]) -> tuple[str, int]:
+    """Where the binary log ends for a consistent snapshot: every transaction before it is
+    visible to that snapshot, and so to every later one (the load's). MariaDB tells it exactly
+    (`binlog_snapshot_file`). MySQL doesn't: there it is the log's end now, and a transaction
+    written to the log in the instant before InnoDB commits it may be missing from the load
+    (docs/semantics.md)."""
+    with conn.cursor() as cursor:
+        cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            found = {str(k): v for k, v in cursor.fetchall()}
+        finally:
+            cursor.execute("COMMIT")
+    if found.get("binlog_snapshot_file"):
+        return str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"])
+    return _end(conn)
+
+
 def _end(conn: pymysql.Connection[Any]) -> tuple[str, int]:
     """Where the binary log ends now (SHOW MASTER STATUS; SHOW BINARY LOG STATUS on MySQL 8.4)."""
     for statement in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):
@@ -221,20 +238,6 @@ def _changes(event: Any, lsn: int) -> Iterator[Change]:
             yield Change("delete", lsn, _texts(row["values"], kinds))
         else:
             yield Change("insert", lsn, _texts(row["values"], kinds))
-
-
-def _evolved(known: tuple[str, ...], event: Any, relation: tuple[str, str]) -> tuple[str, ...]:
-    now = tuple(str(c.name) for c in event.columns)
-    gone = [name for name in known if name not in now]
-    if gone:
-        raise LogRefused(
-            f"{relation[0]}.{relation[1]} lost column(s) {', '.join(gone)} (dropped or renamed) "
-            "while its changes were being captured; the lake can't tell which of its rows still "
-            "have them.",
-            fix="reload the table with a full refresh (`incremental-assets run <table> --full`), "
-            "which starts the capture again from the table as it is.",
-        )
-    return now
 
 
 def _texts(values: dict[str, Any], kinds: dict[str, int]) -> dict[str, str | None]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from psycopg import sql
 
 from incremental_assets.config import TableSpec
 from incremental_assets.cursor import format_lsn, parse_lsn
-from incremental_assets.sources.pgoutput import Message, decode
+from incremental_assets.sources.pgoutput import Message, decode, python_encoding
 
 PLUGIN = "pgoutput"
 # How long creating a slot may wait for the transactions open at that moment to end.
@@ -45,16 +46,17 @@ class LogNames:
 
 def names_of(table: TableSpec) -> LogNames:
     """The relation `table:` names (unquoted names fold to lower case, as PostgreSQL's do), and
-    the slot: `slot:`, or `ia_<schema>_<table>` (a digest ends a name past 63 characters)."""
+    the slot: `slot:`, or `ia_<schema>_<table>_<digest>`."""
     assert table.table is not None, "a `capture: log` table names its `table:` (config rules)"
     parts = [_identifier(p) for p in _split(table.table)]
     relation = (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[-1])
     if table.slot is not None:
         return LogNames(relation, table.slot)
-    slot = re.sub(r"[^a-z0-9_]", "_", f"ia_{relation[0]}_{relation[1]}".lower())
-    if len(slot) > 63:
-        slot = f"{slot[:54]}_{hashlib.sha256(slot.encode()).hexdigest()[:8]}"
-    return LogNames(relation, slot)
+    # The digest of the exact names keeps apart tables the folding makes alike (`Items` and
+    # `items`, `a_b.c` and `a.b_c`)
+    digest = hashlib.sha256("\0".join(relation).encode()).hexdigest()[:8]
+    readable = re.sub(r"[^a-z0-9_]", "_", f"ia_{relation[0]}_{relation[1]}".lower())[:54]
+    return LogNames(relation, f"{readable}_{digest}")
 
 
 class SlotWaited(Exception):
@@ -102,12 +104,68 @@ def ensure_publication(conn: psycopg.Connection, publication: str, table: tuple[
     found = conn.execute(
         "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
     ).fetchone()
+    # A partitioned table's changes come under its own name, not its partitions'
+    options = sql.SQL("(publish_via_partition_root = true)")
+    name, relation = sql.Identifier(publication), sql.Identifier(*table)
     if found is None:
         conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(publication), sql.Identifier(*table)
-            )
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH {}").format(name, relation, options)
         )
+    else:  # the table made again, or another one renamed in its place: publish the one there now
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, relation))
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET {}").format(name, options))
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What decides whether a table's log can be read back exactly."""
+
+    identity: str  # its replica identity: d(efault), f(ull), i(ndex), n(othing)
+    identity_columns: tuple[str, ...]  # the columns an update's old key names (d, i)
+    generated: tuple[str, ...]  # stored generated columns, which pgoutput leaves out
+    children: bool  # inheritance children, whose changes the log names by their own tables
+    primary_key: tuple[str, ...]
+    published: bool  # the publication covers the table there now
+
+
+def table_facts(
+    conn: psycopg.Connection, table: tuple[str, str], publication: str
+) -> TableFacts | None:
+    row = conn.execute(
+        """
+        SELECT c.relreplident::text,
+          coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
+                    FROM pg_index i JOIN pg_attribute a
+                      ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+                    WHERE i.indrelid = c.oid
+                      AND ((c.relreplident = 'd' AND i.indisprimary)
+                        OR (c.relreplident = 'i' AND i.indisreplident))), '{}'),
+          coalesce((SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
+                    WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped
+                      AND attgenerated <> ''), '{}'),
+          c.relkind = 'r' AND c.relhassubclass,
+          coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum)
+                    FROM pg_index i JOIN pg_attribute a
+                      ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+                    WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
+          EXISTS (SELECT 1 FROM pg_publication_tables p WHERE p.pubname = %s
+                  AND p.schemaname = n.nspname AND p.tablename = c.relname)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s
+        """,
+        (publication, *table),
+    ).fetchone()
+    if row is None:
+        return None
+    identity, columns, generated, children, key, published = row
+    return TableFacts(
+        str(identity),
+        tuple(columns),
+        tuple(generated),
+        bool(children),
+        tuple(key),
+        bool(published),
+    )
 
 
 def create_slot(conn: psycopg.Connection, slot: str) -> int:
@@ -124,6 +182,24 @@ def create_slot(conn: psycopg.Connection, slot: str) -> int:
         conn.execute("RESET statement_timeout")
     assert row is not None
     return parse_lsn(row[0])
+
+
+def settled_end(conn: psycopg.Connection) -> str:
+    """The log's end now, returned once every transaction running now has ended: every
+    transaction that commits before it is then visible to a snapshot taken after (as a slot's
+    consistent point is). Waits at most `CREATE_TIMEOUT_SECONDS`."""
+    end = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    running = conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot())").fetchone()
+    assert end is not None and running is not None
+    deadline = time.monotonic() + CREATE_TIMEOUT_SECONDS
+    while True:
+        oldest = conn.execute("SELECT txid_snapshot_xmin(txid_current_snapshot())").fetchone()
+        assert oldest is not None
+        if int(oldest[0]) >= int(running[0]):
+            return str(end[0])
+        if time.monotonic() > deadline:
+            raise SlotWaited(CREATE_TIMEOUT_SECONDS)
+        time.sleep(0.1)
 
 
 def flush_bound(conn: psycopg.Connection) -> int:
@@ -149,11 +225,13 @@ def peek(
         "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
         "'proto_version', '1', 'publication_names', %s)"
     )
+    shown = conn.execute("SHOW server_encoding").fetchone()
+    encoding = python_encoding(str(shown[0]) if shown else "UTF8")
     with conn.transaction(), conn.cursor(name=f"peek_{slot}") as cursor:
         cursor.itersize = 10_000
         cursor.execute(query, (slot, format_lsn(bound), limit, publication))
         for lsn, data in cursor:
-            yield parse_lsn(lsn), decode(bytes(data))
+            yield parse_lsn(lsn), decode(bytes(data), encoding)
 
 
 def drop(conn: psycopg.Connection, slot: str, publication: str) -> bool:

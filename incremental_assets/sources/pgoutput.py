@@ -102,8 +102,8 @@ class DecodeError(ValueError):
 
 
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
+    def __init__(self, data: bytes, encoding: str) -> None:
+        self.data, self.at, self.encoding = data, 0, encoding
 
     def take(self, fmt: str) -> int:
         size = struct.calcsize(fmt)
@@ -120,7 +120,7 @@ class _Reader:
         end = self.data.find(b"\0", self.at)
         if end < 0:
             raise DecodeError("a string without its terminator")
-        value = self.data[self.at : end].decode()
+        value = self.data[self.at : end].decode(self.encoding)
         self.at = end + 1
         return value
 
@@ -140,7 +140,7 @@ class _Reader:
             elif kind == "u":
                 values.append(UNCHANGED)
             elif kind == "t":
-                values.append(self.raw(self.take("!i")).decode())
+                values.append(self.raw(self.take("!i")).decode(self.encoding))
             else:
                 raise DecodeError(f"a value of kind {kind!r} (binary values are not asked for)")
         return tuple(values)
@@ -150,9 +150,10 @@ def _time(micros: int) -> datetime:
     return PG_EPOCH + timedelta(microseconds=micros)
 
 
-def decode(data: bytes) -> Message | None:
-    """One message (None: a kind this package doesn't use)."""
-    reader = _Reader(bytes(data))
+def decode(data: bytes, encoding: str = "utf-8") -> Message | None:
+    """One message (None: a kind this package doesn't use); its text is in the database's
+    encoding (`encoding`, as Python names it)."""
+    reader = _Reader(bytes(data), encoding)
     kind = reader.byte()
     if kind == "B":
         lsn, at, xid = reader.take("!Q"), reader.take("!q"), reader.take("!I")
@@ -199,3 +200,29 @@ def decode(data: bytes) -> Message | None:
     if kind in ("O", "Y", "M"):
         return None
     raise DecodeError(f"a message of kind {kind!r}")
+
+
+# PostgreSQL's server encodings as Python names them, where the names differ
+_ENCODINGS = {
+    "UTF8": "utf-8",
+    "SQL_ASCII": "ascii",
+    "LATIN1": "iso8859_1",
+    "LATIN2": "iso8859_2",
+    "LATIN3": "iso8859_3",
+    "LATIN4": "iso8859_4",
+    "LATIN5": "iso8859_9",
+    "LATIN6": "iso8859_10",
+    "LATIN7": "iso8859_13",
+    "LATIN8": "iso8859_14",
+    "LATIN9": "iso8859_15",
+    "LATIN10": "iso8859_16",
+}
+
+
+def python_encoding(server_encoding: str) -> str:
+    """The Python codec of a PostgreSQL server encoding (`SHOW server_encoding`): WIN1252 is
+    cp1252, EUC_JP euc_jp, and so on."""
+    name = server_encoding.upper()
+    if name in _ENCODINGS:
+        return _ENCODINGS[name]
+    return f"cp{name[3:]}" if name.startswith("WIN") else name.lower()
