@@ -21,9 +21,11 @@ often as --settings-changes and --lake-events allow; on an Iceberg lake, a merge
 between runs (after a run killed past its commit too) as often as --maintenance allows. With
 --capture log (PostgreSQL, an Iceberg lake) the tables are captured from the server's log instead
 (`log_machine.py`: merge and append as --modes draws them, --kills, --schema-changes, --truncates,
---key-types; the cursor machine's other options don't apply). Batch i
-uses the seed SEED+i and prints it first (on a plain Parquet lake, odd seeds patch merged
-buckets one job each, even seeds shuffle them, so both ways are tried); a failure prints the
+--key-types, --log-limits: the most changes a run in this process reads, drawn per example; the
+--no-... flags keep clear of the failures test_regressions.py holds, to look past them; the
+cursor machine's other options don't apply). Batch i uses the seed SEED+i and prints it first
+(on a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them,
+so both ways are tried); a failure prints the
 shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
 """
 
