@@ -25,8 +25,8 @@ between runs (after a run killed past its commit too) as often as --maintenance 
 --no-... flags keep clear of the failures test_regressions.py holds, to look past them; the
 cursor machine's other options don't apply). Batch i uses the seed SEED+i and prints it first
 (on a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them,
-so both ways are tried); a failure prints the
-shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
+so both ways are tried); a failure prints the shrunk sequence of steps and the command that
+replays it (the same batch, alone, from its seed).
 """
 
 from __future__ import annotations
