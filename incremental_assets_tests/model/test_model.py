@@ -131,12 +131,14 @@ FAMILIES = {
     # was, key changes, TRUNCATE, transactions left open across runs, columns added, widened and
     # dropped (refused, then a full refresh), a run killed at a pause point, runs that stop at a
     # limit of changes. The first example is Hypothesis's simplest (a few columns added, rows
-    # inserted, keys changed), cheap once Spark runs; the others are drawn.
+    # inserted, keys changed), cheap once Spark runs; the others are drawn: a transaction
+    # committed while a run waits at its session, a run stopped at its limit, a TRUNCATE
+    # (merge); a column dropped twice, refused, rebuilt, a transaction left open (append).
     "log_merge": Family(
-        "postgres", ("merge",), 20251201, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres", ("merge",), 20251213, 3, 10, kills=1, lake_format="iceberg", capture="log"
     ),
     "log_append": Family(
-        "postgres", ("append",), 20251202, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres", ("append",), 20251214, 3, 10, kills=1, lake_format="iceberg", capture="log"
     ),
 }
 
