@@ -151,8 +151,8 @@ class PgLog:
         table, names = self.table, self.names
         since = parse_lsn(previous)
         with _connected(table) as conn:
-            self._check_table(conn)
             _check_slot(table, conn, names.slot, since)
+            self._check_table(conn)
             advance(conn, names.slot, since)
             bound = flush_bound(conn)
             counter = _Counter()

@@ -35,6 +35,9 @@ LOGGED: dict[str, Any] = {
     "primary_key": ["id"],
 }
 ICEBERG = {"format": "iceberg"}
+# The suite's server commits without waiting for the log's flush, and a run reads the log to its
+# flush point: each test's writes wait for it, as a server's with synchronous_commit on do.
+DURABLE = "SET synchronous_commit = on"
 
 
 def _slot(loads: Loads) -> str:
@@ -42,8 +45,8 @@ def _slot(loads: Loads) -> str:
 
 
 def _drop_slot(pg: Schema, slot: str) -> None:
-    pg.execute(f"SELECT pg_drop_replication_slot('{slot}')")
-    pg.execute(f"DROP PUBLICATION IF EXISTS {slot}")
+    pg.execute(DURABLE, f"SELECT pg_drop_replication_slot('{slot}')")
+    pg.execute(DURABLE, f"DROP PUBLICATION IF EXISTS {slot}")
 
 
 def _source(pg: Schema) -> list[tuple[Any, ...]]:
@@ -54,6 +57,7 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
     loads: Loads, pg: Schema
 ) -> None:
     pg.execute(
+        DURABLE,
         "CREATE TABLE items (id bigint PRIMARY KEY, note text, n numeric(10,2))",
         "INSERT INTO items SELECT i, 'n' || i, i * 1.5 FROM generate_series(1, 50) i",
     )
@@ -67,6 +71,7 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
 
         # No timestamp moves: a cursor column would see none of these.
         pg.execute(
+            DURABLE,
             "UPDATE items SET note = 'changed' WHERE id % 10 = 0",
             "DELETE FROM items WHERE id IN (3, 4, 5)",
             "INSERT INTO items VALUES (51, 'new', 0.25), (52, NULL, NULL)",
@@ -83,7 +88,7 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
         assert second.metadata["log_changes"] == 11
         assert parse_lsn(second.metadata["cursor"]) > parse_lsn(first.metadata["cursor"])
 
-        pg.execute("TRUNCATE items", "INSERT INTO items VALUES (1, 'after', 1)")
+        pg.execute(DURABLE, "TRUNCATE items", "INSERT INTO items VALUES (1, 'after', 1)")
         third = loads.run()
         assert third.success, third.failure
         assert loads.rows(["id", "note", "n"]) == [(1, "after", 1)]
@@ -102,13 +107,13 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
 def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
     loads: Loads, pg: Schema
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
-    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     assert loads.run().success
     _drop_slot(pg, slot)
-    pg.execute("INSERT INTO items VALUES (2, 'lost to the log', 2)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (2, 'lost to the log', 2)")
 
     refused = loads.run()
 
@@ -127,16 +132,17 @@ def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
 
 
 def test_a_slot_moved_past_the_recorded_position_is_refused(loads: Loads, pg: Schema) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     try:
         assert loads.run().success
-        pg.execute("INSERT INTO items VALUES (1, 'consumed by someone else', 1)")
-        pg.execute("CHECKPOINT")
+        pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'consumed by someone else', 1)")
+        pg.execute(DURABLE, "CHECKPOINT")
         pg.execute(
+            DURABLE,
             f"SELECT count(*) FROM pg_logical_slot_get_binary_changes('{slot}', NULL, NULL, "
-            f"'proto_version', '1', 'publication_names', '{slot}')"
+            f"'proto_version', '1', 'publication_names', '{slot}')",
         )
 
         refused = loads.run()
@@ -152,13 +158,14 @@ def _seq(row: dict[str, Any]) -> int:
 
 
 def test_an_append_table_logs_every_change_once(loads: Loads, pg: Schema) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
-    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, {**LOGGED, "mode": "append"}, lake=ICEBERG)
     slot = _slot(loads)
     try:
         assert loads.run().success
         pg.execute(
+            DURABLE,
             "INSERT INTO items VALUES (2, 'b', 2)",
             "UPDATE items SET note = 'a2' WHERE id = 1",
             "DELETE FROM items WHERE id = 2",
@@ -195,6 +202,7 @@ def test_a_run_killed_after_its_commit_loses_and_doubles_nothing_through_the_cli
     append table is the one a redo could double or lose (a merge applies changes again
     idempotently: the model-based test kills merge runs too)."""
     pg.execute(
+        DURABLE,
         "CREATE TABLE orders (id int PRIMARY KEY, note text, n int)",
         "INSERT INTO orders SELECT i, 'n' || i, i FROM generate_series(1, 20) i",
     )
@@ -202,12 +210,16 @@ def test_a_run_killed_after_its_commit_loses_and_doubles_nothing_through_the_cli
     slot = names_of(loads.project.table("orders")).slot
     try:
         assert loads.run().success
-        pg.execute("UPDATE orders SET note = 'x' WHERE id <= 5", "DELETE FROM orders WHERE id = 20")
+        pg.execute(
+            DURABLE,
+            "UPDATE orders SET note = 'x' WHERE id <= 5",
+            "DELETE FROM orders WHERE id = 20",
+        )
         process, _ = loads.paused_run("committed")
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         assert len(materializations(loads.home, "orders")) == 1
-        pg.execute("INSERT INTO orders VALUES (21, 'after the kill', 21)")
+        pg.execute(DURABLE, "INSERT INTO orders VALUES (21, 'after the kill', 21)")
 
         rerun = run_cli(tmp_path, cli_env(loads.cli_config(), loads.home), "--select", "orders")
 
@@ -231,6 +243,7 @@ def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
     """The slot is made before the full load reads: what commits in between is in the full
     load, the log, or both, and the merge applies the log over it in order."""
     pg.execute(
+        DURABLE,
         "CREATE TABLE orders (id int PRIMARY KEY, note text, n int)",
         "INSERT INTO orders SELECT i, 'n' || i, i FROM generate_series(1, 20) i",
     )
@@ -239,13 +252,14 @@ def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
     try:
         process, marker = loads.paused_run("session")
         pg.execute(
+            DURABLE,
             "INSERT INTO orders VALUES (21, 'during', 21)",
             "UPDATE orders SET n = -n WHERE id <= 3",
             "DELETE FROM orders WHERE id = 4",
         )
         marker.unlink()
         assert process.wait(timeout=300) == 0, process.communicate()[1][-3000:]
-        pg.execute("UPDATE orders SET note = 'later' WHERE id = 21")
+        pg.execute(DURABLE, "UPDATE orders SET note = 'later' WHERE id = 21")
 
         run = loads.run()
 
@@ -258,13 +272,14 @@ def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
 def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
     loads: Loads, pg: Schema
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
-    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     try:
         assert loads.run().success
         pg.execute(
+            DURABLE,
             "INSERT INTO items VALUES (2, 'before the column', 2)",
             "ALTER TABLE items ADD COLUMN price numeric(8,2)",
             "INSERT INTO items VALUES (3, 'with it', 3, 9.5)",
@@ -274,7 +289,9 @@ def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
         assert added.success, added.failure
         assert loads.rows(["id", "price"]) == sorted(pg.query("SELECT id, price FROM items"))
 
-        pg.execute("ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES (4, 4, 4)")
+        pg.execute(
+            DURABLE, "ALTER TABLE items DROP COLUMN note", "INSERT INTO items VALUES (4, 4, 4)"
+        )
         dropped = loads.run()
         assert not dropped.success
         assert dropped.failure is not None and "lost column(s) note" in dropped.failure
@@ -288,21 +305,21 @@ def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with
 ) -> None:
     """PostgreSQL leaves a TOASTed value out of an update that didn't change it."""
     big = "x" * 100_000
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
-    pg.execute("ALTER TABLE items ALTER COLUMN note SET STORAGE EXTERNAL")
-    pg.execute(f"INSERT INTO items VALUES (1, '{big}', 1)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "ALTER TABLE items ALTER COLUMN note SET STORAGE EXTERNAL")
+    pg.execute(DURABLE, f"INSERT INTO items VALUES (1, '{big}', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     try:
         assert loads.run().success
-        pg.execute("UPDATE items SET n = 2 WHERE id = 1")
+        pg.execute(DURABLE, "UPDATE items SET n = 2 WHERE id = 1")
         refused = loads.run()
         assert not refused.success
         assert refused.failure is not None and "REPLICA IDENTITY FULL" in refused.failure
 
-        pg.execute("ALTER TABLE items REPLICA IDENTITY FULL")
+        pg.execute(DURABLE, "ALTER TABLE items REPLICA IDENTITY FULL")
         assert loads.run(full_refresh=True).success
-        pg.execute("UPDATE items SET n = 3 WHERE id = 1")
+        pg.execute(DURABLE, "UPDATE items SET n = 3 WHERE id = 1")
         kept = loads.run()
         assert kept.success, kept.failure
         assert loads.rows(["id", "note", "n"]) == [(1, big, 3)]
@@ -313,13 +330,14 @@ def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with
 def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its_limit(
     loads: Loads, pg: Schema
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG, checks={"log_retained_mb": 1})
     slot = _slot(loads)
     try:
         assert loads.run().success
         pg.execute(
-            "INSERT INTO items SELECT i, repeat('x', 100), i FROM generate_series(1, 30000) i"
+            DURABLE,
+            "INSERT INTO items SELECT i, repeat('x', 100), i FROM generate_series(1, 30000) i",
         )
         table = loads.project.table("items")
         source = IncrementalAssetsTranslator(loads.project.lake).source_asset_key(table)
@@ -336,6 +354,7 @@ def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its
         run = loads.execute({})
         (check,) = [e for e in run.get_asset_check_evaluations() if e.check_name == "log_retained"]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+        assert loads.metadata()["log_changes"] == 30000, loads.metadata()
         assert loads.rows(["id"]) == [(i,) for i in range(1, 30001)]
     finally:
         _drop_slot(pg, slot)
@@ -353,8 +372,8 @@ def _ia(loads: Loads, tmp_path: Path, *args: str) -> subprocess.CompletedProcess
 def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
     loads: Loads, pg: Schema, tmp_path: Path
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
-    pg.execute("INSERT INTO items VALUES (1, 'a', 1)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     before = _ia(loads, tmp_path, "validate", "--connect")
@@ -366,8 +385,8 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
         shown = _ia(loads, tmp_path, "validate", "--connect")
         assert f"log: slot {slot} (reserved" in shown.stdout, shown.stdout
 
-        pg.execute("INSERT INTO items VALUES (2, 'skipped by the cursor set', 2)")
-        pg.execute("CHECKPOINT")
+        pg.execute(DURABLE, "INSERT INTO items VALUES (2, 'skipped by the cursor set', 2)")
+        pg.execute(DURABLE, "CHECKPOINT")
         (now,) = pg.query("SELECT pg_current_wal_flush_lsn()::text")
         moved = _ia(loads, tmp_path, "cursor", "set", "items", str(now[0]), "--reason", "skip")
         assert moved.returncode == 0, moved.stderr
@@ -375,7 +394,7 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
         assert json.loads(shown.stdout)[0]["cursor"] == now[0]
         backfill = _ia(loads, tmp_path, "backfill", "items", "--from", "0/0", "--to", now[0])
         assert backfill.returncode == 1 and "full refresh" in backfill.stderr, backfill.stderr
-        pg.execute("INSERT INTO items VALUES (3, 'after it', 3)")
+        pg.execute(DURABLE, "INSERT INTO items VALUES (3, 'after it', 3)")
         assert loads.run().success
         assert loads.rows(["id"]) == [(1,), (3,)]  # what the hand-set position skipped stays out
 
@@ -394,6 +413,7 @@ def test_validate_names_what_the_server_lacks_for_log_capture(
 ) -> None:
     role = f"{pg.name}_plain"
     pg.execute(
+        DURABLE,
         f"CREATE ROLE {role} LOGIN PASSWORD 'plain'",
         f"GRANT USAGE ON SCHEMA {pg.name} TO {role}",
         "CREATE TABLE items (id int PRIMARY KEY, note text, n int)",
@@ -410,14 +430,14 @@ def test_validate_names_what_the_server_lacks_for_log_capture(
         assert not run.success and run.failure is not None
         assert "no REPLICATION privilege" in run.failure
     finally:
-        pg.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+        pg.execute(DURABLE, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
 
 
 def test_a_first_load_waiting_on_a_long_open_transaction_says_so(
     loads: Loads, pg: Schema, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("incremental_assets.sources.pg_slot.CREATE_TIMEOUT_SECONDS", 2)
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     with postgres.connect(autocommit=False) as open_transaction:
@@ -436,6 +456,7 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
     """Nothing changes in the table while the server writes log for others: each run records
     the bound it read to, and the next one advances the slot there."""
     pg.execute(
+        DURABLE,
         "CREATE TABLE items (id int PRIMARY KEY, note text, n int)",
         "CREATE TABLE busy (id int, pad text)",
     )
@@ -443,10 +464,12 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
     slot = _slot(loads)
     try:
         assert loads.run().success
-        pg.execute("INSERT INTO busy SELECT i, repeat('x', 200) FROM generate_series(1, 20000) i")
+        pg.execute(
+            DURABLE, "INSERT INTO busy SELECT i, repeat('x', 200) FROM generate_series(1, 20000) i"
+        )
         # A slot restarts decoding from a snapshot of the running transactions, which a busy
         # server logs every 15 s and at a checkpoint.
-        pg.execute("CHECKPOINT")
+        pg.execute(DURABLE, "CHECKPOINT")
         idle = loads.run()
         assert idle.success and idle.metadata["log_changes"] == 0
         assert idle.metadata["log_retained_bytes"] > 2**20  # kept until a run records past it
@@ -458,15 +481,19 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
 
 def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema) -> None:
     """`max_slot_wal_keep_size` lets the server remove the log a slot that fell behind keeps."""
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = _slot(loads)
     try:
         assert loads.run().success
-        pg.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()")
+        pg.execute(
+            DURABLE, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'", "SELECT pg_reload_conf()"
+        )
         for i in range(3):
-            pg.execute(f"INSERT INTO items VALUES ({i}, 'x', {i})", "SELECT pg_switch_wal()")
-        pg.execute("CHECKPOINT")
+            pg.execute(
+                DURABLE, f"INSERT INTO items VALUES ({i}, 'x', {i})", "SELECT pg_switch_wal()"
+            )
+        pg.execute(DURABLE, "CHECKPOINT")
         (status,) = pg.query(
             f"SELECT wal_status FROM pg_replication_slots WHERE slot_name = '{slot}'"
         )
@@ -478,7 +505,7 @@ def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema
         assert f"slot {slot} lost the log it kept" in refused.failure
         assert "--full" in refused.failure
     finally:
-        pg.execute("ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
+        pg.execute(DURABLE, "ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
         _drop_slot(pg, slot)
 
 
@@ -587,7 +614,7 @@ def test_a_mariadb_column_added_joins_a_dropped_one_is_refused_and_append_logs_e
 
 
 def test_a_backfill_of_a_log_table_from_the_launchpad_is_refused(loads: Loads, pg: Schema) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
 
     run = loads.execute({"backfill_from": "0/0", "backfill_to": "0/10"}, raise_on_error=False)
@@ -601,7 +628,7 @@ def test_a_backfill_of_a_log_table_from_the_launchpad_is_refused(loads: Loads, p
 def test_a_column_the_log_cant_be_read_into_is_refused_before_the_slot_is_made(
     loads: Loads, pg: Schema
 ) -> None:
-    pg.execute("CREATE TABLE items (id int PRIMARY KEY, tags text[], n int)")
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, tags text[], n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
 
     refused = loads.run()
