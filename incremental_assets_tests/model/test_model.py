@@ -178,14 +178,6 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
             modes=f.modes,
             kills=f.kills,
             limits=(None, 8),
-            # No killed full refresh, no column dropped or added with changes waiting, while
-            # the tests test_regressions.py has for them fail (test_a_log_tables_full_refresh_
-            # killed_..., test_a_log_tables_changes_committed_before_a_column_was_dropped_...,
-            # test_a_log_run_stopped_at_its_limit_before_a_column_was_added_...): then drop
-            # these three.
-            kill_full_refreshes=False,
-            drops_with_changes_waiting=False,
-            adds_with_changes_waiting=False,
         )
         log_env.verbose = True
         run_log_machine(
