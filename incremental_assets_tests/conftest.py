@@ -37,7 +37,12 @@ from incremental_assets_tests.support.postgres import (
     fresh_schema,
     postgres_server,
 )
-from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder, shipped_home
+from incremental_assets_tests.support.project import (
+    LAKE_FORMATS,
+    SHIPPED_DAGSTER_YAML,
+    ProjectBuilder,
+    new_instance_home,
+)
 from incremental_assets_tests.support.s3 import S3Server, s3_server
 from incremental_assets_tests.support.spark import (
     TEST_SPARK_CONF,
@@ -131,12 +136,11 @@ def spark(spark_resource: IncrementalSparkResource) -> SparkSession:
 @pytest.fixture
 def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     """A real instance on disk (SQLite), as DAGSTER_HOME would give, with the shipped
-    dagster.yaml (each table's pool one run), unless the test is marked `pools_off`."""
+    dagster.yaml (each table's pool one run), unless the test is marked `pools_off`. Its empty
+    storage is a copy of one Dagster made for the worker (`new_instance_home`)."""
     home = tmp_path / "dagster_home"
-    if request.node.get_closest_marker("pools_off"):
-        home.mkdir()
-    else:
-        shipped_home(home)
+    pools_off = request.node.get_closest_marker("pools_off")
+    new_instance_home(home, None if pools_off else SHIPPED_DAGSTER_YAML)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
 
