@@ -50,11 +50,14 @@ from incremental_assets_tests.support.spark import (
     connect_server,
     jvm_options,
 )
+from incremental_assets_tests.support.sqlite import skip_sqlite_syncs
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The options of every JVM the suite starts, set once, before xdist's workers start (they
-    inherit them): the archive of a session's classes is made here the first time."""
+    inherit them): the archive of a session's classes is made here the first time. In each
+    process, SQLite skips fsync (`skip_sqlite_syncs`)."""
+    skip_sqlite_syncs()
     if "SPARK_SUBMIT_OPTS" in os.environ:
         return
     archive = class_archive(sys.executable, jar_folder().parent / "class-archives")
