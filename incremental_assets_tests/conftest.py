@@ -37,7 +37,12 @@ from incremental_assets_tests.support.postgres import (
     fresh_schema,
     postgres_server,
 )
-from incremental_assets_tests.support.project import LAKE_FORMATS, ProjectBuilder, shipped_home
+from incremental_assets_tests.support.project import (
+    LAKE_FORMATS,
+    SHIPPED_DAGSTER_YAML,
+    ProjectBuilder,
+    new_instance_home,
+)
 from incremental_assets_tests.support.s3 import S3Server, s3_server
 from incremental_assets_tests.support.spark import (
     TEST_SPARK_CONF,
@@ -45,11 +50,14 @@ from incremental_assets_tests.support.spark import (
     connect_server,
     jvm_options,
 )
+from incremental_assets_tests.support.sqlite import skip_sqlite_syncs
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The options of every JVM the suite starts, set once, before xdist's workers start (they
-    inherit them): the archive of a session's classes is made here the first time."""
+    inherit them): the archive of a session's classes is made here the first time. In each
+    process, SQLite skips fsync (`skip_sqlite_syncs`)."""
+    skip_sqlite_syncs()
     if "SPARK_SUBMIT_OPTS" in os.environ:
         return
     archive = class_archive(sys.executable, jar_folder().parent / "class-archives")
@@ -131,12 +139,11 @@ def spark(spark_resource: IncrementalSparkResource) -> SparkSession:
 @pytest.fixture
 def instance(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dg.DagsterInstance]:
     """A real instance on disk (SQLite), as DAGSTER_HOME would give, with the shipped
-    dagster.yaml (each table's pool one run), unless the test is marked `pools_off`."""
+    dagster.yaml (each table's pool one run), unless the test is marked `pools_off`. Its empty
+    storage is a copy of one Dagster made for the worker (`new_instance_home`)."""
     home = tmp_path / "dagster_home"
-    if request.node.get_closest_marker("pools_off"):
-        home.mkdir()
-    else:
-        shipped_home(home)
+    pools_off = request.node.get_closest_marker("pools_off")
+    new_instance_home(home, None if pools_off else SHIPPED_DAGSTER_YAML)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
 

@@ -183,6 +183,9 @@ def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
     def read() -> None:
         while not done.is_set():
             seen.append(table.refresh().scan().to_arrow().num_rows)
+            # A breath between scans: back to back, the reader (and moto's server, both in this
+            # process) held the GIL the runs need; still many scans while each run commits.
+            done.wait(0.05)
 
     reader = threading.Thread(target=read)
     reader.start()

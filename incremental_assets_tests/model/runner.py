@@ -16,7 +16,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -41,7 +40,12 @@ from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.table import TABLE
 from incremental_assets_tests.support.cli import cli_env, start_cli
-from incremental_assets_tests.support.project import Run, latest_metadata, materialize
+from incremental_assets_tests.support.project import (
+    Run,
+    latest_metadata,
+    materialize,
+    new_instance_home,
+)
 from incremental_assets_tests.support.spark import TEST_SPARK_CONF
 
 PAUSE_POINTS = ("staged", "mid-commit", "committed")
@@ -128,12 +132,8 @@ class Runner:
     def new_home(self) -> Path:
         """A new, empty Dagster home for every run from now on: no stored cursor, no history."""
         self.homes += 1
-        home = self.directory / f"dagster_home_{self.homes}"
-        home.mkdir()
-        if self.instance is not None:
-            shutil.copy(self.instance, home / "dagster.yaml")
-        self.home = home
-        return home
+        self.home = new_instance_home(self.directory / f"dagster_home_{self.homes}", self.instance)
+        return self.home
 
     def _new_lake(self) -> Path:
         self.lakes += 1

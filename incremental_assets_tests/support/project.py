@@ -8,7 +8,9 @@ format.
 
 from __future__ import annotations
 
+import atexit
 import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,29 @@ def shipped_home(home: Path) -> Path:
     """A Dagster home holding the project's shipped dagster.yaml (each table's pool one run)."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(SHIPPED_DAGSTER_YAML, home / "dagster.yaml")
+    return home
+
+
+# The storage of an empty instance, made once per process for each dagster.yaml (None: none).
+_EMPTY_HOMES: dict[Path | None, Path] = {}
+
+
+def new_instance_home(home: Path, dagster_yaml: Path | None = SHIPPED_DAGSTER_YAML) -> Path:
+    """`home` holding a new, empty instance: a copy of `dagster_yaml` (by default the shipped
+    one; None: none), and the SQLite runs, events and schedules Dagster makes for an empty home.
+    Dagster makes those once per process (every table and migration of three databases, about a
+    second on a busy machine); each new home gets a copy of the files (a few milliseconds)."""
+    empty = _EMPTY_HOMES.get(dagster_yaml)
+    if empty is None:
+        root = Path(tempfile.mkdtemp(prefix="ia-empty-instance-"))
+        atexit.register(shutil.rmtree, root, True)
+        empty = root / "home"
+        empty.mkdir()
+        if dagster_yaml is not None:
+            shutil.copy(dagster_yaml, empty / "dagster.yaml")
+        dg.DagsterInstance.from_config(str(empty)).dispose()  # makes the storage
+        _EMPTY_HOMES[dagster_yaml] = empty
+    shutil.copytree(empty, home, dirs_exist_ok=True)
     return home
 
 
