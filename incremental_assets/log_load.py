@@ -1,22 +1,21 @@
-"""One load of a `capture: log` table: the changes PostgreSQL's log holds past the position the
-last run recorded, read without consuming them and committed as one lake commit. No Dagster here.
+"""One load of a `capture: log` table: the changes its database's log holds past the position
+the last run recorded, committed as one lake commit. No Dagster here; the log itself is the
+database's (`log_of`: PostgreSQL's slot, `sources/pg_log.py`; a binary log, `sources/binlog.py`).
 
-    first run, or --full   the publication and the slot made (the slot's consistent point), then
-                           the table's full load (`load.run_incremental_load`); the consistent
-                           point is recorded, so the next run replays every change committed
-                           since, which a merge applies idempotently: nothing lost or doubled
-    later runs             the slot checked (there, its log not lost, not moved past the recorded
-                           position by anything else) and advanced to the recorded position; the
-                           bound frozen (`pg_current_wal_flush_lsn`); the changes up to it peeked
-                           (at most `CHANGES_PER_RUN`), gathered (`log_changes.py`), typed by the
-                           source's schema in Spark and written by the table's writer, with the
-                           position the run records kept in its commit
+    first run, or --full   the log made ready (`ChangeLog.begin`: the position every change is
+                           kept from, with everything before it in what follows), then the
+                           table's full load (`load.run_incremental_load`); that position is
+                           recorded, so the next run replays every change committed since,
+                           which a merge applies idempotently: nothing lost or doubled
+    later runs             the changes from the recorded position to a bound frozen now
+                           (`ChangeLog.read`), folded per key (merge) or logged as they came
+                           (append), typed by the source's schema in Spark and written by the
+                           table's writer, with the position the run records kept in its commit
 
-The slot moves only to a position a run recorded, at the start of the next run. A run killed
-after its commit, before Dagster recorded it, is redone as any run is: the next one reads the
-same changes again (and those since) as the same batch, which the writers apply idempotently (a
-merge applies them again; an append replaces the batch's rows). A run that finds no change
-starts no JVM.
+A run killed after its commit, before Dagster recorded it, is redone as any run is: the next one
+reads the same changes again (and those since) as the same batch, which the writers apply
+idempotently (a merge applies them again; an append replaces the batch's rows). A run that finds
+no change starts no JVM.
 """
 
 from __future__ import annotations
@@ -32,7 +31,9 @@ from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
-from incremental_assets.log_changes import (
+from incremental_assets.results import LoadResult, Report, WriteOutcome
+from incremental_assets.sources import open_source
+from incremental_assets.sources.log_changes import (
     Change,
     ChangeLog,
     Log,
@@ -41,8 +42,6 @@ from incremental_assets.log_changes import (
     full_refresh_fix,
     moved_from,
 )
-from incremental_assets.results import LoadResult, Report, WriteOutcome
-from incremental_assets.sources import open_source
 from incremental_assets.sources.transport import decimal_fits
 from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers import writer_for

@@ -14,8 +14,8 @@ from incremental_assets.cli.context import (
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, TableProblem
-from incremental_assets.log_changes import position_type
 from incremental_assets.results import StoredState
+from incremental_assets.sources.log_changes import position_type
 from incremental_assets.state import read_stored_state, record_cursor_override
 
 

@@ -12,11 +12,17 @@ from collections.abc import Iterable, Iterator
 
 import psycopg
 
-from incremental_assets import log_changes
 from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_lsn, parse_lsn
 from incremental_assets.errors import SourceError, TableProblem
-from incremental_assets.log_changes import Log, LogRead, LogRefused, full_refresh_fix, gather
+from incremental_assets.sources import log_changes
+from incremental_assets.sources.log_changes import (
+    Log,
+    LogRead,
+    LogRefused,
+    full_refresh_fix,
+    gather,
+)
 from incremental_assets.sources.pg_client import connect
 from incremental_assets.sources.pg_slot import (
     SlotWaited,

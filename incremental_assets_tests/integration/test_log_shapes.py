@@ -281,7 +281,7 @@ def test_every_value_from_the_log_equals_the_full_loads(loads: Loads, pg: Schema
 def test_runs_past_the_change_limit_lose_and_double_nothing(
     loads: Loads, pg: Schema, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    monkeypatch.setattr("incremental_assets.log_changes.CHANGES_PER_RUN", 10)
+    monkeypatch.setattr("incremental_assets.sources.log_changes.CHANGES_PER_RUN", 10)
     pg.execute(DURABLE, "CREATE TABLE items (id bigint PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a')")
     loads.configure(pg, {**LOGGED, "mode": mode}, lake=ICEBERG)

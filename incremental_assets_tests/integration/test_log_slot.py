@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from incremental_assets.log_changes import Change, gather
+from incremental_assets.sources.log_changes import Change, gather
 from incremental_assets.sources.pg_slot import (
     advance,
     create_slot,

@@ -62,10 +62,10 @@ from hypothesis.stateful import (
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from incremental_assets import log_changes, log_load
 from incremental_assets.cursor import parse_lsn
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets.sources import log_changes
 from incremental_assets.sources.pg_slot import names_of
 from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state
 from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Outcome, Runner
@@ -114,7 +114,7 @@ class LogEnv:
     # runs read them first; a run that stops at its limit before the addition fails the next,
     # as `test_regressions.py` says).
     adds_with_changes_waiting: bool = True
-    # The most changes a run in this process reads (`log_load.CHANGES_PER_RUN`, drawn per
+    # The most changes a run in this process reads (`log_changes.CHANGES_PER_RUN`, drawn per
     # example; None: the product's own), so that runs stop part way through the log.
     limits: tuple[int | None, ...] = (None,)
     schema_changes: int = 2  # per example, at most
@@ -848,20 +848,16 @@ class LogMachine(RuleBasedStateMachine):
 @contextmanager
 def _changes_per_run(limit: int | None) -> Iterator[None]:
     """Runs in this process read at most `limit` changes (None: as many as the product does):
-    `CHANGES_PER_RUN`, read when a run reads the log, wherever the product keeps it."""
+    `log_changes.CHANGES_PER_RUN`, read when a run reads the log."""
     if limit is None:
         yield
         return
-    modules = [m for m in (log_changes, log_load) if hasattr(m, "CHANGES_PER_RUN")]
-    assert modules, "the product's CHANGES_PER_RUN moved: the model can't limit runs"
-    saved = [getattr(m, "CHANGES_PER_RUN") for m in modules]  # noqa: B009
-    for module in modules:
-        setattr(module, "CHANGES_PER_RUN", limit)  # noqa: B010
+    saved = log_changes.CHANGES_PER_RUN
+    log_changes.CHANGES_PER_RUN = limit
     try:
         yield
     finally:
-        for module, value in zip(modules, saved, strict=True):
-            setattr(module, "CHANGES_PER_RUN", value)  # noqa: B010
+        log_changes.CHANGES_PER_RUN = saved
 
 
 def _drop_slot(server: PostgresServer, slot: str, publication: str) -> None:

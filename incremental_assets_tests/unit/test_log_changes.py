@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from incremental_assets.log_changes import Change, LogRefused, fold, gather, since_truncate
+from incremental_assets.sources.log_changes import Change, LogRefused, fold, gather, since_truncate
 from incremental_assets.sources.pgoutput import (
     UNCHANGED,
     Begin,
