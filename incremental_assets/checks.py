@@ -15,6 +15,8 @@
   by the database's collation, which Python can't reproduce: they are not compared.
 * `freshness` (with `checks.freshness`): a time cursor is no older than the lag. The same lag also
   becomes the asset's Dagster freshness policy, which watches the last success between runs.
+* `log_retained` (`capture: log`): the log the table's replication slot keeps, which the database
+  can't remove until a run records a position past it, is under `checks.log_retained_mb` (WARN).
 * `row_counts_match_source` (merge, with `checks.reconcile_counts`): the lake's rows and the rows
   the source says it should hold (per key the latest version by cursor, unless its delete column
   is set; from `start`; NULL cursors as `null_cursor` says) differ by at most that fraction.
@@ -68,10 +70,18 @@ KEY_UNIQUE = "primary_key_unique"
 CURSOR_FORWARD = "cursor_not_backwards"
 FRESHNESS = "freshness"
 COUNTS = "row_counts_match_source"
+LOG_RETAINED = "log_retained"
 NEXT_RUN = NEXT_RUN_CHECK
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 # The severity of a failed check; cursor_not_backwards only warns after a full refresh.
-SEVERITY = {KEY_UNIQUE: ERROR, CURSOR_FORWARD: ERROR, FRESHNESS: WARN, COUNTS: WARN, NEXT_RUN: WARN}
+SEVERITY = {
+    KEY_UNIQUE: ERROR,
+    CURSOR_FORWARD: ERROR,
+    FRESHNESS: WARN,
+    COUNTS: WARN,
+    NEXT_RUN: WARN,
+    LOG_RETAINED: WARN,
+}
 # A check whose last execution failed (its run failed before evaluating it) is run again alone,
 # once, by the project's checks sensor; see the module's docstring.
 AFTER_FAILED_RUN = (
@@ -98,6 +108,11 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
         described[KEY_UNIQUE] = "One row per primary key in the lake."
     if table.freshness is not None:
         described[FRESHNESS] = f"The cursor is at most {table.freshness} old."
+    if table.capture == "log":
+        described[LOG_RETAINED] = (
+            f"The table's replication slot keeps at most {table.checks.log_retained_mb} MB of "
+            "the database's log."
+        )
     if table.reconcile_tolerance is not None:
         described[COUNTS] = (
             f"Source and lake row counts differ by at most {table.reconcile_tolerance:.2%}."
@@ -137,6 +152,8 @@ def evaluate_checks(
         planned.append((KEY_UNIQUE, lambda: primary_key_unique(spark, key, lake, result)))
     if table.freshness is not None:
         planned.append((FRESHNESS, lambda: freshness(table, result, datetime.now(UTC))))
+    if table.capture == "log" and result.report.log_retained_bytes is not None:
+        planned.append((LOG_RETAINED, lambda: log_retained(table, result)))
     if table.reconcile_tolerance is not None:
         planned.append(
             (
@@ -276,6 +293,22 @@ def freshness(table: TableSpec, result: LoadResult, now: datetime) -> dg.AssetCh
         metadata["measured"] = "the last success (now): the cursor is not a time"
     return dg.AssetCheckResult(
         check_name=FRESHNESS, passed=passed, severity=WARN, metadata=metadata
+    )
+
+
+def log_retained(table: TableSpec, result: LoadResult) -> dg.AssetCheckResult:
+    retained = result.report.log_retained_bytes or 0
+    allowed = table.checks.log_retained_mb
+    return dg.AssetCheckResult(
+        check_name=LOG_RETAINED,
+        passed=retained <= allowed * 1024 * 1024,
+        severity=WARN,
+        metadata={"retained_mb": round(retained / 1024 / 1024, 1), "allowed_mb": allowed},
+        description=None
+        if retained <= allowed * 1024 * 1024
+        else "the slot keeps the log since the position the last run recorded: run the table "
+        "more often (a schedule or its sensor), or drop its capture if it is no longer loaded "
+        f"(`incremental-assets cdc drop {table.name}`).",
     )
 
 

@@ -46,10 +46,19 @@ class CursorType(StrEnum):
     TIMESTAMP = "timestamp"
     TIMESTAMPTZ = "timestamptz"
     STRING = "string"
+    # A position in PostgreSQL's write-ahead log, the cursor of a table captured from the log
+    # (`capture: log`); never a column's, so no name in CURSOR_TYPE_ALIASES chooses it.
+    LSN = "lsn"
+    # A position in MySQL's or MariaDB's binary log, `<file>:<offset>` (`mariadb-bin.000003:1234`)
+    BINLOG = "binlog"
 
     @property
     def is_temporal(self) -> bool:
         return self in (CursorType.DATE, CursorType.TIMESTAMP, CursorType.TIMESTAMPTZ)
+
+    @property
+    def is_log_position(self) -> bool:
+        return self in (CursorType.LSN, CursorType.BINLOG)
 
     @property
     def is_timestamp(self) -> bool:
@@ -80,7 +89,7 @@ def cursor_type_from_name(name: str) -> CursorType:
     try:
         return CURSOR_TYPE_ALIASES[name.strip().lower()]
     except KeyError:
-        allowed = ", ".join(t.value for t in CursorType)
+        allowed = ", ".join(t.value for t in CursorType if not t.is_log_position)
         raise CursorError(f"'{name}' is not a cursor type; use one of {allowed}.") from None
 
 
@@ -156,11 +165,16 @@ _PARSERS: dict[CursorType, Callable[[str], CursorValue]] = {
     CursorType.TIMESTAMP: lambda text: _parse_timestamp(text, aware=False),
     CursorType.TIMESTAMPTZ: lambda text: _parse_timestamp(text, aware=True),
     CursorType.STRING: str,
+    CursorType.LSN: lambda text: parse_lsn(text),
+    CursorType.BINLOG: lambda text: format_binlog(*parse_binlog(text)),
 }
 
 
 def format_cursor(cursor_type: CursorType, value: CursorValue) -> str:
     """Exact text for a cursor value; `parse_cursor` reads it back to an equal value."""
+    if cursor_type is CursorType.LSN:
+        assert isinstance(value, int)
+        return format_lsn(value)
     if cursor_type is CursorType.DECIMAL:
         assert isinstance(value, Decimal)
         return format(value, "f")
@@ -174,6 +188,40 @@ def format_cursor(cursor_type: CursorType, value: CursorValue) -> str:
         assert isinstance(value, date)
         return value.isoformat()
     return str(value)
+
+
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
+def format_lsn(lsn: int) -> str:
+    """An LSN as PostgreSQL writes it: `16/B374D848`."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(text: str) -> int:
+    """`16/B374D848` as a number; ValueError if it isn't an LSN."""
+    found = _LSN.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not an LSN (write it as PostgreSQL does: 16/B374D848)")
+    return (int(found[1], 16) << 32) | int(found[2], 16)
+
+
+_BINLOG = re.compile(r"([^\s:/]+\.[0-9]+):([0-9]+)")
+
+
+def parse_binlog(text: str) -> tuple[str, int]:
+    """`mariadb-bin.000003:1234` as (file, offset); ValueError if it isn't one."""
+    found = _BINLOG.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(
+            f"{text!r} is not a binary log position (write it as <file>:<offset>, as SHOW MASTER "
+            "STATUS gives them: mariadb-bin.000003:1234)"
+        )
+    return found[1], int(found[2])
+
+
+def format_binlog(file: str, offset: int) -> str:
+    return f"{file}:{offset}"
 
 
 def decode_wire(cursor_type: CursorType, wire: str) -> CursorValue:
@@ -208,7 +256,8 @@ class CursorOrder:
     @property
     def known(self) -> bool:
         """Whether Python orders any two values as the source does."""
-        return self.cursor_type is not CursorType.STRING
+        # A binary log position is (file, offset), which text order doesn't follow
+        return self.cursor_type not in (CursorType.STRING, CursorType.BINLOG)
 
     @property
     def spark_orders(self) -> bool:

@@ -30,6 +30,7 @@ from incremental_assets.errors import (
 )
 from incremental_assets.lake import LakeTable, open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
+from incremental_assets.log_load import run_log_load
 from incremental_assets.metadata import TableMetadata, metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.pool_slots import refuse_if_freed
@@ -161,18 +162,32 @@ def _load(
     table: TableSpec,
     request: LoadRequest,
 ) -> LoadResult:
-    """The load: without Spark when it can prove there is nothing new, else with the session."""
-    result = load_without_spark(request, log=context.log.info)
-    if result is not None:
-        return result
+    """The load: without Spark when it can prove there is nothing new, else with the session.
+    A table captured from the log reads the log first, and starts Spark only for changes."""
+    log = context.log.info
+    if table.capture == "log":
+        result = run_log_load(lambda: _started(context, spark, table), request, log=log)
+        if result.report.spark is not None:
+            return result
+    else:
+        early = load_without_spark(request, log=log)
+        if early is not None:
+            return early
+        session = _started(context, spark, table)
+        with spark_progress(session, log):
+            result = run_incremental_load(session, request, log=log)
+    return replace(result, report=replace(result.report, spark=spark.description))
+
+
+def _started(
+    context: dg.AssetExecutionContext, spark: IncrementalSparkResource, table: TableSpec
+) -> "SparkSession":
     session = _session(spark, table)
     pause_point("session")
     context.log.info(f"{table.name}: Spark: {spark.description}")
     if spark.log_file is not None:
         context.log.info(f"{table.name}: Spark's own log: {spark.log_file}")
-    with spark_progress(session, context.log.info):
-        result = run_incremental_load(session, request, log=context.log.info)
-    return replace(result, report=replace(result.report, spark=spark.description))
+    return session
 
 
 def _session(spark: IncrementalSparkResource, table: TableSpec) -> "SparkSession":

@@ -422,16 +422,16 @@ def _nothing(table: TableSpec, columns: tuple[tuple[str, str], ...]) -> WriteOut
 
 
 def _rows_after(run: _Run, outcome: WriteOutcome) -> int:
-    """The lake's rows after the run: as its commit tells, else counted."""
+    return rows_after(run.lake, run.request.stored, run.facts, outcome)
+
+
+def rows_after(
+    lake: LakeTable, stored: StoredState, facts: LakeFacts, outcome: WriteOutcome
+) -> int:
+    """The lake's rows after a run: as its commit tells, else counted; when it committed
+    nothing, as the last recorded run counted them, if the lake is still at that commit."""
     if outcome.rows_held is not None:
         return outcome.rows_held
-    return run.lake.count_rows() if outcome.head is not None else _rows_held(run)
-
-
-def _rows_held(run: _Run) -> int:
-    """The lake's rows when this run committed nothing: as the last recorded run counted them,
-    when the lake is still at the commit it recorded."""
-    stored = run.request.stored
-    if stored.row_count is not None and at_recorded_commit(stored, run.facts):
+    if outcome.head is None and stored.row_count is not None and at_recorded_commit(stored, facts):
         return stored.row_count
-    return run.lake.count_rows()
+    return lake.count_rows()

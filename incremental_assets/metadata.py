@@ -37,6 +37,10 @@ LAKE_CURSOR = "lake_cursor"
 ROWS_WAITING = "rows_waiting"
 FILES_WAITING = "files_waiting"
 BEHIND_SECONDS = "behind_seconds"
+# A table captured from the log: the log the slot keeps, and how far the log's end is past the
+# position the lake recorded (bytes).
+LOG_RETAINED_BYTES = "log_retained_bytes"
+LOG_BEHIND_BYTES = "log_behind_bytes"
 
 # Written as a value even when there is none, so "no cursor" reads back as such.
 _ALWAYS = ("cursor", "previous_cursor")
@@ -97,6 +101,13 @@ class TableMetadata(BaseModel):
     transaction_cap: str | None = None
     cursor_capped_at: str | None = None
     maintenance: str | None = None
+    # `capture: log` tables: the changes to the table the run read from the log, and in how many
+    # transactions; the log the table's slot keeps (bytes), and whether more changes wait past the
+    # position the run recorded (it read at most `log_load.CHANGES_PER_RUN`)
+    log_changes: int | None = None
+    log_transactions: int | None = None
+    log_retained_bytes: int | None = None
+    log_more_waiting: bool | None = None
     checks_not_run: str | None = None  # the checks left out of the run, and why
     spark: str | None = None
     # `set` or `reset` on a hand-set cursor's observation, `convert` on a lake format conversion's

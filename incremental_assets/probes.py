@@ -16,14 +16,27 @@ from datetime import UTC, datetime, timedelta
 
 from incremental_assets.config import FilesSourceSpec, JdbcSourceSpec, TableSpec
 from incremental_assets.config.rules import time_limits
-from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
+from incremental_assets.cursor import (
+    CursorType,
+    format_cursor,
+    parse_binlog,
+    parse_cursor,
+    parse_lsn,
+)
 from incremental_assets.errors import SourceError, TableProblem
 from incremental_assets.results import StoredState
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import Cursor, FreezeRequest
-from incremental_assets.sources.database import Connection, Database, described, fetch_row
+from incremental_assets.sources.database import (
+    Connection,
+    Database,
+    described,
+    fetch_row,
+    fetch_rows,
+)
 from incremental_assets.sources.freeze_sql import freeze, newest_loadable, relation_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_slot import names_of
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,10 @@ class Probe:
     newest: str | None = None
     # Rows (a database) or files a run would read now; None when not counted.
     waiting: int | None = None
+    # `capture: log`: the log the table's replication slot keeps (PostgreSQL; None: no slot
+    # yet), and the log's end past the recorded position, in bytes
+    retained: int | None = None
+    behind: int | None = None
 
 
 NOTHING = Probe(None)
@@ -70,6 +87,10 @@ def _probe_database(
         fix = "fix the connection settings of the source (url, user, password, properties)"
         raise _probe_error(table, source, exc, fix) from None
     try:
+        if table.capture == "log" and source.url.startswith("jdbc:postgresql:"):
+            return _log_probe(conn, database, table, stored)
+        if table.capture == "log":
+            return _binlog_probe(conn, database, table, stored)
         if table.cursor is None:
             return Probe(_table_changes(conn, database, table, stored))
         return _newest_cursor(conn, database, table, stored, count_when)
@@ -166,6 +187,45 @@ def _table_changes(
             )
         )
     return f"changes:{row['changes']}" if row["settled"] else None
+
+
+def _log_probe(
+    conn: Connection, database: Database, table: TableSpec, stored: StoredState
+) -> Probe:
+    """A table captured from the log: changed by the database's own count, the log's end as
+    the newest position, and what the table's slot keeps."""
+    slot = names_of(table).slot  # [a-z0-9_]: safe in the literal
+    row = fetch_row(
+        conn,
+        "SELECT pg_current_wal_lsn()::text AS newest, (SELECT pg_wal_lsn_diff("
+        "pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots "
+        f"WHERE slot_name = '{slot}') AS retained",
+    )
+    retained, newest = row["retained"], str(row["newest"])
+    behind = None
+    if stored.cursor is not None and stored.cursor_type is CursorType.LSN:
+        behind = max(0, parse_lsn(newest) - parse_lsn(stored.cursor))
+    return Probe(
+        _table_changes(conn, database, table, stored),
+        newest=newest,
+        retained=None if retained is None else int(retained),
+        behind=behind,
+    )
+
+
+def _binlog_probe(
+    conn: Connection, database: Database, table: TableSpec, stored: StoredState
+) -> Probe:
+    """A table captured from a binary log: changed by the database's own count, the log's end as
+    the newest position, and the bytes of log past the recorded position (`retained`)."""
+    logs = [(str(r["Log_name"]), int(r["File_size"])) for r in fetch_rows(conn, "SHOW BINARY LOGS")]
+    newest = f"{logs[-1][0]}:{logs[-1][1]}" if logs else None
+    behind = None
+    if stored.cursor is not None and stored.cursor_type is CursorType.BINLOG:
+        file, offset = parse_binlog(stored.cursor)
+        after = [size for name, size in logs if name >= file]
+        behind = sum(after) - offset if after and logs[0][0] <= file else None
+    return Probe(_table_changes(conn, database, table, stored), newest=newest, behind=behind)
 
 
 def _probe_files(table: TableSpec, source: FilesSourceSpec, last_run: datetime | None) -> Probe:

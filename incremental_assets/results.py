@@ -97,6 +97,10 @@ class Report:
     spark_jobs: int | None = None  # Spark jobs the run and its checks took (None: not counted)
     spark_stages: int | None = None
     maintenance: str | None = None  # what the lake's maintenance did after the commit, if due
+    log_changes: int | None = None  # `capture: log`: what the run read of the log (metadata.py)
+    log_transactions: int | None = None
+    log_retained_bytes: int | None = None
+    log_more_waiting: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,8 @@ from incremental_assets.metadata import (
     BEHIND_SECONDS,
     FILES_WAITING,
     LAKE_CURSOR,
+    LOG_BEHIND_BYTES,
+    LOG_RETAINED_BYTES,
     NEWEST_CURSOR,
     NEWEST_FILE,
     OBSERVED_FOR,
@@ -244,7 +246,16 @@ def _observation(
     if probe.newest is None:
         return []
     metadata: dict[str, Any] = {OBSERVED_FOR: table.name, LAKE_CURSOR: stored.cursor or ""}
-    if _reads_files(table):
+    if table.capture == "log" and probe.newest is not None:
+        metadata[NEWEST_CURSOR] = probe.newest
+        if probe.retained is not None:
+            metadata[LOG_RETAINED_BYTES] = probe.retained
+        if probe.behind is not None:
+            metadata[LOG_BEHIND_BYTES] = probe.behind
+        unchanged = last_seen is not None and all(
+            last_seen.get(name) == value for name, value in metadata.items()
+        )
+    elif _reads_files(table):
         metadata[NEWEST_FILE] = probe.newest
         metadata[FILES_WAITING] = probe.waiting or 0
         unchanged = last_seen is not None and all(

@@ -34,6 +34,8 @@ def lake_settings(table: TableSpec, lake: LakeSpec, format: str) -> dict[str, An
         "format": format,
         "compression": lake.compression,
     }
+    if table.capture == "log":
+        settings["capture"] = table.capture
     if table.mode is Mode.MERGE:
         # How merges write (which can move an Iceberg table to format v3 for good), and how the
         # table is partitioned by its key when a run makes it.

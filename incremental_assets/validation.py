@@ -11,10 +11,11 @@ Spark would read them, so they fail here in the words a run would fail in.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
+import psycopg
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -24,10 +25,12 @@ from incremental_assets.errors import ConfigError, TableProblem, nearest
 from incremental_assets.lake.files import arrow_uri
 from incremental_assets.sources import database_of
 from incremental_assets.sources.base import check_columns, resolve_cursor, selected
+from incremental_assets.sources.binlog import server_lacks as binlog_lacks
 from incremental_assets.sources.database import Connection, Database, described
 from incremental_assets.sources.failures import source_error
 from incremental_assets.sources.freeze_sql import relation_of
 from incremental_assets.sources.listing import source_files
+from incremental_assets.sources.pg_slot import names_of, server_lacks, slot_state
 from incremental_assets.spark_api import T
 
 
@@ -93,7 +96,35 @@ def _database_check(table: TableSpec, database: Database, conn: Connection) -> S
     schema = T.StructType(
         [T.StructField(str(c[0]), _arrives_as(database, c[1], c[4], c[5])) for c in columns]
     )
-    return _columns_check(table, table.source_object, schema)
+    checked = _columns_check(table, table.source_object, schema)
+    if table.capture != "log" or checked.problems:
+        return checked
+    return _log_check(table, checked, conn)
+
+
+def _log_check(table: TableSpec, checked: SourceCheck, conn: Connection) -> SourceCheck:
+    """What the server lacks for log capture, and the state of the table's slot."""
+    if not isinstance(conn, psycopg.Connection):  # MySQL or MariaDB: their binary log
+        lacking = binlog_lacks(conn)
+        if not lacking:
+            return replace(checked, seen=f"{checked.seen}, log: the binary log (ROW, FULL)")
+    else:
+        lacking = server_lacks(conn)
+    if lacking:
+        problem = TableProblem(
+            table.name,
+            "the source can't keep a log of its changes: " + "; ".join(lacking) + ".",
+            "capture",
+            "change what is named, or capture the table with a `cursor:`.",
+        )
+        return SourceCheck(table.name, checked.seen, (problem,))
+    assert isinstance(conn, psycopg.Connection)
+    slot = names_of(table).slot
+    state = slot_state(conn, slot)
+    if state is None:
+        return replace(checked, seen=f"{checked.seen}, log: slot {slot} made by the first run")
+    kept = f"{(state.retained_bytes or 0) / 2**20:.1f} MB kept"
+    return replace(checked, seen=f"{checked.seen}, log: slot {slot} ({state.wal_status}, {kept})")
 
 
 def _files_check(table: TableSpec, source: FilesSourceSpec) -> SourceCheck:

@@ -9,6 +9,7 @@
     incremental-assets backfill TABLE --from VALUE --to VALUE
     incremental-assets engine start|stop|status
     incremental-assets lake convert TABLE --reason TEXT
+    incremental-assets cdc drop TABLE [--reason TEXT]
     incremental-assets jars fetch [--all] | jars path
 
 Every command reads the same configuration as Dagster (`--config`, $INCREMENTAL_ASSETS_CONFIG or
@@ -24,7 +25,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from incremental_assets.cli import cursors, engine, jars, lake, runs, status
+from incremental_assets.cli import capture, cursors, engine, jars, lake, runs, status
 from incremental_assets.errors import IncrementalAssetsError
 
 # How a cursor value is written on the command line, for each cursor type.
@@ -138,6 +139,17 @@ def _parser() -> argparse.ArgumentParser:
     converting.add_argument("table")
     converting.add_argument("--reason", default="converted", help="why, recorded with the table")
     converting.set_defaults(handler=lake.convert)
+    logged = commands.add_parser(
+        "cdc", help="tables captured from the log (capture: log): their replication slots"
+    ).add_subparsers(dest="action", required=True)
+    dropping = logged.add_parser(
+        "drop",
+        help="drop TABLE's replication slot and publication, so the server keeps no log for it; "
+        "its cursor is reset, and its next run loads it whole and makes them again",
+    )
+    dropping.add_argument("table")
+    dropping.add_argument("--reason", default="slot dropped", help="why, recorded with the table")
+    dropping.set_defaults(handler=capture.drop_slot)
     machine = commands.add_parser(
         "engine", help="the shared Spark engine (a Spark Connect server) under DAGSTER_HOME"
     ).add_subparsers(dest="action", required=True)

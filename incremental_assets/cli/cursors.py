@@ -11,16 +11,17 @@ from incremental_assets.cli.context import (
     project_and_tables,
     table_lock,
 )
-from incremental_assets.config import TableSpec
+from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_cursor, parse_cursor
 from incremental_assets.errors import CursorError, TableProblem
 from incremental_assets.results import StoredState
+from incremental_assets.sources.log_changes import position_type
 from incremental_assets.state import read_stored_state, record_cursor_override
 
 
 def set_cursor(args: argparse.Namespace) -> int:
     project, (table,) = project_and_tables(args, [args.table])
-    if table.cursor is None:
+    if table.cursor is None and table.capture != "log":
         raise CursorError(
             TableProblem(
                 table.name, "it has no cursor to set: it is fully refreshed on every run.", "cursor"
@@ -34,15 +35,22 @@ def set_cursor(args: argparse.Namespace) -> int:
             stored = read_stored_state(instance, asset_key(project, table))
             kind, value = _cursor_text(table, stored, args.value)
             note = f"{args.reason} (set by {actor()} with incremental-assets cursor set)"
+            column = table.cursor.column if table.cursor else None
             record_cursor_override(
-                instance, asset_key(project, table), stored, value, table.cursor.column, kind, note
+                instance, asset_key(project, table), stored, value, column, kind, note
             )
     print(f"{table.name}: cursor {stored.cursor} -> {value}; the next run reads from there")
     return 0
 
 
 def _cursor_text(table: TableSpec, stored: StoredState, text: str) -> tuple[CursorType, str]:
-    """The cursor's type and `text` as its exact form; CursorError if either can't be had."""
+    """The cursor's type and `text` as its exact form; CursorError if either can't be had. A
+    table captured from the log has a position in the log (an LSN, a binary log's) for its
+    cursor."""
+    if table.capture == "log":
+        assert isinstance(table.source, JdbcSourceSpec)
+        position = position_type(table.source.url)
+        return position, _parse_value(table, position, text)
     assert table.cursor is not None
     kind = stored.cursor_type or table.cursor.declared_type
     if kind is None:

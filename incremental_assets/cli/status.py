@@ -34,6 +34,8 @@ def validate(args: argparse.Namespace) -> int:
         print(f"{project.path}: valid, {len(project.tables)} tables")
     for table in project.tables:
         cursor = table.cursor.column if table.cursor else "no cursor (full refresh every run)"
+        if table.capture == "log":
+            cursor = "the log's position (capture: log)"
         print(
             f"  {table.name}: {table.mode.value} from source '{table.source.name}', cursor {cursor}"
         )

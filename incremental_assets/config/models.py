@@ -142,6 +142,12 @@ class ChecksSpec(FrozenModel):
         description="Merge tables: on this cron (UTC), check every lake file for keys held "
         "twice, without loading.",
     )
+    log_retained_mb: int = Field(
+        1024,
+        gt=0,
+        description="`capture: log` tables: warn when the table's replication slot keeps more "
+        "than this much of the database's log (MB), which the server can't remove.",
+    )
 
 
 AUTOMATION_HINT = 'use eager, on_missing, or {on_cron: "0 * * * *"}'
@@ -191,6 +197,11 @@ class TableSpec(FrozenModel):
     merge_writes: MergeWrites = "position_deletes"  # by default the lake's
     columns: tuple[str, ...] | None = None
     exclude_columns: tuple[str, ...] = ()
+    # `log`: the changes are read from the database's log (`log_load.py`), not by a cursor column
+    capture: Literal["cursor", "log"] = "cursor"
+    # The replication slot and publication of a `capture: log` table; by default
+    # `ia_<schema>_<table>` (slots are the server's, so two deployments name their own).
+    slot: str | None = Field(None, pattern=r"^[a-z0-9_]{1,63}$")
 
     @model_validator(mode="before")
     @classmethod

@@ -80,6 +80,10 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
             "delete_column",
             "only merge mode removes deleted rows; use mode: merge or drop delete_column",
         )
+    if t.capture == "log":
+        yield from _log_rules(t)
+    elif t.slot is not None:
+        yield "slot", "names the replication slot of a `capture: log` table; remove it"
     if t.cursor is None:
         for name, value in (
             ("start", t.start),
@@ -88,6 +92,32 @@ def _setting_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
         ):
             if value is not None:
                 yield name, "has no effect without a cursor; set `cursor:` or remove it"
+
+
+def _log_rules(t: TableSpec) -> Iterator[tuple[str, str]]:
+    """A table captured from the log: a database table, its changes kept by key or logged."""
+    logged = ("jdbc:postgresql:", "jdbc:mysql:", "jdbc:mariadb:")
+    if not isinstance(t.source, JdbcSourceSpec) or not t.source.url.startswith(logged):
+        yield (
+            "capture",
+            "log capture reads PostgreSQL's write-ahead log or MySQL's and MariaDB's binary "
+            "log; this source is neither (use `cursor:` capture)",
+        )
+    if t.query is not None:
+        yield "query", "a `capture: log` table reads a `table:`, whose changes the log holds"
+    elif t.table is not None and "." not in t.table:
+        yield (
+            "table",
+            "a `capture: log` table names its schema (`schema.table`; MySQL: `database.table`): "
+            "the log names tables so, whatever the connection's search path",
+        )
+    if t.cursor is not None:
+        yield "cursor", "a `capture: log` table's cursor is the log position; remove `cursor:`"
+    if t.mode is Mode.FULL_REFRESH:
+        yield "mode", "log capture keeps the latest row per key (merge) or every change (append)"
+    for name, value in (("deletes", t.deletes), ("delete_column", t.delete_column)):
+        if value is not None:
+            yield name, "a `capture: log` table gets its deletes from the log; remove it"
 
 
 def _cursor_rules(t: TableSpec, cursor_type: CursorType) -> Iterator[tuple[str, str]]:

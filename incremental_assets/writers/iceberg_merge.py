@@ -103,7 +103,7 @@ class IcebergMergeWriter:
             rows_extracted=seen["rows"],
             rows_written=seen["rows"],
             subdir="",
-            columns=column_types(frame.schema),
+            columns=column_types(frame.drop(DELETED).schema),
             null_keys=seen["null_keys"],
             source=kept.drop(VERSIONS, KEY_CLASHES),
             clashes=seen["clashes"],

@@ -92,8 +92,9 @@ def latest_versions(
     delta: DataFrame, plan: WritePlan, lake_rows: DataFrame | None = None
 ) -> DataFrame:
     """Each key's latest version in `delta` (and `lake_rows`, which lose a tie), with `DELETED`
-    saying whether its delete column deletes its key, and its key's counts (`VERSIONS` of the
-    delta's rows, `KEY_CLASHES`) for `version_counts`, which reads them once the winners are
+    saying whether its delete column (or the delta's own `DELETED`: a log's) deletes its key,
+    and its key's counts (`VERSIONS` of the delta's rows, `KEY_CLASHES`) for `version_counts`,
+    which reads them once the winners are
     kept (an observation of a frame kept with `localCheckpoint` never reaches a Spark Connect
     client). With `lake_rows`, also whether the key is in the lake (`IN_LAKE`) and whether the
     winner is a delta version that differs from the lake's (`CHANGED`).
@@ -102,7 +103,8 @@ def latest_versions(
     takes at most one version of a key), and for a table whose rows are matched again under a
     new key.
     """
-    data_columns = list(delta.columns)
+    marked = DELETED in delta.columns  # a log's delta says itself which keys it deletes
+    data_columns = [c for c in delta.columns if c != DELETED]
     key = [column_named(c) for c in plan.row_key]
     from_delta = F.col(SOURCE) == 1
     rows = delta.withColumn(SOURCE, F.lit(1))
@@ -123,9 +125,10 @@ def latest_versions(
         ranked = ranked.withColumn(IN_LAKE, lake_hash.isNotNull()).withColumn(
             CHANGED, from_delta & ~F.coalesce(F.col(HASH) == lake_hash, F.lit(False))
         )
-    winners = ranked.where(F.col(RANK) == 1).withColumn(
-        DELETED, soft_deleted(ranked, plan.delete_column)
-    )
+    deleted = soft_deleted(ranked, plan.delete_column)
+    if marked:
+        deleted = deleted | F.coalesce(F.col(DELETED), F.lit(False))
+    winners = ranked.where(F.col(RANK) == 1).withColumn(DELETED, deleted)
     compared = [IN_LAKE, CHANGED] if lake_rows is not None else []
     return winners.select(
         *[column_named(c) for c in data_columns], DELETED, VERSIONS, KEY_CLASHES, *compared

@@ -5,6 +5,7 @@
     python -m incremental_assets_tests.model.soak --database mariadb --steps 300
     python -m incremental_assets_tests.model.soak --database files --steps 150
     python -m incremental_assets_tests.model.soak --format iceberg --steps 150
+    python -m incremental_assets_tests.model.soak --format iceberg --capture log --steps 150
     make soak SEED=42 STEPS=2000 FORMAT=iceberg
 
 It starts its own PostgreSQL or MariaDB (or, with --database files, writes folders of Parquet
@@ -17,10 +18,15 @@ settings between runs (a merge table's source key recreated too, --key-changes) 
 lake (removed, moved, copied with its catalog, restored from a copy, a new Dagster instance), as
 often as --settings-changes and --lake-events allow; on an Iceberg lake, a merge table draws its
 `merge_writes` (--merge-writes; the settings changes switch it), and its maintenance runs
-between runs (after a run killed past its commit too) as often as --maintenance allows. Batch i
-uses the seed SEED+i and prints it first (on a plain Parquet lake, odd seeds patch merged
-buckets one job each, even seeds shuffle them, so both ways are tried); a failure prints the
-shrunk sequence of steps and the command that replays it (the same batch, alone, from its seed).
+between runs (after a run killed past its commit too) as often as --maintenance allows. With
+--capture log (PostgreSQL, an Iceberg lake) the tables are captured from the server's log instead
+(`log_machine.py`: merge and append as --modes draws them, --kills, --schema-changes, --truncates,
+--key-types, --log-limits: the most changes a run in this process reads, drawn per example; the
+--no-... flags keep clear of the failures test_regressions.py holds, to look past them; the
+cursor machine's other options don't apply). Batch i uses the seed SEED+i and prints it first
+(on a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them,
+so both ways are tried); a failure prints the shrunk sequence of steps and the command that
+replays it (the same batch, alone, from its seed).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from incremental_assets.config import SparkSpec
 from incremental_assets.jvm import jar_folder
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
+from incremental_assets_tests.model.log_machine import LOG_MODES, LogEnv, run_log_machine
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Runner
 from incremental_assets_tests.model.source_files import FilesRoot
@@ -60,6 +67,14 @@ KEY_NAMES = dict(
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.capture == "log":
+        if args.database != "postgres" or args.format != "iceberg":
+            raise SystemExit("soak: --capture log needs --database postgres --format iceberg")
+        if args.modes == ",".join(MODES):
+            args.modes = ",".join(LOG_MODES)
+        unknown = set(args.modes.split(",")) - set(LOG_MODES)
+        if unknown:
+            raise SystemExit(f"soak: log tables are {list(LOG_MODES)}, not {sorted(unknown)}")
     first_seed = args.seed if args.seed is not None else random.randrange(2**32)
     os.environ["TZ"] = args.timezone
     time.tzset()
@@ -87,6 +102,24 @@ def main(argv: list[str] | None = None) -> int:
             SparkSpec(master="local[2]", conf=TEST_SPARK_CONF)
         )
         stack.callback(spark.spark_session.stop)
+        log_env = LogEnv(
+            server,
+            spark,
+            workdir,
+            connect=connect,
+            modes=tuple(args.modes.split(",")),
+            key_types=_types(KEY_NAMES, args.key_types),
+            kills=args.kills,
+            schema_changes=args.schema_changes,
+            truncates=args.truncates,
+            kill_full_refreshes=not args.no_full_refresh_kills,
+            drops_with_changes_waiting=not args.no_drops_with_changes_waiting,
+            adds_with_changes_waiting=not args.no_adds_with_changes_waiting,
+            limits=tuple(None if n == "none" else int(n) for n in args.log_limits.split(",")),
+            instance=None if args.instance == "none" else Path(args.instance),
+            run_timeout=args.run_timeout,
+            verbose=True,
+        )
         env = Env(
             server,
             spark,
@@ -97,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             key_types=_types(KEY_NAMES, args.key_types),
             lake_format=args.format,
             settings_changes=args.settings_changes,
+            schema_changes=args.schema_changes,
             lake_events=args.lake_events,
             lake_event_kinds=_choices(LAKE_EVENTS, args.lake_event_kinds, "lake events"),
             merge_writes=_choices(MERGE_WRITES, args.merge_writes, "merge_writes")
@@ -113,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             verbose=True,
         )
         batch = 0
-        while env.steps < args.steps:
+        while (log_env.steps if args.capture == "log" else env.steps) < args.steps:
             seed_value = first_seed + batch
             # Odd seeds patch each touched bucket alone, as plain Parquet merges do once buckets
             # are large (an Iceberg merge is one MERGE INTO either way).
@@ -124,11 +158,19 @@ def main(argv: list[str] | None = None) -> int:
                 if args.format == "iceberg"
                 else f", {'patching' if patch else 'shuffling'} merges"
             )
-            print(
-                f"soak: batch {batch}, seed {seed_value}{how} ({env.steps} steps so far)",
-                flush=True,
-            )
+            steps = log_env.steps if args.capture == "log" else env.steps
+            print(f"soak: batch {batch}, seed {seed_value}{how} ({steps} steps so far)", flush=True)
             try:
+                if args.capture == "log":
+                    run_log_machine(
+                        log_env,
+                        seed_value=seed_value,
+                        examples=args.examples_per_batch,
+                        steps=args.steps_per_example,
+                        shrink=not args.no_shrink,
+                    )
+                    batch += 1
+                    continue
                 run_machine(
                     env,
                     seed_value=seed_value,
@@ -141,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             batch += 1
     minutes = (time.monotonic() - started) / 60
-    print(f"soak: passed, {env.steps} steps in {env.examples} examples, {minutes:.1f} min")
+    done = log_env if args.capture == "log" else env
+    print(f"soak: passed, {done.steps} steps in {done.examples} examples, {minutes:.1f} min")
     return 0
 
 
@@ -153,6 +196,41 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples-per-batch", type=int, default=4)
     parser.add_argument("--database", choices=DATABASES, default="postgres")
     parser.add_argument("--format", choices=LAKE_FORMATS, default="parquet", help="the lake's")
+    parser.add_argument(
+        "--capture",
+        choices=("cursor", "log"),
+        default="cursor",
+        help="how tables are captured: a cursor column, or (PostgreSQL, Iceberg) the server's log",
+    )
+    parser.add_argument(
+        "--schema-changes", type=int, default=3, help="schema changes per example, at most"
+    )
+    parser.add_argument(
+        "--truncates", type=int, default=1, help="log tables: TRUNCATEs per example, at most"
+    )
+    parser.add_argument(
+        "--log-limits",
+        default="none,5,12",
+        help="log tables: comma-separated most changes a run in this process reads, drawn per "
+        "example ('none': the product's own)",
+    )
+    parser.add_argument(
+        "--no-full-refresh-kills",
+        action="store_true",
+        help="log tables: kill no full refresh (a known failure: test_regressions.py)",
+    )
+    parser.add_argument(
+        "--no-adds-with-changes-waiting",
+        action="store_true",
+        help="log tables: read the changes waiting before a column is added (a known failure "
+        "with --log-limits: test_regressions.py)",
+    )
+    parser.add_argument(
+        "--no-drops-with-changes-waiting",
+        action="store_true",
+        help="log tables: read the changes waiting before a column is dropped (a known failure: "
+        "test_regressions.py)",
+    )
     parser.add_argument(
         "--settings-changes", type=int, default=3, help="changes of settings per example, at most"
     )
@@ -265,6 +343,13 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "examples_per_batch",
             "database",
             "format",
+            "capture",
+            "schema_changes",
+            "truncates",
+            "no_full_refresh_kills",
+            "no_drops_with_changes_waiting",
+            "no_adds_with_changes_waiting",
+            "log_limits",
             "modes",
             "cursor_types",
             "key_types",
@@ -294,6 +379,10 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--examples-per-batch {args.examples_per_batch}",
         f"--database {args.database}",
         f"--format {args.format}",
+        f"--capture {args.capture}",
+        f"--schema-changes {args.schema_changes}",
+        f"--truncates {args.truncates}",
+        f"--log-limits {args.log_limits}",
         f"--modes {args.modes}",
         f"--cursor-types {args.cursor_types}",
         f"--key-types {args.key_types}",
@@ -311,6 +400,9 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--timezone {args.timezone}",
         *(["--no-kills"] if args.no_kills else []),
         *(["--no-shapes"] if args.no_shapes else []),
+        *(["--no-full-refresh-kills"] if args.no_full_refresh_kills else []),
+        *(["--no-drops-with-changes-waiting"] if args.no_drops_with_changes_waiting else []),
+        *(["--no-adds-with-changes-waiting"] if args.no_adds_with_changes_waiting else []),
     ]
     return f"python -m incremental_assets_tests.model.soak {' '.join(options)}"
 

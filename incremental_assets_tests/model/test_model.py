@@ -1,7 +1,8 @@
 """The model-based test within `make test`'s budget: a few short examples per mode family, on
 PostgreSQL and on MariaDB, and families whose settings change and whose lake is disturbed between
-runs, on a plain Parquet and on an Iceberg lake, each on both databases; and a files source (maps
-and arrays of structs) on an Iceberg lake.
+runs, on a plain Parquet and on an Iceberg lake, each on both databases; a files source (maps
+and arrays of structs) on an Iceberg lake; and `capture: log` tables on PostgreSQL into Iceberg,
+merge and append (`log_machine.py`).
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
+from incremental_assets_tests.model.log_machine import LogEnv, run_log_machine
 from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
 from incremental_assets_tests.model.runner import Runner
 from incremental_assets_tests.model.source_files import FilesRoot
@@ -28,6 +30,7 @@ from incremental_assets_tests.model.table import (
     collated,
 )
 from incremental_assets_tests.support.mariadb import MariaDbServer, fresh_database
+from incremental_assets_tests.support.postgres import PostgresServer
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class Family:
     keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
     # Runs through `dagster asset materialize` per example (with kills: the Connect server).
     cli_runs: int = 0
+    # cursor: the cursor machine; log: `capture: log` tables (`log_machine.py`; PostgreSQL, an
+    # Iceberg lake, merge and append, as `modes` says).
+    capture: str = "cursor"
 
 
 # Iceberg families: merge tables draw merge_writes (settings changes switch it), and maintenance
@@ -121,6 +127,19 @@ FAMILIES = {
         settings_changes=1,
         **ICEBERG_UPKEEP,
     ),
+    # `capture: log` tables (PostgreSQL, Iceberg): hard deletes, updates that leave `cur` as it
+    # was, key changes, TRUNCATE, transactions left open across runs, columns added, widened and
+    # dropped (refused, then a full refresh), a run killed at a pause point, runs that stop at a
+    # limit of changes. The first example is Hypothesis's simplest (a few columns added, rows
+    # inserted, keys changed), cheap once Spark runs; the others are drawn: a transaction
+    # committed while a run waits at its session, a run stopped at its limit, a TRUNCATE
+    # (merge); a column dropped twice, refused, rebuilt, a transaction left open (append).
+    "log_merge": Family(
+        "postgres", ("merge",), 20251213, 3, 10, kills=1, lake_format="iceberg", capture="log"
+    ),
+    "log_append": Family(
+        "postgres", ("append",), 20251214, 3, 10, kills=1, lake_format="iceberg", capture="log"
+    ),
 }
 
 
@@ -148,6 +167,23 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
         else request.getfixturevalue(f.database)
     )
     connect = request.getfixturevalue("connect") if f.kills else None
+    if f.capture == "log":
+        assert isinstance(server, PostgresServer)
+        # Runs in this process read at most 8 changes in some examples: they stop part way.
+        log_env = LogEnv(
+            server,
+            spark_resource,
+            tmp_path,
+            connect=connect,
+            modes=f.modes,
+            kills=f.kills,
+            limits=(None, 8),
+        )
+        log_env.verbose = True
+        run_log_machine(
+            log_env, seed_value=f.seed, examples=f.examples, steps=f.steps, shrink=False
+        )
+        return
     env = Env(
         server,
         spark_resource,

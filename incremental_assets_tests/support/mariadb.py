@@ -172,7 +172,14 @@ def mariadb_server() -> Iterator[MariaDbServer]:
                 "--bind-address=127.0.0.1",
                 f"--pid-file={root / 'mariadb.pid'}",
                 f"--log-error={root / 'error.log'}",
-                "--skip-log-bin",
+                # The binary log as `capture: log` tables read it (row events, whole rows, with
+                # their column names)
+                "--log-bin=mariadb-bin",
+                "--server-id=1",
+                "--binlog-format=ROW",
+                "--binlog-row-image=FULL",
+                "--binlog-row-metadata=FULL",
+                "--sync-binlog=0",
                 "--innodb-buffer-pool-size=64M",
                 "--innodb-flush-log-at-trx-commit=0",
                 "--max-connections=300",

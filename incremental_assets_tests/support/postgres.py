@@ -198,7 +198,9 @@ def postgres_server() -> Iterator[PostgresServer]:
         options = (
             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c log_statement=all "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
+            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED} "
+            # Log capture reads the log through replication slots.
+            "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         )
         _pg_ctl(data, "start", "-o", options, "-l", str(log), "-t", "60")
         yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
