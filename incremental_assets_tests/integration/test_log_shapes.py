@@ -1,7 +1,7 @@
 """`capture: log` on the shapes production has: tables made again, renamed, partitioned;
 replica identities; keys that move, shift or repeat; types compared value by value with a full
-load; limits, kills and compaction; encodings. Each was a reproduction of a defect found in
-review (red before its fix), or a case that held."""
+load; limits, a killed --full and compaction; encodings. Each was a reproduction of a defect
+found in review (red before its fix), or a case that held."""
 
 from __future__ import annotations
 
@@ -468,35 +468,6 @@ def test_a_full_refresh_killed_before_its_commit_is_redone(
         _drop_slot(pg, slot)
 
 
-# 13. An append table killed in the middle of its commit, then run twice: one row per change.
-@pytest.mark.parametrize("point", ["mid-commit", "session"])
-def test_an_append_run_killed_mid_commit_logs_each_change_once(
-    loads: Loads, pg: Schema, tmp_path: Path, point: str
-) -> None:
-    pg.execute(
-        DURABLE,
-        "CREATE TABLE orders (id int PRIMARY KEY, note text)",
-        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
-    )
-    loads.configure(pg, {**ORDERS, "mode": "append"}, lake=ICEBERG)
-    slot = _slot(loads, "orders")
-    try:
-        assert loads.run().success
-        pg.execute(DURABLE, "UPDATE orders SET note = 'x' WHERE id <= 2", "TRUNCATE orders")
-        process, _ = loads.paused_run(point)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (9, 'after')")
-        env = cli_env(loads.cli_config(), loads.home)
-        for _ in range(2):
-            rerun = run_cli(tmp_path, env, "--select", "orders")
-            assert rerun.returncode == 0, rerun.stderr[-1500:]
-        ops = sorted((r["change_op"], r["id"]) for r in loads.lake().to_pylist() if r["change_op"])
-        assert ops == [("insert", 9), ("truncate", None), ("update", 1), ("update", 2)]
-    finally:
-        _drop_slot(pg, slot)
-
-
 # 14. A stored generated column: pgoutput (PostgreSQL 15) leaves it out of its Relation
 #     message, so `_evolved` takes it for a dropped column, and the fix (--full) loops.
 def test_a_generated_column_is_refused_until_it_is_left_out(loads: Loads, pg: Schema) -> None:
@@ -655,69 +626,6 @@ def test_a_latin1_database(loads: Loads, pg: Schema) -> None:
                 f"WHERE database = '{db}'"
             )
             conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-
-
-# 23. Kills of a merge log run holding a TRUNCATE, and of a first load, then reruns.
-@pytest.mark.parametrize("point", ["mid-commit", "committed"])
-def test_a_merge_run_with_a_truncate_killed_then_rerun(
-    loads: Loads, pg: Schema, tmp_path: Path, point: str
-) -> None:
-    pg.execute(
-        DURABLE,
-        "CREATE TABLE orders (id int PRIMARY KEY, note text)",
-        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
-    )
-    loads.configure(pg, ORDERS, lake=ICEBERG)
-    slot = _slot(loads, "orders")
-    try:
-        assert loads.run().success
-        pg.execute(
-            DURABLE,
-            "UPDATE orders SET note = 'x' WHERE id = 1",
-            "TRUNCATE orders",
-            "INSERT INTO orders VALUES (7, 'seven'), (8, 'eight')",
-        )
-        process, _ = loads.paused_run(point)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        pg.execute(
-            DURABLE, "DELETE FROM orders WHERE id = 8", "INSERT INTO orders VALUES (9, 'nine')"
-        )
-        env = cli_env(loads.cli_config(), loads.home)
-        for _ in range(2):
-            rerun = run_cli(tmp_path, env, "--select", "orders")
-            said = [line for line in rerun.stderr.splitlines() if "Table 'orders'" in line]
-            assert rerun.returncode == 0, said[:1]
-        assert loads.rows(["id", "note"]) == _orders(pg)
-    finally:
-        _drop_slot(pg, slot)
-
-
-def test_a_first_load_killed_after_its_commit_then_rerun(
-    loads: Loads, pg: Schema, tmp_path: Path
-) -> None:
-    pg.execute(
-        DURABLE,
-        "CREATE TABLE orders (id int PRIMARY KEY, note text)",
-        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
-    )
-    loads.configure(pg, {**ORDERS, "mode": "append"}, lake=ICEBERG)
-    slot = _slot(loads, "orders")
-    try:
-        process, _ = loads.paused_run("committed")
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (6, 'six')")
-        env = cli_env(loads.cli_config(), loads.home)
-        for _ in range(2):
-            rerun = run_cli(tmp_path, env, "--select", "orders")
-            said = [line for line in rerun.stderr.splitlines() if "Table 'orders'" in line]
-            assert rerun.returncode == 0, said[:1]
-        rows = loads.lake().to_pylist()
-        assert sorted(r["id"] for r in rows if r.get("change_op") is None) == [1, 2, 3, 4, 5, 6]
-        assert [r for r in rows if r.get("change_op") is not None] == []
-    finally:
-        _drop_slot(pg, slot)
 
 
 # 25. A column the table leaves out (exclude_columns) still refuses a run over its TOAST value.

@@ -30,6 +30,7 @@ SUPERUSER = "postgres"
 PASSWORD = "test-password"
 MAX_CONNECTIONS = 200
 MAX_PREPARED = 20  # prepared transactions are allowed, so tests can leave some open
+MAX_SENDERS = 20  # a standby needs at least the primary's
 
 
 @dataclass
@@ -200,7 +201,7 @@ def postgres_server() -> Iterator[PostgresServer]:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED} "
             # Log capture reads the log through replication slots.
-            "-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
+            f"-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders={MAX_SENDERS}"
         )
         _pg_ctl(data, "start", "-o", options, "-l", str(log), "-t", "60")
         yield PostgresServer("127.0.0.1", port, SUPERUSER, PASSWORD, "postgres", log)
@@ -233,7 +234,8 @@ def standby_server(primary: PostgresServer) -> Iterator[PostgresServer]:
         # A standby needs at least the primary's limits.
         options = (
             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c hot_standby=on "
-            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED}"
+            f"-c max_connections={MAX_CONNECTIONS} -c max_prepared_transactions={MAX_PREPARED} "
+            f"-c max_wal_senders={MAX_SENDERS}"
         )
         _pg_ctl(data, "start", "-o", options, "-l", str(root / "server.log"), "-t", "60")
         yield PostgresServer("127.0.0.1", port, primary.user, primary.password, primary.dbname)
