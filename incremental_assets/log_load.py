@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.cursor import CursorType, parse_cursor
+from incremental_assets.decisions import check_lake_fits, check_merge_writes
 from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
@@ -98,6 +99,10 @@ def run_log_load(
         return _first_load(session, request, changes, previous, log)
     started = time.monotonic()
     facts = request.lake_table.facts()
+    # A lake that isn't the table the position was recorded for (gone, restored, or written by
+    # another writer) is refused before the log is read, as a cursor's run refuses it.
+    check_merge_writes(table, facts)
+    check_lake_fits(table, request.stored, facts)
     read = changes.read(previous)
     gathered = read.gathered
     log(

@@ -27,8 +27,13 @@ from incremental_assets.config import JdbcSourceSpec, TableSpec
 from incremental_assets.cursor import CursorType, format_binlog, parse_binlog
 from incremental_assets.sources import log_changes
 from incremental_assets.sources.log_changes import Change, Gathered, Log, LogRead, LogRefused
+from incremental_assets.sources.log_errors import (
+    lacks_error,
+    lost_error,
+    refused_error,
+    source_failed,
+)
 from incremental_assets.sources.mysql_client import connect_args
-from incremental_assets.sources.pg_log import lacks_error, lost_error, refused_error, source_failed
 
 # What the server must log for a table's changes to be read back whole, by name.
 REQUIRED = {

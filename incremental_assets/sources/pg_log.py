@@ -23,6 +23,12 @@ from incremental_assets.sources.log_changes import (
     full_refresh_fix,
     gather,
 )
+from incremental_assets.sources.log_errors import (
+    lacks_error,
+    lost_error,
+    refused_error,
+    source_failed,
+)
 from incremental_assets.sources.pg_client import connect
 from incremental_assets.sources.pg_slot import (
     SlotWaited,
@@ -215,38 +221,6 @@ def _check_slot(table: TableSpec, conn: psycopg.Connection, slot: str, since: in
         raise lost_error(table, lost, format_lsn(since))
 
 
-def lost_error(table: TableSpec, lost: str, since: str) -> SourceError:
-    return SourceError(
-        TableProblem(
-            table.name,
-            f"{lost}: the changes since {since} can't be read, and loading on would miss them. "
-            "Nothing was written and the position did not move.",
-            "capture",
-            full_refresh_fix(table.name),
-        )
-    )
-
-
-def lacks_error(table: TableSpec, lacking: list[str]) -> SourceError:
-    return SourceError(
-        TableProblem(
-            table.name,
-            "the source can't keep a log of its changes for this package: "
-            + "; ".join(lacking)
-            + ".",
-            "capture",
-            "change what is named, then run again (`incremental-assets validate --connect` "
-            "checks it).",
-        )
-    )
-
-
-def refused_error(table: TableSpec, exc: LogRefused) -> SourceError:
-    return SourceError(
-        TableProblem(table.name, exc.message + " Nothing was written.", "capture", exc.fix)
-    )
-
-
 class _connected:
     """The source's connection, with values printed as the casts of `log_load` read them; a
     failure is the source's error."""
@@ -267,22 +241,6 @@ class _connected:
         self.conn.close()
         if isinstance(exc, psycopg.Error):
             raise source_failed(self.table, exc, "reading the log") from None
-
-
-def source_failed(table: TableSpec, exc: Exception, doing: str) -> SourceError:
-    source = table.source
-    assert isinstance(source, JdbcSourceSpec)
-    detail = " ".join(str(exc).split())[:400]
-    return SourceError(
-        TableProblem(
-            table.name,
-            f"{doing} failed: {detail}. Nothing was written and the position did not move.",
-            source=source.redacted_url(),
-            fix="check that the database answers and the source's user may read the log "
-            "(REPLICATION on PostgreSQL; REPLICATION SLAVE and BINLOG MONITOR on MariaDB), then "
-            "run again.",
-        )
-    )
 
 
 class _Counter:

@@ -6,6 +6,7 @@ found in review (red before its fix), or a case that held."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -518,6 +519,41 @@ def test_compaction_between_a_commit_and_its_record(
         said = [line for line in rerun.stderr.splitlines() if "Table 'orders'" in line]
         assert rerun.returncode == 0, said[:1]
         assert loads.rows(["id", "note"]) == _orders(pg)
+    finally:
+        _drop_slot(pg, slot)
+
+
+# The lake table gone, or changed by another writer, after the position was recorded: the log's
+# changes since would be applied to a table without the rows before them, and the position
+# would move on. Refused as a cursor's run refuses it, with changes waiting and without.
+@pytest.mark.parametrize("change", ["lake deleted", "lake deleted, nothing new", "another writer"])
+def test_a_lake_that_is_not_the_recorded_table_is_refused(
+    loads: Loads, pg: Schema, change: str
+) -> None:
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
+    pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a'), (2, 'b')")
+    loads.configure(pg, LOGGED, lake=ICEBERG)
+    slot = _slot(loads)
+    try:
+        assert loads.run().success
+        recorded = loads.metadata()["cursor"]
+        table = loads.iceberg_table()
+        if change == "another writer":
+            table.delete("id = 1")
+        else:
+            table.catalog.drop_table(table.name())
+            shutil.rmtree(loads.lake_dir / "items")
+        if change != "lake deleted, nothing new":
+            pg.execute(DURABLE, "INSERT INTO items VALUES (3, 'c')")
+
+        refused = loads.run()
+
+        assert not refused.success
+        assert "not the table the stored cursor describes" in (refused.failure or "")
+        assert loads.metadata()["cursor"] == recorded
+        rebuilt = loads.run(full_refresh=True)
+        assert rebuilt.success, rebuilt.failure
+        assert loads.rows(["id", "note"]) == _source(pg)
     finally:
         _drop_slot(pg, slot)
 
