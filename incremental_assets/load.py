@@ -209,7 +209,7 @@ def run_incremental_load(
         extracted_at = time.monotonic()
         outcome = writer.commit(staged, write)
     except Exception as exc:
-        raise _failed_write(run, write.txn, exc) from None
+        raise failed_write(run.table, run.lake, write.txn, exc) from None
     report = replace(
         plan.report,
         schema_change=change.describe() or None,
@@ -355,9 +355,10 @@ def _schema_change(run: _Run, source: Source, replace_all: bool) -> SchemaChange
     return plan_schema_change(run.table.name, lake, run.lake.storable(source.schema()))
 
 
-def _failed_write(run: _Run, txn: str, exc: Exception) -> IncrementalAssetsError:
+def failed_write(
+    table: TableSpec, lake: LakeTable, txn: str, exc: Exception
+) -> IncrementalAssetsError:
     """Clean up after a failed read, stage or commit, and say what state the lake is in."""
-    table, lake = run.table, run.lake
     cause = lake.redact(messages(exc.cause if isinstance(exc, CommitUnknown) else exc)[-1])
     if isinstance(exc, CommitUnknown):
         return lake.unfinished_error(table.name, txn, cause, took=exc.landed)

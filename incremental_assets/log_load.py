@@ -31,7 +31,7 @@ from incremental_assets.decisions import check_lake_fits, check_merge_writes
 from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
-from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
+from incremental_assets.load import LoadRequest, failed_write, rows_after, run_incremental_load
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.log_changes import (
@@ -43,6 +43,7 @@ from incremental_assets.sources.log_changes import (
     full_refresh_fix,
     moved_from,
 )
+from incremental_assets.sources.postgres import is_time_of_day
 from incremental_assets.sources.transport import decimal_fits
 from incremental_assets.spark_api import F, T, column_named
 from incremental_assets.writers import writer_for
@@ -242,8 +243,11 @@ def _write(
         merge_writes=table.merge_writes,
     )
     writer = writer_for(table.mode, spark, lake)
-    staged = writer.stage(delta, plan)
-    return writer.commit(staged, plan), batch
+    try:
+        staged = writer.stage(delta, plan)
+        return writer.commit(staged, plan), batch
+    except Exception as exc:
+        raise failed_write(table, lake, plan.txn, exc) from None
 
 
 def _typed(
@@ -326,6 +330,10 @@ def _cast(table: TableSpec, field: T.StructField) -> Column:
         )
     if isinstance(kind, T.DecimalType):
         return decimal_fits(table, field.name, kind, text)
+    if is_time_of_day(field):  # read as a timestamp on 1970-01-01, as the full load reads it
+        text = F.concat(F.lit("1970-01-01 "), text)
+    if isinstance(kind, T.DateType | T.TimestampType | T.TimestampNTZType):
+        text = _astronomical(text)
     if isinstance(kind, T.TimestampType):
         # timestamptz prints its offset as +00; Spark reads +00:00
         return F.regexp_replace(text, r"([+-][0-9]{2})$", "$1:00").cast(kind)
@@ -341,6 +349,17 @@ def _cast(table: TableSpec, field: T.StructField) -> Column:
             )
         )
     return text.cast(kind)
+
+
+def _astronomical(text: Column) -> Column:
+    """A date PostgreSQL prints as `0044-03-15 BC` in the year numbering Spark reads (-0043):
+    1 BC is year 0."""
+    body = F.regexp_replace(text, " BC$", "")
+    year = F.regexp_extract(body, r"^([0-9]+)", 1).cast("int") - 1
+    shifted = F.concat(
+        F.lit("-"), F.lpad(year.cast("string"), 4, "0"), F.regexp_replace(body, r"^[0-9]+", "")
+    )
+    return F.when(text.endswith(" BC"), shifted).otherwise(text)
 
 
 def _result(

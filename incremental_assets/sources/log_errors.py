@@ -48,7 +48,7 @@ def source_failed(table: TableSpec, exc: Exception, doing: str) -> SourceError:
         TableProblem(
             table.name,
             f"{doing} failed: {detail}. Nothing was written and the position did not move.",
-            source=source.redacted_url(),
+            source=f"source '{source.name}', {source.redacted_url()}",
             fix="check that the database answers and the source's user may read the log "
             "(REPLICATION on PostgreSQL; REPLICATION SLAVE and BINLOG MONITOR on MariaDB), then "
             "run again.",

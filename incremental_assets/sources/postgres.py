@@ -174,8 +174,8 @@ class PostgresDatabase:
         if not _travels_neutral(field, scalar):
             return None
         if dimensions == 0:
-            return _neutral_sql(field.name, scalar, column)
-        element = _neutral_sql(field.name, scalar, "_e.v")
+            return _neutral_sql(field, scalar, column)
+        element = _neutral_sql(field, scalar, "_e.v")
         ndims = f"array_ndims({column})"
         refuse = _refusal(
             f"{sql_string(f'column {field.name} holds a ')} || {ndims} || '-dimensional array'"
@@ -238,15 +238,25 @@ def _is_wide_numeric(field: T.StructField, scalar: T.DataType) -> bool:
     )
 
 
-def _neutral_sql(name: str, scalar: T.DataType, value: str) -> str:
-    """A value as epoch micros (timestamps), epoch days (dates) or text (numerics)."""
+def _neutral_sql(field: T.StructField, scalar: T.DataType, value: str) -> str:
+    """A value as epoch micros (timestamps; a time of day on 1970-01-01, in UTC for `timetz`),
+    epoch days (dates) or text (numerics)."""
+    name = field.name
     if isinstance(scalar, T.DecimalType):
         return f"CAST({value} AS TEXT)"
     kind = CursorType.DATE if isinstance(scalar, T.DateType) else CursorType.TIMESTAMPTZ
     epoch = POSTGRES.epoch(kind, value)
+    if is_time_of_day(field):  # never infinite, and isfinite() takes no `timetz`
+        return epoch
     # 'infinity' has no epoch number.
     refuse = _refusal(f"{sql_string(f'column {name} holds ')} || CAST({value} AS TEXT)")
     return f"CASE WHEN isfinite({value}) OR {value} IS NULL THEN {epoch} ELSE {refuse} END"
+
+
+def is_time_of_day(field: T.StructField) -> bool:
+    """A `time` or `timetz` column (or an array of them), which Spark reads as a timestamp on
+    1970-01-01."""
+    return (field.metadata or {}).get("jdbcClientType", "").lstrip("_") in ("time", "timetz")
 
 
 def _refusal(message: str) -> str:

@@ -26,7 +26,7 @@ from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.mariadb import Database
-from incremental_assets_tests.support.postgres import PostgresServer, Schema
+from incremental_assets_tests.support.postgres import PostgresServer, Schema, free_port
 
 LOGGED: dict[str, Any] = {
     "name": "items",
@@ -657,3 +657,47 @@ def test_validate_names_what_a_mariadb_server_lacks_for_log_capture(
     assert "binlog_row_metadata is MINIMAL, not FULL" in lacking.stdout
     assert not refused.success and refused.failure is not None
     assert "binlog_row_metadata = FULL" in refused.failure
+
+
+def test_a_log_table_on_a_parquet_lake_is_refused_before_the_log_is_made(
+    loads: Loads, pg: Schema
+) -> None:
+    pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
+    loads.configure(pg, LOGGED)  # the lake's default format: plain Parquet
+
+    refused = loads.run()
+
+    assert not refused.success and refused.failure is not None
+    assert "this table's lake is plain Parquet" in refused.failure
+    assert "format: iceberg" in refused.failure
+    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+
+
+@pytest.mark.parametrize("db", ["pg", "my"])
+def test_a_log_that_cant_be_read_names_the_source_without_its_secrets(
+    loads: Loads, db: str, request: pytest.FixtureRequest
+) -> None:
+    source = request.getfixturevalue(db)
+    source.execute(
+        *((DURABLE,) if db == "pg" else ()), "CREATE TABLE items (id INT PRIMARY KEY, note TEXT)"
+    )
+    config = loads.config(source, LOGGED, lake=ICEBERG)
+    loads.write(config)
+    assert loads.run().success
+    shop = config["sources"]["shop"]
+    scheme = shop["url"].split("//")[0]
+    down = f"{scheme}//127.0.0.1:{free_port()}/shop?password=s3cret&connectTimeout=2"
+    try:
+        loads.write({**config, "sources": {"shop": {**shop, "url": down, "password": "hunter2"}}})
+
+        refused = loads.run()
+    finally:
+        loads.write(config)
+        if db == "pg":
+            _drop_slot(source, _slot(loads))
+
+    assert not refused.success and refused.failure is not None
+    assert f"Table 'items' (source 'shop', {down.split('?')[0]}): connecting failed" in (
+        refused.failure
+    )
+    assert "s3cret" not in refused.failure and "hunter2" not in refused.failure

@@ -162,3 +162,25 @@ def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
         "exactly. Fix: cast it in `query:` (CAST(grid AS text))" in (run.failure or "")
     )
     assert loads.files() == []
+
+
+def test_a_time_of_day_arrives_on_1970_01_01_and_a_timetz_in_utc(loads: Loads, pg: Schema) -> None:
+    pg.execute(
+        "CREATE TABLE items (id int PRIMARY KEY, t time, tz timetz, tzs timetz[])",
+        "INSERT INTO items VALUES (1, '23:59:59.999999', '12:34:56.789+02', "
+        "'{00:15:00-05:30,NULL}'), (2, NULL, NULL, NULL)",
+    )
+    loads.configure(pg, DEFAULTS, lake={"format": "iceberg"})
+
+    run = loads.run()
+
+    assert run.success, run.failure
+    rows = sorted(loads.lake().to_pylist(), key=lambda row: int(row["id"]))
+    assert [(r["t"], r["tz"], r["tzs"]) for r in rows] == [
+        (
+            datetime(1970, 1, 1, 23, 59, 59, 999999),
+            datetime(1970, 1, 1, 10, 34, 56, 789000, tzinfo=UTC),
+            [datetime(1970, 1, 1, 5, 45, tzinfo=UTC), None],
+        ),
+        (None, None, None),
+    ]

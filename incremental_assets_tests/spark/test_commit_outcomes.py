@@ -62,9 +62,9 @@ def _branches(lake: IcebergLake) -> list[str]:
 
 
 def _failed(lake: IcebergLake, txn: str, exc: Exception) -> Exception:
-    """What `load._failed_write` makes of a failed commit (the run as far as it reads it)."""
-    run = SimpleNamespace(table=SimpleNamespace(name="orders"), lake=lake)
-    return load_module._failed_write(run, txn, exc)  # type: ignore[arg-type]
+    """What `load.failed_write` makes of a failed commit (the table as far as it reads it)."""
+    table = SimpleNamespace(name="orders")
+    return load_module.failed_write(table, lake, txn, exc)  # type: ignore[arg-type]
 
 
 def _first(
