@@ -31,6 +31,8 @@ from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, rows_after, run_incremental_load
+from incremental_assets.progress import phase
+from incremental_assets.progress_lines import COMMITTING, STAGING
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.log_changes import (
@@ -237,7 +239,9 @@ def _write(
         merge_writes=table.merge_writes,
     )
     writer = writer_for(table.mode, spark, lake)
+    phase(STAGING)
     staged = writer.stage(delta, plan)
+    phase(COMMITTING)
     return writer.commit(staged, plan), batch
 
 
