@@ -88,7 +88,10 @@ class RunProgress:
     def watch(self, spark: SparkSession) -> SparkSession:
         """Report on `spark`'s stages from now on; the session, for the caller to use."""
         if self._thread is None:
-            self._probe = _probe_for(spark, self._interval)
+            try:
+                self._probe = _probe_for(spark, self._interval)
+            except Exception:  # a session gone already: the run's next call says so, in its words
+                return spark
             self._thread = threading.Thread(target=self._report, name="progress", daemon=True)
             self._thread.start()
         return spark
@@ -200,9 +203,9 @@ class _ConnectProbe:
         self._stages: dict[int, StageTally] = {}
         self._running: dict[str | None, int] = {}
         self._handler = cast("ProgressHandler", self._update)
-        if interval < _CONNECT_DEFAULT_SECONDS and spark.conf.isModifiable(
-            _CONNECT_REPORT_INTERVAL
-        ):
+        # Asked only for an interval shorter than the server's: the default costs no call.
+        shorter = interval < _CONNECT_DEFAULT_SECONDS
+        if shorter and spark.conf.isModifiable(_CONNECT_REPORT_INTERVAL):
             spark.conf.set(_CONNECT_REPORT_INTERVAL, f"{int(interval * 1000)}ms")
         spark.registerProgressHandler(self._handler)
 
