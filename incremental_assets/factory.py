@@ -34,7 +34,7 @@ from incremental_assets.log_load import run_log_load
 from incremental_assets.metadata import TableMetadata, metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.pool_slots import refuse_if_freed
-from incremental_assets.progress import spark_progress, spark_work
+from incremental_assets.progress import run_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
@@ -165,17 +165,20 @@ def _load(
     """The load: without Spark when it can prove there is nothing new, else with the session.
     A table captured from the log reads the log first, and starts Spark only for changes."""
     log = context.log.info
-    if table.capture == "log":
-        result = run_log_load(lambda: _started(context, spark, table), request, log=log)
-        if result.report.spark is not None:
-            return result
-    else:
-        early = load_without_spark(request, log=log)
-        if early is not None:
-            return early
-        session = _started(context, spark, table)
-        with spark_progress(session, log):
-            result = run_incremental_load(session, request, log=log)
+    with run_progress(table.name, log) as progress:
+
+        def started() -> "SparkSession":
+            return progress.watch(_started(context, spark, table))
+
+        if table.capture == "log":
+            result = run_log_load(started, request, log=log)
+            if result.report.spark is not None:
+                return result
+        else:
+            early = load_without_spark(request, log=log)
+            if early is not None:
+                return early
+            result = run_incremental_load(started(), request, log=log)
     return replace(result, report=replace(result.report, spark=spark.description))
 
 

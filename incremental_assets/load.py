@@ -53,6 +53,8 @@ from incremental_assets.plan import (
     describe_bounds,
     plan_window,
 )
+from incremental_assets.progress import phase
+from incremental_assets.progress_lines import COMMITTING, MAINTAINING, STAGING
 from incremental_assets.results import LoadResult, StoredState, WriteOutcome
 from incremental_assets.settings import changed_settings, describe_changes, settings_text
 from incremental_assets.sources import database_of, open_source
@@ -201,12 +203,14 @@ def run_incremental_load(
     write = _write_plan(run, source, plan, change, source_facts)
     writer = writer_for(table.mode, spark, run.lake)
     try:
+        phase(STAGING)
         source_keys = source.read_keys() if write.reconcile else None
         delta = source.read(plan.window, plan.bounds, plan.partitioning)
         staged = writer.stage(delta, write, source_keys)
         _refuse_null_keys(table, staged)
         pause_point("staged")
         extracted_at = time.monotonic()
+        phase(COMMITTING)
         outcome = writer.commit(staged, write)
     except Exception as exc:
         raise failed_write(run.table, run.lake, write.txn, exc) from None
@@ -227,6 +231,7 @@ def _maintains(run: _Run, outcome: WriteOutcome) -> bool:
 def _maintained(run: _Run, spark: SparkSession, log: Log) -> str | None:
     """The lake's maintenance after the commit: what it did. It never fails the run, whose rows
     are committed already; a failure is said and left for the next run to try again."""
+    phase(MAINTAINING)
     try:
         return run.lake.maintain(spark)
     except Exception as exc:

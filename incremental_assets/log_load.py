@@ -32,6 +32,8 @@ from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, failed_write, rows_after, run_incremental_load
+from incremental_assets.progress import phase
+from incremental_assets.progress_lines import COMMITTING, STAGING
 from incremental_assets.results import LoadResult, Report, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.log_changes import (
@@ -244,7 +246,9 @@ def _write(
     )
     writer = writer_for(table.mode, spark, lake)
     try:
+        phase(STAGING)
         staged = writer.stage(delta, plan)
+        phase(COMMITTING)
         return writer.commit(staged, plan), batch
     except Exception as exc:
         raise failed_write(table, lake, plan.txn, exc) from None
