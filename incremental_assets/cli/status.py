@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 
 from incremental_assets.cli.context import asset_key, open_instance, project_and_tables
-from incremental_assets.config import Project, TableSpec, load_config
+from incremental_assets.config import LakeSpec, Project, TableSpec, load_config
 from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
@@ -186,14 +186,14 @@ def _show_history(
     )
     if readable is not None:
         lake_table, as_of = str(readable["lake_table"]), str(readable["iceberg_snapshot_id"])
-        print(_pyiceberg_reader(project, lake_table, as_of))
+        print(pyiceberg_reader(project.lake, lake_table, as_of))
     return 0
 
 
-def _pyiceberg_reader(project: Project, lake_table: str, snapshot: str) -> str:
+def pyiceberg_reader(lake: LakeSpec, lake_table: str, snapshot: str) -> str:
     """Python that reads `lake_table` as of `snapshot`, its catalog opened as the package opens
     it (its secrets shown as ***, for the reader to put in)."""
-    catalog = catalog_of(project.lake)
+    catalog = catalog_of(lake)
     properties = catalog.redact(repr(catalog.pyiceberg))
     secret = "  # *** stands for the catalog's secret\n" if "***" in properties else ""
     return (
