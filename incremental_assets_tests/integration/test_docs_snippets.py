@@ -6,20 +6,16 @@ session), PyIceberg and Polars, DuckDB, the plain format's readers; and the PyIc
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 
-import dagster as dg
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets import cli
 from incremental_assets.jvm import jar_folder
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.loads import ORDERS_MERGE, Loads
 from incremental_assets_tests.support.orders import change_orders, create_orders, orders_held
-from incremental_assets_tests.support.postgres import PostgresServer, Schema, fresh_schema
-from incremental_assets_tests.support.project import ProjectBuilder, new_instance_home
-from incremental_assets_tests.support.readers import History, merge_history
+from incremental_assets_tests.support.postgres import Schema
+from incremental_assets_tests.support.readers import History
 from incremental_assets_tests.support.snippets import (
     doc_code_blocks,
     doc_snippets,
@@ -35,20 +31,6 @@ RUN = {"spark-iceberg", "pyiceberg", "duckdb", "parquet"}  # the snippets these 
 READERS = ("spark.read", "spark.table", "pyiceberg", "duckdb", "polars", "pyarrow.dataset")
 
 
-@pytest.fixture(scope="module")
-def lake(
-    postgres: PostgresServer,
-    spark_resource: IncrementalSparkResource,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Loads, History]]:
-    """One Iceberg lake every test of the module reads: a merge table's three runs, with
-    position deletes."""
-    home = new_instance_home(tmp_path_factory.mktemp("dagster_home"))
-    with fresh_schema(postgres) as pg, dg.DagsterInstance.from_config(str(home)) as instance:
-        loads = Loads(ProjectBuilder(tmp_path_factory.mktemp("project")), instance, spark_resource)
-        yield loads, merge_history(loads, pg)
-
-
 def test_every_python_block_in_the_docs_that_reads_the_lake_is_a_snippet_these_tests_run() -> None:
     snippets = doc_snippets()
     readers = [code for code in doc_code_blocks("python") if any(word in code for word in READERS)]
@@ -57,10 +39,10 @@ def test_every_python_block_in_the_docs_that_reads_the_lake_is_a_snippet_these_t
     assert readers and all(code in snippets.values() for code in readers)
 
 
-def _as_of_the_first_run(name: str, lake: tuple[Loads, History]) -> str:
+def _as_of_the_first_run(name: str, merge_lake: tuple[Loads, History]) -> str:
     """The snippet on this lake, its example snapshot the first run's (and its example jar
     folder, if it shows one, this machine's)."""
-    loads, history = lake
+    loads, history = merge_lake
     code = doc_snippets()[name]
     values = {JARS: str(jar_folder())} if JARS in code else {}
     values |= {"/lake": str(loads.lake_dir), SNAPSHOT: str(history[0][0]["iceberg_snapshot_id"])}
@@ -68,27 +50,27 @@ def _as_of_the_first_run(name: str, lake: tuple[Loads, History]) -> str:
 
 
 def test_the_spark_snippet_reads_the_table_now_and_as_of_a_run_in_a_session_of_its_own(
-    lake: tuple[Loads, History],
+    merge_lake: tuple[Loads, History],
 ) -> None:
-    code = _as_of_the_first_run("spark-iceberg", lake)
+    code = _as_of_the_first_run("spark-iceberg", merge_lake)
 
-    now, then = lake[1][-1][1], lake[1][0][1]
+    now, then = merge_lake[1][-1][1], merge_lake[1][0][1]
     assert reads_in_a_process_of_its_own(code, COLUMNS) == [now, then]
 
 
 def test_the_pyiceberg_snippet_reads_the_table_now_as_of_a_run_and_through_polars(
-    lake: tuple[Loads, History],
+    merge_lake: tuple[Loads, History],
 ) -> None:
-    code = _as_of_the_first_run("pyiceberg", lake)
+    code = _as_of_the_first_run("pyiceberg", merge_lake)
 
-    now, then = lake[1][-1][1], lake[1][0][1]
+    now, then = merge_lake[1][-1][1], merge_lake[1][0][1]
     assert reads_of(code, {}, COLUMNS) == [now, then, now]
 
 
 def test_the_duckdb_snippet_reads_the_metadata_file_a_run_recorded(
-    lake: tuple[Loads, History],
+    merge_lake: tuple[Loads, History],
 ) -> None:
-    _, history = lake
+    _, history = merge_lake
     location = history[-1][0]["iceberg_metadata_location"]
     code = filled(
         doc_snippets()["duckdb"], {"/lake/orders/metadata/00012-....metadata.json": location}
@@ -98,9 +80,11 @@ def test_the_duckdb_snippet_reads_the_metadata_file_a_run_recorded(
 
 
 def test_the_pyiceberg_code_status_history_prints_reads_the_table_as_of_the_newest_run(
-    lake: tuple[Loads, History], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    merge_lake: tuple[Loads, History],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    loads, history = lake
+    loads, history = merge_lake
     monkeypatch.setenv("DAGSTER_HOME", str(loads.home))
 
     assert cli.main(["--config", loads.project.path, "status", "--history", "orders"]) == 0

@@ -12,14 +12,19 @@ from pyspark.sql import SparkSession
 from incremental_assets.config import LakeSpec
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets_tests.support.loads import Loads
-from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import iceberg_table, rows_by
-from incremental_assets_tests.support.readers import History, duckdb_reader, merge_history
+from incremental_assets_tests.support.readers import History, duckdb_reader
 
 
 @pytest.fixture
-def history(loads: Loads, pg: Schema) -> History:
-    return merge_history(loads, pg)
+def loads(merge_lake: tuple[Loads, History]) -> Loads:
+    return merge_lake[0]
+
+
+@pytest.fixture
+def history(merge_lake: tuple[Loads, History]) -> History:
+    """The module's one lake: its tests only read it."""
+    return merge_lake[1]
 
 
 def test_spark_reads_the_table_by_its_catalog_now_and_as_of_each_run(
