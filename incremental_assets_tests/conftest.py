@@ -43,6 +43,7 @@ from incremental_assets_tests.support.project import (
     ProjectBuilder,
     new_instance_home,
 )
+from incremental_assets_tests.support.readers import History, merge_history
 from incremental_assets_tests.support.s3 import S3Server, s3_server
 from incremental_assets_tests.support.spark import (
     TEST_SPARK_CONF,
@@ -173,3 +174,17 @@ def loads(
     """The test's project (written by `make_project`), instance and Spark resource in one:
     `loads.configure(pg, ORDERS_MERGE)`, then `loads.run()`, `loads.rows(["id"])`, ..."""
     return Loads(make_project, instance, spark_resource)
+
+
+@pytest.fixture(scope="module")
+def merge_lake(
+    postgres: PostgresServer,
+    spark_resource: IncrementalSparkResource,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Loads, History]]:
+    """An Iceberg merge table's three runs (`merge_history`), made once for a module whose tests
+    only read it: its loads (project, instance on disk) and each run's metadata and rows."""
+    home = new_instance_home(tmp_path_factory.mktemp("dagster_home"))
+    with fresh_schema(postgres) as pg, dg.DagsterInstance.from_config(str(home)) as instance:
+        loads = Loads(ProjectBuilder(tmp_path_factory.mktemp("project")), instance, spark_resource)
+        yield loads, merge_history(loads, pg)

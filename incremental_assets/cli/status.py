@@ -12,10 +12,11 @@ from typing import Any
 import dagster as dg
 
 from incremental_assets.cli.context import asset_key, open_instance, project_and_tables
-from incremental_assets.config import Project, TableSpec, load_config
+from incremental_assets.config import LakeSpec, Project, TableSpec, load_config
 from incremental_assets.errors import IncrementalAssetsError
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
+from incremental_assets.lake.iceberg.catalog import catalog_of
 from incremental_assets.state import read_state_records, record_of
 from incremental_assets.translator import translator_for
 from incremental_assets.validation import check_sources
@@ -184,12 +185,23 @@ def _show_history(
         None,
     )
     if readable is not None:
-        print(
-            "\nas of a snapshot, in PyIceberg: "
-            f"catalog.load_table('{readable['lake_table']}').scan("
-            f"snapshot_id={readable['iceberg_snapshot_id']}).to_arrow()  (docs/lake-format.md)"
-        )
+        lake_table, as_of = str(readable["lake_table"]), str(readable["iceberg_snapshot_id"])
+        print(pyiceberg_reader(project.lake, lake_table, as_of))
     return 0
+
+
+def pyiceberg_reader(lake: LakeSpec, lake_table: str, snapshot: str) -> str:
+    """Python that reads `lake_table` as of `snapshot`, its catalog opened as the package opens
+    it (its secrets shown as ***, for the reader to put in)."""
+    catalog = catalog_of(lake)
+    properties = catalog.redact(repr(catalog.pyiceberg))
+    secret = "  # *** stands for the catalog's secret\n" if "***" in properties else ""
+    return (
+        "\nas of a snapshot, in PyIceberg (docs/lake-format.md):\n"
+        "  from pyiceberg.catalog import load_catalog\n"
+        f"  catalog = load_catalog({catalog.name!r}, **{properties})\n{secret}"
+        f"  catalog.load_table({lake_table!r}).scan(snapshot_id={snapshot}).to_arrow()"
+    )
 
 
 def _kept_snapshots(project: Project, table: TableSpec) -> set[int] | None:

@@ -5,8 +5,6 @@ rows as of the run it asks for."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 import pytest
 from pyspark.sql import SparkSession
@@ -14,43 +12,23 @@ from pyspark.sql import SparkSession
 from incremental_assets.config import LakeSpec
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets_tests.support.loads import Loads
-from incremental_assets_tests.support.orders import ORDERS_TABLE, create_orders, orders_held
-from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import iceberg_table, rows_by
-from incremental_assets_tests.support.readers import duckdb_reader
-
-MERGE = {**ORDERS_TABLE, "mode": "merge"}
-
-
-def _change(pg: Schema, run: int) -> None:
-    """Update a few rows, delete one, add one: a merge that writes deletes and new rows (too
-    few for maintenance to compact them away)."""
-    at = f"TIMESTAMPTZ '2025-02-01 00:00:00+00' + INTERVAL '{run} hour'"
-    pg.execute(
-        f"UPDATE orders SET note = 'v{run}', updated_at = {at} WHERE id % 50 = {run}",
-        f"DELETE FROM orders WHERE id = {run * 3}",
-        f"INSERT INTO orders VALUES ({1000 + run}, 'new{run}', {at})",
-    )
+from incremental_assets_tests.support.readers import History, duckdb_reader
 
 
 @pytest.fixture
-def history(loads: Loads, pg: Schema) -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
-    """Three runs of a merge table, hard deletes reconciled on every run: each run's metadata
-    and the source's rows then."""
-    create_orders(pg, 200)
-    loads.configure(pg, MERGE, lake={"format": "iceberg"}, deletes="reconcile", reconcile_every=1)
-    runs = []
-    for run in range(3):
-        if run:
-            _change(pg, run)
-        result = loads.run()
-        assert result.success, result.failure
-        runs.append((result.metadata, orders_held(pg)))
-    return runs
+def loads(merge_lake: tuple[Loads, History]) -> Loads:
+    return merge_lake[0]
+
+
+@pytest.fixture
+def history(merge_lake: tuple[Loads, History]) -> History:
+    """The module's one lake: its tests only read it."""
+    return merge_lake[1]
 
 
 def test_spark_reads_the_table_by_its_catalog_now_and_as_of_each_run(
-    loads: Loads, spark: SparkSession, history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]]
+    loads: Loads, spark: SparkSession, history: History
 ) -> None:
     lake = IcebergLake(LakeSpec(path=str(loads.lake_dir)), "orders", "incremental_assets.orders")
     session = lake.session(spark)
@@ -69,9 +47,7 @@ def test_spark_reads_the_table_by_its_catalog_now_and_as_of_each_run(
     assert deletes is not None and deletes[0] >= 1  # merge-on-read: the rows read are exact
 
 
-def test_pyiceberg_and_polars_read_it_as_of_each_run(
-    loads: Loads, history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]]
-) -> None:
+def test_pyiceberg_and_polars_read_it_as_of_each_run(loads: Loads, history: History) -> None:
     table = iceberg_table(loads.lake_dir, "orders")
 
     assert rows_by(table.scan().to_arrow(), ["id", "note"]) == history[-1][1]
@@ -83,7 +59,7 @@ def test_pyiceberg_and_polars_read_it_as_of_each_run(
 
 
 def test_duckdb_reads_it_offline_from_the_metadata_file_a_run_recorded(
-    history: list[tuple[dict[str, Any], list[tuple[Any, ...]]]],
+    history: History,
 ) -> None:
     """DuckDB's Iceberg extension, from the PyPI packages the docs name (DuckDB would download
     it otherwise), reads the metadata file the materialization recorded, with its deletes."""
