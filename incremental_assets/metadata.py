@@ -9,6 +9,7 @@ and as every instance has stored them since the first release.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
@@ -19,6 +20,7 @@ from incremental_assets.config import Mode
 from incremental_assets.cursor import CursorType, CursorValue, format_cursor
 from incremental_assets.lake import LakeHead
 from incremental_assets.results import LoadResult, MergeStrategy, StoredState
+from incremental_assets.settings import canonical
 
 # Dagster's standard table keys, which its UI and catalog read. (Dagster's `TableMetadataSet`
 # names them too, but 1.13 exports it only from its private modules.)
@@ -135,6 +137,13 @@ class TableMetadata(BaseModel):
     boundary_rows: int | None = None
     transaction_cap_applied: bool | None = None
 
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _settings_text(cls, value: object) -> object:
+        """Recorded as a JSON object (earlier versions: its text); kept as the text runs
+        compare."""
+        return canonical(value) if isinstance(value, Mapping) else value
+
     @field_validator("merge_strategy", mode="before")
     @classmethod
     def _older_wording(cls, value: object) -> object:
@@ -158,7 +167,7 @@ class TableMetadata(BaseModel):
             value = getattr(self, name)
             if name in _INTERNAL:
                 if value is not None:
-                    internals[name] = value
+                    internals[name] = json.loads(value) if name == "settings" else value
             elif value is not None or name in _ALWAYS:
                 metadata[field.alias or name] = _metadata_value(name, value)
         if internals:

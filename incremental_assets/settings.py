@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from incremental_assets.config import FilesSourceSpec, LakeSpec, Mode, TableSpec
@@ -53,7 +54,12 @@ def lake_settings(table: TableSpec, lake: LakeSpec, format: str) -> dict[str, An
 
 def settings_text(table: TableSpec, lake: LakeSpec, format: str) -> str:
     """The settings as canonical JSON: what a run records."""
-    return json.dumps(lake_settings(table, lake, format), sort_keys=True, separators=(",", ":"))
+    return canonical(lake_settings(table, lake, format))
+
+
+def canonical(settings: Mapping[str, Any]) -> str:
+    """Settings as the one JSON text runs compare."""
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
 
 
 def settings_digest(table: TableSpec, lake: LakeSpec) -> str:

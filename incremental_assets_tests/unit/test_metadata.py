@@ -49,7 +49,7 @@ def _result() -> LoadResult:
         write_seconds=0.5,
         report=Report(window_fingerprint="10:abc", spark_jobs=3, boundary_rows=2),
         head=LakeHead(table_id="t1", txn="x1", batch=7, snapshot_id=8_000_000_000_000_000_000),
-        settings='{"mode": "merge"}',
+        settings='{"mode":"merge"}',
         table_name="incremental_assets.orders",
     )
 
@@ -79,6 +79,7 @@ def test_the_ui_shows_the_cursor_and_counts_first_and_the_internals_in_one_entry
     assert isinstance(internals, dict)
     assert internals["window_fingerprint"] == "10:abc" and internals["lake_commit"] == "x1"
     assert {"settings", "spark_jobs", "boundary_rows", "lake_table_id"} <= set(internals)
+    assert internals["settings"] == {"mode": "merge"}  # an object, not JSON in a string
     assert not {"window_fingerprint", "settings", "lake_commit", "spark_jobs"} & set(keys)
 
 
@@ -113,7 +114,7 @@ def test_what_a_run_records_reads_back_as_the_next_runs_state() -> None:
         100,
     )
     assert (state.lake_table_id, state.lake_commit) == ("t1", "x1")
-    assert state.window_fingerprint == "10:abc" and state.settings == '{"mode": "merge"}'
+    assert state.window_fingerprint == "10:abc" and state.settings == '{"mode":"merge"}'
     assert state.columns == (("id", "bigint"),)
 
 
