@@ -145,20 +145,28 @@ def show_status(args: argparse.Namespace) -> int:
 def _show_history(
     instance: dg.DagsterInstance, project: Project, tables: list[TableSpec], as_json: bool
 ) -> int:
-    """Each materialization, newest first: when, the cursor, the rows, and the lake's snapshot,
-    which any Iceberg reader can read the table as of while it is kept (an expired one is marked
-    so, not offered)."""
+    """Each materialization and each `cursor set|reset`, newest first: when, what, the cursor,
+    the rows, and the lake's snapshot, which any Iceberg reader can read the table as of while it
+    is kept (an expired one is marked so, not offered)."""
     rows = []
     for table in tables:
-        records = instance.fetch_materializations(asset_key(project, table), limit=1000).records
+        key = asset_key(project, table)
+        records = instance.fetch_materializations(key, limit=1000).records
+        overrides = [
+            r
+            for r in instance.fetch_observations(key, limit=1000).records
+            if record_of(r).cursor_action is not None
+        ]
         kept = _kept_snapshots(project, table) if records else None
-        for record in records:
+        for record in sorted([*records, *overrides], key=lambda r: -r.storage_id):
             metadata = record_of(record)
             snapshot = metadata.iceberg_snapshot_id
+            action = metadata.cursor_action
             rows.append(
                 {
                     "table": table.name,
-                    "run_id": record.run_id,
+                    "event": "run" if action is None else f"cursor {action}",
+                    "run_id": record.run_id or None,
                     "at": _when(record),
                     "cursor": metadata.cursor,
                     "rows_in_lake": metadata.row_count,
@@ -172,14 +180,17 @@ def _show_history(
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'table':<16}{'at':<21}{'rows':>9}  {'snapshot':<29}cursor")
+    print(f"{'table':<16}{'at':<21}{'event':<14}{'rows':>9}  {'snapshot':<29}cursor")
     for row in rows:
         when = str(row["at"])[:19].replace("T", " ")
         shown = str(row["iceberg_snapshot_id"] if row["iceberg_snapshot_id"] is not None else "-")
         if row["snapshot_expired"]:
             shown += " (expired)"
         rows_in_lake = "-" if row["rows_in_lake"] is None else row["rows_in_lake"]
-        print(f"{row['table']:<16}{when:<21}{rows_in_lake:>9}  {shown:<29}{row['cursor']}")
+        event = str(row["event"])
+        print(
+            f"{row['table']:<16}{when:<21}{event:<14}{rows_in_lake:>9}  {shown:<29}{row['cursor']}"
+        )
     readable = next(
         (r for r in rows if r["iceberg_snapshot_id"] is not None and not r["snapshot_expired"]),
         None,

@@ -108,6 +108,17 @@ def test_each_materialization_names_the_snapshot_that_reads_as_its_table(
     assert row["iceberg_snapshot_id"] == list(expected)[-1]
     assert row["lake_table"] == "incremental_assets.orders"
     assert [r["iceberg_snapshot_id"] for r in history] == list(expected)[::-1]
+    assert {r["event"] for r in history} == {"run"}
+    # A cursor set by hand is in the history, where it happened.
+    again = ["cursor", "set", "orders", str(row["cursor"]), "--reason", "replay"]
+    assert cli.main(["--config", project.path, *again]) == 0
+    capsys.readouterr()
+    assert cli.main(["--config", project.path, "status", "--history", "orders", "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)
+    assert [(r["event"], r["cursor"]) for r in history[:2]] == [
+        ("cursor set", row["cursor"]),
+        ("run", row["cursor"]),
+    ]
 
 
 def test_the_catalog_can_be_the_suites_postgresql(
