@@ -15,7 +15,7 @@ install: $(STAMP) maven
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e '.[test]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -25,13 +25,15 @@ $(HOME_DIR)/dagster.yaml: dagster.yaml
 
 # What `make demo` and `make ui` need and nothing more: the package (no test tools), and the jars
 # of the demo's configuration (`incremental-assets jars fetch` reads ./incremental_assets.yaml).
+# PYTHONWARNINGS=ignore: setuptools' editable build prints a boxed warning about folders named
+# like the package, whichever editable mode, on a user's first screen.
 BASE_STAMP := $(VENV)/.base-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEMO_TABLES := orders order_events customers
 
 $(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e .
 	rm -f $(VENV)/.base-installed-*
 	touch $(BASE_STAMP)
 
