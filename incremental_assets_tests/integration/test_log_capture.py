@@ -25,28 +25,16 @@ from incremental_assets.sources.pg_slot import names_of
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.cli import cli_env, materializations, run_cli
 from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.log_capture import (
+    DURABLE,
+    ICEBERG,
+    LOGGED,
+    drop_slot,
+    slot_made,
+    slot_of,
+)
 from incremental_assets_tests.support.mariadb import Database
 from incremental_assets_tests.support.postgres import PostgresServer, Schema, free_port
-
-LOGGED: dict[str, Any] = {
-    "name": "items",
-    "mode": "merge",
-    "capture": "log",
-    "primary_key": ["id"],
-}
-ICEBERG = {"format": "iceberg"}
-# The suite's server commits without waiting for the log's flush, and a run reads the log to its
-# flush point: each test's writes wait for it, as a server's with synchronous_commit on do.
-DURABLE = "SET synchronous_commit = on"
-
-
-def _slot(loads: Loads) -> str:
-    return names_of(loads.project.table("items")).slot
-
-
-def _drop_slot(pg: Schema, slot: str) -> None:
-    pg.execute(DURABLE, f"SELECT pg_drop_replication_slot('{slot}')")
-    pg.execute(DURABLE, f"DROP PUBLICATION IF EXISTS {slot}")
 
 
 def _source(pg: Schema) -> list[tuple[Any, ...]]:
@@ -62,7 +50,7 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
         "INSERT INTO items SELECT i, 'n' || i, i * 1.5 FROM generate_series(1, 50) i",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         assert first.success, first.failure
@@ -101,7 +89,7 @@ def test_a_merge_table_follows_inserts_updates_deletes_and_truncates(
         assert quiet.metadata["dagster/row_count"] == 1
         assert parse_lsn(quiet.metadata["cursor"]) >= parse_lsn(third.metadata["cursor"])
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
@@ -110,9 +98,9 @@ def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     assert loads.run().success
-    _drop_slot(pg, slot)
+    drop_slot(pg, slot)
     pg.execute(DURABLE, "INSERT INTO items VALUES (2, 'lost to the log', 2)")
 
     refused = loads.run()
@@ -128,13 +116,13 @@ def test_a_slot_dropped_behind_the_tables_back_is_refused_with_the_fix(
         assert again.success, again.failure
         assert loads.rows(["id", "note", "n"]) == _source(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_slot_moved_past_the_recorded_position_is_refused(loads: Loads, pg: Schema) -> None:
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'consumed by someone else', 1)")
@@ -150,7 +138,7 @@ def test_a_slot_moved_past_the_recorded_position_is_refused(loads: Loads, pg: Sc
         assert not refused.success
         assert refused.failure is not None and "was moved to" in refused.failure
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def _seq(row: dict[str, Any]) -> int:
@@ -161,7 +149,7 @@ def test_an_append_table_logs_every_change_once(loads: Loads, pg: Schema) -> Non
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, {**LOGGED, "mode": "append"}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -183,7 +171,7 @@ def test_an_append_table_logs_every_change_once(loads: Loads, pg: Schema) -> Non
         assert loads.run().metadata["log_changes"] == 0
         assert len(loads.rows(["id"])) == 4  # the first load's row, and the three changes
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 ORDERS_LOGGED: dict[str, Any] = {**LOGGED, "name": "orders"}
@@ -234,7 +222,7 @@ def test_a_run_killed_after_its_commit_loses_and_doubles_nothing_through_the_cli
             updated = [("update", i) for i in range(1, 6)]
             assert ops == [("delete", 20), ("insert", 21), *updated]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
@@ -266,7 +254,7 @@ def test_writes_while_the_first_load_reads_arrive_once_in_the_next_run(
         assert run.success, run.failure
         assert loads.rows(["id", "note", "n"]) == _orders(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
@@ -275,7 +263,7 @@ def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -297,7 +285,7 @@ def test_a_column_added_mid_stream_joins_the_lake_and_a_dropped_one_is_refused(
         assert dropped.failure is not None and "lost column(s) note" in dropped.failure
         assert "--full" in dropped.failure
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with_it(
@@ -309,7 +297,7 @@ def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with
     pg.execute(DURABLE, "ALTER TABLE items ALTER COLUMN note SET STORAGE EXTERNAL")
     pg.execute(DURABLE, f"INSERT INTO items VALUES (1, '{big}', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "UPDATE items SET n = 2 WHERE id = 1")
@@ -324,7 +312,7 @@ def test_an_unchanged_large_value_is_refused_without_full_identity_and_kept_with
         assert kept.success, kept.failure
         assert loads.rows(["id", "note", "n"]) == [(1, big, 3)]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its_limit(
@@ -332,7 +320,7 @@ def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its
 ) -> None:
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG, checks={"log_retained_mb": 1})
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -357,7 +345,7 @@ def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its
         assert loads.metadata()["log_changes"] == 30000, loads.metadata()
         assert loads.rows(["id"]) == [(i,) for i in range(1, 30001)]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def _ia(loads: Loads, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -375,7 +363,7 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     before = _ia(loads, tmp_path, "validate", "--connect")
     assert before.returncode == 0, before.stderr
     assert f"log: slot {slot} made by the first run" in before.stdout
@@ -401,11 +389,11 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
         dropped = _ia(loads, tmp_path, "cdc", "drop", "items", "--reason", "decommissioned")
         assert dropped.returncode == 0, dropped.stderr
         assert f"slot {slot} dropped" in dropped.stdout
-        assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{slot}'") == []
+        assert not slot_made(pg, slot)
         assert loads.run().success  # loaded whole again, the slot made again
         assert loads.rows(["id"]) == [(1,), (2,), (3,)]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_validate_names_what_the_server_lacks_for_log_capture(
@@ -439,7 +427,7 @@ def test_a_first_load_waiting_on_a_long_open_transaction_says_so(
     monkeypatch.setattr("incremental_assets.sources.pg_slot.CREATE_TIMEOUT_SECONDS", 2)
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     with postgres.connect(autocommit=False) as open_transaction:
         open_transaction.execute("SELECT txid_current()")  # holds an xid until it ends
         waited = loads.run()
@@ -449,7 +437,7 @@ def test_a_first_load_waiting_on_a_long_open_transaction_says_so(
         assert "idle in transaction" in waited.failure
         assert loads.run().success  # once it ended
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: Schema) -> None:
@@ -461,7 +449,7 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
         "CREATE TABLE busy (id int, pad text)",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -476,14 +464,14 @@ def test_an_idle_table_on_a_busy_server_lets_its_slot_move_on(loads: Loads, pg: 
         later = loads.run()
         assert later.metadata["log_retained_bytes"] < 2**20
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema) -> None:
     """`max_slot_wal_keep_size` lets the server remove the log a slot that fell behind keeps."""
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text, n int)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -506,7 +494,7 @@ def test_a_slot_whose_log_the_server_removed_is_refused(loads: Loads, pg: Schema
         assert "--full" in refused.failure
     finally:
         pg.execute(DURABLE, "ALTER SYSTEM RESET max_slot_wal_keep_size", "SELECT pg_reload_conf()")
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_mariadb_table_follows_its_binary_log_through_the_cli(
@@ -622,7 +610,7 @@ def test_a_backfill_of_a_log_table_from_the_launchpad_is_refused(loads: Loads, p
     assert not run.success
     (failure,) = [e for e in run.all_events if e.is_step_failure]
     assert "no window to backfill; run a full refresh" in str(failure.event_specific_data)
-    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+    assert not slot_made(pg, slot_of(loads))
 
 
 def test_a_column_the_log_cant_be_read_into_is_refused_before_the_slot_is_made(
@@ -636,7 +624,7 @@ def test_a_column_the_log_cant_be_read_into_is_refused_before_the_slot_is_made(
     assert not refused.success and refused.failure is not None
     assert "column tags is array<string>" in refused.failure
     assert "exclude_columns: [tags]" in refused.failure
-    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+    assert not slot_made(pg, slot_of(loads))
 
 
 def test_validate_names_what_a_mariadb_server_lacks_for_log_capture(
@@ -670,7 +658,7 @@ def test_a_log_table_on_a_parquet_lake_is_refused_before_the_log_is_made(
     assert not refused.success and refused.failure is not None
     assert "this table's lake is plain Parquet" in refused.failure
     assert "format: iceberg" in refused.failure
-    assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{_slot(loads)}'") == []
+    assert not slot_made(pg, slot_of(loads))
 
 
 @pytest.mark.parametrize("db", ["pg", "my"])
@@ -694,7 +682,7 @@ def test_a_log_that_cant_be_read_names_the_source_without_its_secrets(
     finally:
         loads.write(config)
         if db == "pg":
-            _drop_slot(source, _slot(loads))
+            drop_slot(source, slot_of(loads))
 
     assert not refused.success and refused.failure is not None
     assert f"Table 'items' (source 'shop', {down.split('?')[0]}): connecting failed" in (

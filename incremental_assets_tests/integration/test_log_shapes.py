@@ -15,29 +15,17 @@ import pyarrow as pa
 import pytest
 
 from incremental_assets.errors import ConfigError
-from incremental_assets.sources.pg_slot import names_of
 from incremental_assets_tests.support.cli import cli_env, run_cli
 from incremental_assets_tests.support.loads import Loads
+from incremental_assets_tests.support.log_capture import (
+    DURABLE,
+    ICEBERG,
+    LOGGED,
+    drop_slot,
+    slot_made,
+    slot_of,
+)
 from incremental_assets_tests.support.postgres import Schema
-
-LOGGED: dict[str, Any] = {"name": "items", "mode": "merge", "capture": "log", "primary_key": ["id"]}
-ICEBERG = {"format": "iceberg"}
-# The suite's server commits without waiting for the log's flush, and a run reads the log to its
-# flush point: each test's writes wait for it, as a server's with synchronous_commit on do.
-DURABLE = "SET synchronous_commit = on"
-
-
-def _slot(loads: Loads, name: str = "items") -> str:
-    return names_of(loads.project.table(name)).slot
-
-
-def _drop_slot(pg: Schema, slot: str) -> None:
-    pg.execute(
-        DURABLE,
-        f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-        f"WHERE slot_name = '{slot}'",
-    )
-    pg.execute(DURABLE, f"DROP PUBLICATION IF EXISTS {slot}")
 
 
 def _source(pg: Schema, table: str = "items") -> list[tuple[Any, ...]]:
@@ -51,7 +39,7 @@ def test_a_table_created_again_is_captured_after_a_full_refresh(loads: Loads, pg
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a')")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -71,14 +59,14 @@ def test_a_table_created_again_is_captured_after_a_full_refresh(loads: Loads, pg
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == _source(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_a_table_swapped_in_by_renames_is_not_silently_ignored(loads: Loads, pg: Schema) -> None:
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a')")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(
@@ -96,7 +84,7 @@ def test_a_table_swapped_in_by_renames_is_not_silently_ignored(loads: Loads, pg:
         else:
             assert run.failure is not None and "--full" in run.failure
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 2. A partitioned table: pgoutput publishes a partition's changes under the partition's own
@@ -110,7 +98,7 @@ def test_a_partitioned_table_follows_its_changes(loads: Loads, pg: Schema) -> No
         "INSERT INTO items VALUES (1, 'a'), (150, 'b')",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         assert first.success, first.failure
@@ -127,7 +115,7 @@ def test_a_partitioned_table_follows_its_changes(loads: Loads, pg: Schema) -> No
         else:
             assert run.failure is not None
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # A replica identity that isn't the key: an update that moves a row to another key would send
@@ -147,12 +135,12 @@ def test_a_replica_identity_that_isnt_the_key_is_refused_before_the_first_load(
         "INSERT INTO items VALUES (1, 'one', 'a'), (2, 'two', 'b')",
     )
     loads.configure(pg, {**LOGGED, "primary_key": key}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         refused = loads.run()
         assert not refused.success and refused.failure is not None
         assert "replica identity" in refused.failure and "REPLICA IDENTITY FULL" in refused.failure
-        assert pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{slot}'") == []
+        assert not slot_made(pg, slot)
 
         pg.execute(DURABLE, "ALTER TABLE items REPLICA IDENTITY FULL")
         assert loads.run().success
@@ -163,7 +151,7 @@ def test_a_replica_identity_that_isnt_the_key_is_refused_before_the_first_load(
             pg.query("SELECT id, code, note FROM items")
         )
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 4. A deferrable key (REPLICA IDENTITY FULL, the only identity such a table can publish
@@ -180,7 +168,7 @@ def test_a_deferrable_key_shifted_in_one_statement_keeps_every_row(
         "INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "UPDATE items SET id = id + 1")  # 1->2, 2->3, 3->4 in one statement
@@ -188,7 +176,7 @@ def test_a_deferrable_key_shifted_in_one_statement_keeps_every_row(
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == _source(pg)  # [(2,'a'), (3,'b'), (4,'c')]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 5. Values a full load refuses (they don't fit the lake's type exactly) are rounded silently
@@ -206,7 +194,7 @@ def test_a_value_a_full_load_refuses_is_not_rounded_by_the_log(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, n numeric, wide numeric(50,10))")
     pg.execute(DURABLE, "INSERT INTO items (id) VALUES (1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, f"INSERT INTO items (id, {column}) VALUES (2, {value})")
@@ -215,7 +203,7 @@ def test_a_value_a_full_load_refuses_is_not_rounded_by_the_log(
         assert not full.success  # the full load: "can't hold exactly"
         assert not logged.success, f"the log loaded {loads.rows(['id', column])}"
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 7. Value by value: the same value loaded whole (row 1) and from the log (row 2).
@@ -267,7 +255,7 @@ def test_every_value_from_the_log_equals_the_full_loads(loads: Loads, pg: Schema
     pg.execute(DURABLE, f"CREATE TABLE items (id int PRIMARY KEY, {columns})")
     pg.execute(DURABLE, f"INSERT INTO items VALUES (1, {values})")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         assert first.success, first.failure
@@ -290,7 +278,7 @@ def test_every_value_from_the_log_equals_the_full_loads(loads: Loads, pg: Schema
         }
         assert differ == {}
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def _number(kind: pa.DataType) -> pa.DataType | None:
@@ -309,7 +297,7 @@ def test_runs_past_the_change_limit_lose_and_double_nothing(
     pg.execute(DURABLE, "CREATE TABLE items (id bigint PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a')")
     loads.configure(pg, {**LOGGED, "mode": mode}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         changes = 0
@@ -340,7 +328,7 @@ def test_runs_past_the_change_limit_lose_and_double_nothing(
             logged = [r for r in loads.lake().to_pylist() if r["change_op"] is not None]
             assert len(logged) == changes
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 9. TRUNCATE mixed with inserts, updates and deletes, in one transaction and across them.
@@ -348,7 +336,7 @@ def test_truncate_then_changes_in_one_transaction_and_after(loads: Loads, pg: Sc
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items SELECT i, 'n' || i FROM generate_series(1, 10) i")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         with pg.server.connect(autocommit=False) as conn:
@@ -368,7 +356,7 @@ def test_truncate_then_changes_in_one_transaction_and_after(loads: Loads, pg: Sc
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == _source(pg) == []
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 def test_truncate_cascade_from_a_parent_reaches_the_child(loads: Loads, pg: Schema) -> None:
@@ -380,7 +368,7 @@ def test_truncate_cascade_from_a_parent_reaches_the_child(loads: Loads, pg: Sche
         "INSERT INTO items VALUES (1, 'a', 1), (2, 'b', 1)",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "TRUNCATE parent CASCADE", "INSERT INTO parent VALUES (2)")
@@ -389,7 +377,7 @@ def test_truncate_cascade_from_a_parent_reaches_the_child(loads: Loads, pg: Sche
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == _source(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 10. Names: an upper-case column, a composite key of text and sparse 64-bit numbers.
@@ -401,7 +389,7 @@ def test_an_upper_case_column_and_a_composite_text_key(loads: Loads, pg: Schema)
         "('b', -9223372036854775808, 'b', 2)",
     )
     loads.configure(pg, {**LOGGED, "primary_key": ["k", "id"]}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         assert first.success, first.failure
@@ -419,7 +407,7 @@ def test_an_upper_case_column_and_a_composite_text_key(loads: Loads, pg: Schema)
         )
         assert lake == sorted(pg.query('SELECT k, id, "Note", "two words" FROM items'))
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 11. Two tables whose slot names fold together ("Items" and items): the second's first load
@@ -436,7 +424,7 @@ def test_two_tables_whose_slot_names_collide(loads: Loads, pg: Schema) -> None:
     upper = {**config["tables"][0], "name": "upper_items", "table": f'{pg.name}."Items"'}
     config["tables"].append(upper)
     loads.write(config)
-    slots = {_slot(loads, "items"), _slot(loads, "upper_items")}
+    slots = {slot_of(loads, "items"), slot_of(loads, "upper_items")}
     try:
         assert loads.run("items").success
         assert loads.run("upper_items").success
@@ -455,7 +443,7 @@ def test_two_tables_whose_slot_names_collide(loads: Loads, pg: Schema) -> None:
         assert loads.rows(["id", "note"], "items") == _source(pg)
     finally:
         for slot in slots:
-            _drop_slot(pg, slot)
+            drop_slot(pg, slot)
 
 
 ORDERS: dict[str, Any] = {**LOGGED, "name": "orders"}
@@ -476,7 +464,7 @@ def test_a_full_refresh_killed_before_its_commit_is_redone(
         "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
     )
     loads.configure(pg, ORDERS, lake=ICEBERG)
-    slot = _slot(loads, "orders")
+    slot = slot_of(loads, "orders")
     try:
         assert loads.run().success
         pg.execute(DURABLE, "INSERT INTO orders VALUES (6, 'six')")
@@ -489,7 +477,7 @@ def test_a_full_refresh_killed_before_its_commit_is_redone(
         assert rerun.returncode == 0, said[:1]
         assert loads.rows(["id", "note"]) == _orders(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 14. A stored generated column: pgoutput (PostgreSQL 15) leaves it out of its Relation
@@ -502,7 +490,7 @@ def test_a_generated_column_is_refused_until_it_is_left_out(loads: Loads, pg: Sc
         "INSERT INTO items (id, note) VALUES (1, 'a')",
     )
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         refused = loads.run()  # the log doesn't carry generated values: refused before the load
         assert not refused.success and refused.failure is not None
@@ -514,7 +502,7 @@ def test_a_generated_column_is_refused_until_it_is_left_out(loads: Loads, pg: Sc
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == sorted(pg.query("SELECT id, note FROM items"))
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 16. Maintenance (compaction) between a killed run's commit and its record.
@@ -527,7 +515,7 @@ def test_compaction_between_a_commit_and_its_record(
         "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
     )
     loads.configure(pg, ORDERS, lake=ICEBERG)
-    slot = _slot(loads, "orders")
+    slot = slot_of(loads, "orders")
     try:
         assert loads.run().success
         pg.execute(
@@ -543,7 +531,7 @@ def test_compaction_between_a_commit_and_its_record(
         assert rerun.returncode == 0, said[:1]
         assert loads.rows(["id", "note"]) == _orders(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # The lake table gone, or changed by another writer, after the position was recorded: the log's
@@ -556,7 +544,7 @@ def test_a_lake_that_is_not_the_recorded_table_is_refused(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a'), (2, 'b')")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         recorded = loads.metadata()["cursor"]
@@ -578,7 +566,7 @@ def test_a_lake_that_is_not_the_recorded_table_is_refused(
         assert rebuilt.success, rebuilt.failure
         assert loads.rows(["id", "note"]) == _source(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # `table:` without a schema: the full load follows the connection's search path (pgjdbc's
@@ -593,7 +581,7 @@ def test_same_key_many_times_and_interleaved_transactions(loads: Loads, pg: Sche
     pg.execute(DURABLE, "CREATE TABLE items (id bigint PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         with (
@@ -616,7 +604,7 @@ def test_same_key_many_times_and_interleaved_transactions(loads: Loads, pg: Sche
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == _source(pg)
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 20. An append table's change log, replayed in order (first load, then ORDER BY change_lsn,
@@ -628,7 +616,7 @@ def test_an_append_change_log_replays_to_the_source_across_a_key_update(
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, note text)")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a'), (7, 'seven')")
     loads.configure(pg, {**LOGGED, "mode": "append"}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "UPDATE items SET id = 1000 WHERE id = 7")
@@ -649,7 +637,7 @@ def test_an_append_change_log_replays_to_the_source_across_a_key_update(
                 state[change["id"]] = change["note"]
         assert sorted(state.items()) == _source(pg)  # observed: 7 is still there
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 22. A database whose encoding isn't UTF-8: pgoutput sends values in the database's encoding,
@@ -693,7 +681,7 @@ def test_an_unchanged_large_value_in_an_excluded_column(loads: Loads, pg: Schema
     pg.execute(DURABLE, "ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL")
     pg.execute(DURABLE, f"INSERT INTO items VALUES (1, '{'x' * 100_000}', 1)")
     loads.configure(pg, {**LOGGED, "exclude_columns": ["big"]}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         assert loads.run().success
         pg.execute(DURABLE, "UPDATE items SET n = 2 WHERE id = 1")
@@ -701,7 +689,7 @@ def test_an_unchanged_large_value_in_an_excluded_column(loads: Loads, pg: Schema
         assert run.success, run.failure
         assert loads.rows(["id", "n"]) == [(1, 2)]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 26. An array column: the first load takes it, the first change after it is refused.
@@ -709,7 +697,7 @@ def test_an_array_column_is_refused_before_the_first_load(loads: Loads, pg: Sche
     pg.execute(DURABLE, "CREATE TABLE items (id int PRIMARY KEY, tags text[])")
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, '{a,b}')")
     loads.configure(pg, LOGGED, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         pg.execute(DURABLE, "INSERT INTO items VALUES (2, '{c}')")
@@ -717,7 +705,7 @@ def test_an_array_column_is_refused_before_the_first_load(loads: Loads, pg: Sche
         # Either refused up front, or both load: not a table that loads once, then stops.
         assert first.success == second.success, second.failure
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
 
 
 # 27. A quoted, upper-case schema and table.
@@ -730,7 +718,7 @@ def test_a_quoted_upper_case_schema_and_table(loads: Loads, pg: Schema) -> None:
         f'INSERT INTO "{schema}"."My Items" VALUES (1, \'a\')',
     )
     loads.configure(pg, {**LOGGED, "table": f'"{schema}"."My Items"'}, lake=ICEBERG)
-    slot = _slot(loads)
+    slot = slot_of(loads)
     try:
         first = loads.run()
         assert first.success, first.failure
@@ -739,5 +727,5 @@ def test_a_quoted_upper_case_schema_and_table(loads: Loads, pg: Schema) -> None:
         assert run.success, run.failure
         assert loads.rows(["id", "note"]) == [(1, "a"), (2, "b")]
     finally:
-        _drop_slot(pg, slot)
+        drop_slot(pg, slot)
         pg.execute(DURABLE, f'DROP SCHEMA "{schema}" CASCADE')
