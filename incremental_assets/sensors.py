@@ -22,15 +22,16 @@ minutes longer after a failed run costs nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
 from incremental_assets.checks import CHECKS_ONLY_TAGS
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
-from incremental_assets.cursor import parse_cursor
+from incremental_assets.lag import readable_duration, seconds_behind
 from incremental_assets.metadata import (
+    BEHIND,
     BEHIND_SECONDS,
     FILES_WAITING,
     LAKE_CURSOR,
@@ -266,25 +267,14 @@ def _observation(
             return []
         metadata[NEWEST_CURSOR] = probe.newest
         metadata[ROWS_WAITING] = probe.waiting
-        behind = _seconds_behind(stored, probe.newest)
+        behind = seconds_behind(stored.cursor_type, stored.cursor, probe.newest)
         if behind is not None:
             metadata[BEHIND_SECONDS] = behind
+            metadata[BEHIND] = readable_duration(behind)
         unchanged = False
     if unchanged:
         return []
     return [dg.AssetObservation(asset_key=source_key, metadata=metadata)]
-
-
-def _seconds_behind(stored: StoredState, newest: str) -> float | None:
-    """How far the lake's cursor is behind the source's newest, for a date or time cursor."""
-    kind = stored.cursor_type
-    if kind is None or not kind.is_temporal or stored.cursor is None:
-        return None
-    lake, source = parse_cursor(kind, stored.cursor), parse_cursor(kind, newest)
-    assert isinstance(lake, date) and isinstance(source, date)
-    if not isinstance(lake, datetime) or not isinstance(source, datetime):
-        return float((source - lake).days * 86_400)
-    return round((source - lake).total_seconds(), 3)
 
 
 def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:
