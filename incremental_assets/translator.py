@@ -30,8 +30,6 @@ AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
 CHECKS_SENSOR = "incremental_assets_mark_checks_skipped"
 POOL_GUARD_SENSOR = "incremental_assets_pool_guard"
 MAINTENANCE_JOB = "incremental_assets_maintenance"
-# The check that shows the cursor the next run reads from (checks.py evaluates it).
-NEXT_RUN_CHECK = "next_run_reads_from"
 TABLE_METADATA_KEY = "incremental_assets/table"
 # Ends the last part of a source table's asset key (`shop/public/orders_source`): Dagster's graph
 # shows only that part, which would otherwise read as the lake table's name.
@@ -296,7 +294,9 @@ class IncrementalAssetsTranslator:
         docs = self.docs_url(page, anchor)
         how = f" ([{title.lower()}]({docs}))" if docs else f" (docs/{page}, *{title}*)"
         return (
-            f"The cursor the next run reads from is the check `{NEXT_RUN_CHECK}`. Move it with "
+            "The cursor the next run reads from is the latest materialization's `cursor`, or, "
+            "after a `cursor set|reset`, its observation's (the Events tab says what the next "
+            f"run reads). Move it with "
             f'`incremental-assets cursor set {table.name} <value> --reason "..."`, or '
             f'`incremental-assets cursor reset {table.name} --reason "..."` to reload '
             f"everything{how}."

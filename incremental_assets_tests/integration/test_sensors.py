@@ -168,7 +168,7 @@ def test_a_files_tick_records_the_files_waiting_for_a_run(
     assert two is not None and two["files_waiting"] == 2
     assert IncrementalAssetsTranslator(project.lake).source_asset_key(
         project.table("events")
-    ) == dg.AssetKey(["drop", "events"])
+    ) == dg.AssetKey(["drop", "events_source"])
 
 
 def test_a_table_without_a_cursor_is_watched_through_its_change_counters(

@@ -210,7 +210,6 @@ def test_automation_freshness_and_checks_reach_the_asset(tmp_path: Path) -> None
         "cursor_not_backwards",
         "primary_key_unique",
         "freshness",
-        "next_run_reads_from",
     }
 
 
