@@ -31,10 +31,9 @@ downstream of the table in the same run don't run on keys held twice.
 
 A run that fails before it commits evaluates no check. Dagster 1.13 shows every check a failed
 run planned and never evaluated as "Execution failed", whichever step failed (it resolves a
-planned check by its run's status), so each check carries `AFTER_FAILED_RUN`: the project's
-checks sensor then runs them alone, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing:
-Dagster shows them skipped, and the last real verdict stays the one of
-the last materialization.
+planned check by its run's status), so the project's checks sensor (`sensors.py`) runs them
+alone, once, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing: Dagster shows them
+skipped, and the last real verdict stays the one of the last materialization.
 
 That takes a run (a checks-only one, launched by the sensor named for it): Dagster resolves a
 check as skipped only when a run that planned it ended without failing. A check result recorded
@@ -79,11 +78,6 @@ SEVERITY = {
     COUNTS: WARN,
     LOG_RETAINED: WARN,
 }
-# A check whose last execution failed (its run failed before evaluating it) is run again alone,
-# once, by the project's checks sensor; see the module's docstring.
-AFTER_FAILED_RUN = (
-    dg.AutomationCondition.execution_failed().newly_true() & ~dg.AutomationCondition.in_progress()
-).with_label("marked skipped after a run that failed before evaluating it")
 # Why a check reads "Skipped" after a failed run, on the check's page (its description).
 SKIPPED_WHY = (
     "Skipped after a run that failed before committing: that run left nothing new to check "
@@ -120,7 +114,6 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
             asset=key,
             description=f"{description} {SKIPPED_WHY}",
             blocking=name == KEY_UNIQUE and table.checks.key_unique_blocking,
-            automation_condition=AFTER_FAILED_RUN,
         )
         for name, description in described.items()
     ]

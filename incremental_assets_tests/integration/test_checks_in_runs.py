@@ -46,6 +46,15 @@ def _project(tmp_path: Path, rows: int = 10, **table: Any) -> Project:
     return write_project(tmp_path, config)
 
 
+def _tick(
+    sensor: dg.SensorDefinition, defs: dg.Definitions, instance: dg.DagsterInstance
+) -> dg.RunRequest | dg.SkipReason:
+    """The sensor's one tick, as the daemon runs it."""
+    result = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert isinstance(result, dg.RunRequest | dg.SkipReason)
+    return result
+
+
 def _evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
     found = {}
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
@@ -60,30 +69,32 @@ def test_a_run_that_fails_before_it_commits_evaluates_no_check_and_they_end_skip
     project = _project(tmp_path, table="missing")  # a folder that isn't there: the run fails
     defs = build_definitions(project, spark=spark_resource)
     sensor = defs.resolve_sensor_def(IncrementalAssetsTranslator(project.lake).checks_sensor_name)
-    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    quiet = _tick(sensor, defs, instance)
 
     failed = materialize(project, "orders", instance, spark_resource)
 
     assert not failed.success and not _evaluations(instance, failed.run_id)
     # Dagster shows the two checks the run planned "Execution failed" until the sensor ticks.
-    tick = dg.evaluate_automation_conditions(defs, instance, sensor.asset_selection)
-    assert tick.total_requested == 2
-    again = dg.evaluate_automation_conditions(
-        defs, instance, sensor.asset_selection, cursor=tick.cursor
-    )
-    assert again.total_requested == 0  # once
+    request = _tick(sensor, defs, instance)
+    assert isinstance(quiet, dg.SkipReason) and isinstance(request, dg.RunRequest)
+    assert request.run_key == f"after failed runs {failed.run_id}"
+    assert {key.name for key in request.asset_check_keys or ()} == {
+        checks.CURSOR_FORWARD,
+        checks.KEY_UNIQUE,
+    }
     # What the sensor starts: the checks alone, tagged, which record nothing.
     after = dg.define_asset_job(
         "after",
-        selection=dg.AssetSelection.checks(*(r.key for r in tick.results if r.true_subset.size)),
-        tags=dict(sensor.run_tags),
+        selection=dg.AssetSelection.checks(*(request.asset_check_keys or ())),
+        tags=request.tags,
     )
     run = (
         dg.Definitions.merge(defs, dg.Definitions(jobs=[after]))
         .resolve_job_def("after")
         .execute_in_process(instance=instance)
     )
+    assert isinstance(_tick(sensor, defs, instance), dg.SkipReason)  # once
     assert run.success  # the checks it planned and left unevaluated: Dagster shows them skipped
     assert not _evaluations(instance, run.run_id)
     # A checks-only run, which says why the checks are skipped, and loads nothing.
