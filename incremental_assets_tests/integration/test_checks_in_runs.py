@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from incremental_assets import checks
+from incremental_assets import checks, factory
 from incremental_assets.cli import main as cli
 from incremental_assets.config import Project
 from incremental_assets.definitions import build_definitions
@@ -55,6 +55,19 @@ def _tick(
     return result
 
 
+def _checks_only(
+    defs: dg.Definitions, instance: dg.DagsterInstance, request: dg.RunRequest
+) -> dg.ExecuteInProcessResult:
+    """The run `request` asks for: the checks alone, with its tags."""
+    after = dg.define_asset_job(
+        "after",
+        selection=dg.AssetSelection.checks(*(request.asset_check_keys or ())),
+        tags=request.tags,
+    )
+    job = dg.Definitions.merge(defs, dg.Definitions(jobs=[after])).resolve_job_def("after")
+    return job.execute_in_process(instance=instance, raise_on_error=False)
+
+
 def _evaluations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dg.AssetCheckEvaluation]:
     found = {}
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
@@ -84,16 +97,7 @@ def test_a_run_that_fails_before_it_commits_evaluates_no_check_and_they_end_skip
         checks.KEY_UNIQUE,
     }
     # What the sensor starts: the checks alone, tagged, which record nothing.
-    after = dg.define_asset_job(
-        "after",
-        selection=dg.AssetSelection.checks(*(request.asset_check_keys or ())),
-        tags=request.tags,
-    )
-    run = (
-        dg.Definitions.merge(defs, dg.Definitions(jobs=[after]))
-        .resolve_job_def("after")
-        .execute_in_process(instance=instance)
-    )
+    run = _checks_only(defs, instance, request)
     assert isinstance(_tick(sensor, defs, instance), dg.SkipReason)  # once
     assert run.success  # the checks it planned and left unevaluated: Dagster shows them skipped
     assert not _evaluations(instance, run.run_id)
@@ -111,6 +115,29 @@ def test_a_run_that_fails_before_it_commits_evaluates_no_check_and_they_end_skip
         "checks and committed nothing new for them to examine, so they are marked skipped"
     ) in said
     assert not run.get_asset_materialization_events()
+
+
+def test_a_checks_only_run_that_failed_is_not_asked_for_again(
+    tmp_path: Path,
+    instance: dg.DagsterInstance,
+    spark_resource: IncrementalSparkResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    project = _project(tmp_path, table="missing")
+    defs = build_definitions(project, spark=spark_resource)
+    sensor = defs.resolve_sensor_def(IncrementalAssetsTranslator(project.lake).checks_sensor_name)
+    assert not materialize(project, "orders", instance, spark_resource).success
+    request = _tick(sensor, defs, instance)
+    assert isinstance(request, dg.RunRequest)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("the checks-only run fails too")
+
+    monkeypatch.setattr(factory, "_checks_alone", broken)
+    assert not _checks_only(defs, instance, request).success
+
+    # Its checks show "Execution failed" again, and asking again would fail at every tick.
+    assert isinstance(_tick(sensor, defs, instance), dg.SkipReason)
 
 
 @pytest.mark.parametrize("blocking", [True, False])
