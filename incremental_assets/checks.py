@@ -1,8 +1,8 @@
 """Asset checks that run with every materialization and show on the asset's page.
 
-* `next_run_reads_from` (tables with a cursor): the cursor the next run reads from, as the stored
-  state says (`state.CursorInForce`): every run records it, and so does `cursor set|reset`, so
-  the page shows a hand-set cursor before any run. It always passes: it shows, it doesn't judge.
+The cursor the next run reads from is no check (a check that always passes would be a value
+dressed as a verdict): it is the materialization's `cursor`, or a `cursor set|reset`
+observation's, whose description says so (`state.py`).
 
 * `primary_key_unique` (merge): no key appears twice. A key always lands in the same bucket, so
   checking the bucket files a run wrote covers the whole table. With a materialization it checks
@@ -31,10 +31,9 @@ downstream of the table in the same run don't run on keys held twice.
 
 A run that fails before it commits evaluates no check. Dagster 1.13 shows every check a failed
 run planned and never evaluated as "Execution failed", whichever step failed (it resolves a
-planned check by its run's status), so each check carries `AFTER_FAILED_RUN`: the project's
-checks sensor then runs them alone, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing
-but the cursor in force: Dagster shows them skipped, and the last real verdict stays the one of
-the last materialization.
+planned check by its run's status), so the project's checks sensor (`sensors.py`) runs them
+alone, once, tagged `CHECKS_AFTER_FAILED_RUN`, and they record nothing: Dagster shows them
+skipped, and the last real verdict stays the one of the last materialization.
 
 That takes a run (a checks-only one, launched by the sensor named for it): Dagster resolves a
 check as skipped only when a run that planned it ended without failing. A check result recorded
@@ -59,7 +58,6 @@ from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources import open_source
 from incremental_assets.sources.failures import failures_of
 from incremental_assets.spark_api import F, column_named, sql
-from incremental_assets.translator import NEXT_RUN_CHECK
 from incremental_assets.window import Window
 from incremental_assets.writers.versions import soft_deleted
 
@@ -71,7 +69,6 @@ CURSOR_FORWARD = "cursor_not_backwards"
 FRESHNESS = "freshness"
 COUNTS = "row_counts_match_source"
 LOG_RETAINED = "log_retained"
-NEXT_RUN = NEXT_RUN_CHECK
 ERROR, WARN = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
 # The severity of a failed check; cursor_not_backwards only warns after a full refresh.
 SEVERITY = {
@@ -79,18 +76,17 @@ SEVERITY = {
     CURSOR_FORWARD: ERROR,
     FRESHNESS: WARN,
     COUNTS: WARN,
-    NEXT_RUN: WARN,
     LOG_RETAINED: WARN,
 }
-# A check whose last execution failed (its run failed before evaluating it) is run again alone,
-# once, by the project's checks sensor; see the module's docstring.
-AFTER_FAILED_RUN = (
-    dg.AutomationCondition.execution_failed().newly_true() & ~dg.AutomationCondition.in_progress()
-).with_label("marked skipped after a run that failed before evaluating it")
 # Why a check reads "Skipped" after a failed run, on the check's page (its description).
 SKIPPED_WHY = (
     "Skipped after a run that failed before committing: that run left nothing new to check "
     "(a checks-only run marks it so)."
+)
+# Why primary_key_unique reads "Skipped" after a run that wrote nothing (`not_examined`).
+NOTHING_WRITTEN_WHY = (
+    "Skipped after a run that wrote no file: it examines the files a run wrote, and there were "
+    "none (the materialization's checks_not_run says so)."
 )
 # The tag of the runs the checks sensor starts: the Runs page shows it on each in its list.
 CHECKS_AFTER_FAILED_RUN = "incremental_assets/checks_only"
@@ -99,13 +95,8 @@ CHECKS_ONLY_TAGS = {CHECKS_AFTER_FAILED_RUN: "after failure"}
 
 def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
     described = {CURSOR_FORWARD: "The cursor never moves backwards."}
-    if table.cursor is not None:
-        described[NEXT_RUN] = (
-            "The cursor the next run reads from: the last run's, or one set by hand since "
-            "(incremental-assets cursor set|reset). It shows; it never fails."
-        )
     if table.mode is Mode.MERGE:
-        described[KEY_UNIQUE] = "One row per primary key in the lake."
+        described[KEY_UNIQUE] = f"One row per primary key in the lake. {NOTHING_WRITTEN_WHY}"
     if table.freshness is not None:
         described[FRESHNESS] = f"The cursor is at most {table.freshness} old."
     if table.capture == "log":
@@ -121,9 +112,8 @@ def check_specs(table: TableSpec, key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
         dg.AssetCheckSpec(
             name,
             asset=key,
-            description=description if name == NEXT_RUN else f"{description} {SKIPPED_WHY}",
+            description=f"{description} {SKIPPED_WHY}",
             blocking=name == KEY_UNIQUE and table.checks.key_unique_blocking,
-            automation_condition=AFTER_FAILED_RUN,
         )
         for name, description in described.items()
     ]

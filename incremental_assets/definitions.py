@@ -77,11 +77,15 @@ def build_definitions(
 
 def source_specs(project: Project, translator: IncrementalAssetsTranslator) -> list[dg.AssetSpec]:
     """The source tables' assets, upstream of the tables: one per key, however many tables read
-    it (the first table's spec)."""
+    it (the first table's spec, its description saying how to switch on that table's sensor)."""
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     for table in project.tables:
         spec = translator.get_source_asset_spec(table)
-        specs.setdefault(spec.key, spec)
+        if spec.key not in specs:
+            described = "\n\n".join(
+                filter(None, [spec.description, translator.source_sensor_help(table)])
+            )
+            specs[spec.key] = spec.replace_attributes(description=described)
     return list(specs.values())
 
 

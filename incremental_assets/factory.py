@@ -31,14 +31,14 @@ from incremental_assets.errors import (
 from incremental_assets.lake import LakeTable, open_lake
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.log_load import run_log_load
-from incremental_assets.metadata import TableMetadata, metadata_for
+from incremental_assets.metadata import metadata_for
 from incremental_assets.pause_points import pause_point
 from incremental_assets.pool_slots import refuse_if_freed
 from incremental_assets.progress import run_progress, spark_work
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.results import LoadResult, StoredState
 from incremental_assets.sources.failures import engine_error
-from incremental_assets.state import CursorInForce, read_state_records, read_stored_state
+from incremental_assets.state import read_stored_state
 from incremental_assets.translator import IncrementalAssetsTranslator
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def build_table_asset(
         with failing_cleanly():
             ensure_persistent_instance(context.instance, table.name)
             if spec.key not in context.selected_asset_keys:
-                yield from _checks_alone(context, project, table, lake, spark, spec.key, selected)
+                yield from _checks_alone(context, project, table, lake, spark, selected)
                 return
             with lake.lock(table.name, f"run {context.run_id}", project.lake.lock_timeout):
                 stored = read_stored_state(context.instance, spec.key)
@@ -119,9 +119,6 @@ def build_table_asset(
                 if skipped:
                     context.log.info(f"{table.name}: {skipped}")
                 metadata = metadata_for(result, checks_not_run=skipped)
-                if checks.NEXT_RUN in selected:
-                    recorded = TableMetadata.extract(metadata)
-                    check_results.append(CursorInForce.after_run(recorded, context.run_id).result())
                 refuse_if_freed(context.instance, context.run_id, table.name)
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata, check_results=check_results
@@ -136,13 +133,10 @@ def _checks_alone(
     table: TableSpec,
     lake: LakeTable,
     spark: IncrementalSparkResource,
-    key: dg.AssetKey,
     selected: set[str],
 ) -> Iterator[dg.AssetCheckResult]:
-    """The checks of a run that doesn't load the table: the cursor in force, then (unless the
-    checks sensor started the run after a failed one) `primary_key_unique` over every file."""
-    if checks.NEXT_RUN in selected:
-        yield CursorInForce.of(read_state_records(context.instance, key)).result()
+    """The checks of a run that doesn't load the table: `primary_key_unique` over every file,
+    unless the checks sensor started the run after a failed one."""
     if context.run.tags.get(checks.CHECKS_AFTER_FAILED_RUN):
         context.log.info(
             f"{table.name}: checks only, nothing loaded: the run before failed without "

@@ -30,8 +30,9 @@ TABLE_NAME = "dagster/table_name"
 COLUMN_SCHEMA = "dagster/column_schema"
 
 # A source asset's observation (`sensors.py`): the table whose sensor saw it, the source's newest
-# cursor (or newest file), the cursor the table's next run reads from, what a run would read now,
-# and how far the lake is behind (a time cursor).
+# cursor (or newest file), the cursor the table's next run reads from, what a run would read now
+# (rows past that cursor, or files), and how far the lake is behind (a time cursor: in seconds,
+# and as a person reads it, `2 h 5 min`).
 OBSERVED_FOR = "table"
 NEWEST_CURSOR = "newest_cursor"
 NEWEST_FILE = "newest_file_modified"
@@ -39,6 +40,7 @@ LAKE_CURSOR = "lake_cursor"
 ROWS_WAITING = "rows_waiting"
 FILES_WAITING = "files_waiting"
 BEHIND_SECONDS = "behind_seconds"
+BEHIND = "behind"
 # A table captured from the log: the log the slot keeps, and how far the log's end is past the
 # position the lake recorded (bytes).
 LOG_RETAINED_BYTES = "log_retained_bytes"

@@ -30,6 +30,7 @@ from incremental_assets.sources.base import Cursor, FreezeRequest
 from incremental_assets.sources.database import (
     Connection,
     Database,
+    Query,
     described,
     fetch_row,
     fetch_rows,
@@ -37,6 +38,7 @@ from incremental_assets.sources.database import (
 from incremental_assets.sources.freeze_sql import freeze, newest_loadable, relation_of
 from incremental_assets.sources.listing import source_files
 from incremental_assets.sources.pg_slot import names_of
+from incremental_assets.window import Window, render_window
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class Probe:
     # past it), as exact text; for files, the newest file's modification time. None: a table
     # without a cursor, or nothing loadable.
     newest: str | None = None
-    # Rows (a database) or files a run would read now; None when not counted.
+    # Rows past the stored cursor (a database), or files, a run would read now; None when not
+    # counted.
     waiting: int | None = None
     # `capture: log`: the log the table's replication slot keeps (PostgreSQL; None: no slot
     # yet), and the log's end past the recorded position, in bytes
@@ -127,7 +130,7 @@ def _newest_cursor(
     The same statements as a run's freeze (`sources/freeze_sql.py`), so rows a run would hold
     back don't ask for a run, and what a run would refuse fails the tick with the same message.
     When `count_when` says so, the rows a run would read now are counted by the run's own bounds
-    query.
+    query, less those at the stored cursor: every run reads them again, and the lake holds them.
     """
     assert table.cursor is not None
     relation = relation_of(table)
@@ -143,11 +146,23 @@ def _newest_cursor(
         timezone=table.timezone,
         limits=time_limits(table, kind),
     )
-    run = lambda sql: fetch_row(conn, sql)  # noqa: E731
+    run: Query = lambda sql: fetch_row(conn, sql)  # noqa: E731
     newest = newest_loadable(table, database, request, run)
     text = None if newest is None else format_cursor(kind, newest)
-    waiting = freeze(table, database, request, run).rows if count_when(text) else None
+    waiting = None
+    if count_when(text):
+        read = freeze(table, database, request, run).rows
+        waiting = max(0, read - _rows_at(table, database, request, run))
     return Probe(None if newest is None or newest == previous else text, text, waiting)
+
+
+def _rows_at(table: TableSpec, database: Database, request: FreezeRequest, run: Query) -> int:
+    """The source's rows whose cursor is the stored one (none before a first run)."""
+    if request.lower is None:
+        return 0
+    column, kind = request.cursor.column, request.cursor.type
+    at = render_window(Window(column, kind, request.lower, request.lower), database.dialect)
+    return int(run(f"SELECT count(*) AS n FROM {relation_of(table)} WHERE {at}")["n"])
 
 
 def _column_type(

@@ -14,23 +14,26 @@ changed since the table's last one, so the UI shows how far behind each table is
 
 The checks sensor (`build_checks_sensor`) runs a table's checks alone after a run that failed
 before evaluating them, so that Dagster shows them skipped, not "Execution failed" (`checks.py`).
-It ticks every `CHECKS_INTERVAL`: each tick of a sensor writes several INFO lines to the daemon's
-log (`make ui`'s terminal), whatever the sensor finds, and a check shown "Execution failed" a few
-minutes longer after a failed run costs nothing.
+Dagster's daemon writes INFO lines to its log (`make ui`'s terminal) at every tick of every
+sensor, whatever the sensor finds and however it says so (a `SkipReason` or nothing): two for a
+plain sensor, and for an automation-condition sensor about seven plus one per check it evaluates,
+which is why this one is a plain sensor. It ticks every `CHECKS_INTERVAL`: a check shown
+"Execution failed" a few minutes longer after a failed run costs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
-from incremental_assets.checks import CHECKS_ONLY_TAGS
+from incremental_assets.checks import CHECKS_AFTER_FAILED_RUN, CHECKS_ONLY_TAGS
 from incremental_assets.config import FilesSourceSpec, Project, TableSpec
-from incremental_assets.cursor import parse_cursor
+from incremental_assets.lag import readable_duration, seconds_behind
 from incremental_assets.metadata import (
+    BEHIND,
     BEHIND_SECONDS,
     FILES_WAITING,
     LAKE_CURSOR,
@@ -84,20 +87,51 @@ def build_sensors(
 
 
 def build_checks_sensor(name: str, checks: Sequence[dg.AssetCheckKey]) -> dg.SensorDefinition:
-    """Evaluates the checks' `AFTER_FAILED_RUN` condition every `CHECKS_INTERVAL`, running from
-    the start: a check a failed run left unevaluated is run again alone, once, in a checks-only
-    run that records nothing (`checks.py`)."""
-    return dg.AutomationConditionSensorDefinition(
-        name,
-        target=dg.AssetSelection.checks(*checks),
-        default_status=dg.DefaultSensorStatus.RUNNING,
+    """Every `CHECKS_INTERVAL`, running from the start: the checks a failed run planned and left
+    unevaluated are run again alone, once, in a checks-only run that records nothing
+    (`checks.py`)."""
+
+    @dg.sensor(
+        name=name,
         minimum_interval_seconds=int(CHECKS_INTERVAL.total_seconds()),
-        run_tags=CHECKS_ONLY_TAGS,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        target=dg.AssetSelection.checks(*checks),
         description="Marks skipped, in a checks-only run that loads nothing, the checks of a run "
         'that failed before evaluating them, which Dagster would otherwise show as "Execution '
         'failed". Dagster can only show a check skipped in a run that did not fail: a check '
         "result recorded without a run is passed or failed.",
     )
+    def mark_checks_skipped(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        left = checks_left_by_failed_runs(context.instance, checks)
+        if not left:
+            return dg.SkipReason("no failed run left checks unevaluated")
+        return dg.RunRequest(
+            run_key=f"after failed runs {' '.join(sorted(set(left.values())))}",
+            asset_selection=[],
+            asset_check_keys=sorted(left, key=lambda key: key.to_user_string()),
+            tags=CHECKS_ONLY_TAGS,
+        )
+
+    return mark_checks_skipped
+
+
+def checks_left_by_failed_runs(
+    instance: dg.DagsterInstance, checks: Sequence[dg.AssetCheckKey]
+) -> dict[dg.AssetCheckKey, str]:
+    """The checks whose latest execution a failed run planned and never evaluated (Dagster shows
+    them "Execution failed"), with that run's id. A checks-only run that failed is not run again:
+    it would fail the same way at every tick."""
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(checks))
+    planned = {key: r.run_id for key, r in latest.items() if r.status.value == "PLANNED"}
+    if not planned:
+        return {}
+    failed = instance.get_run_records(
+        dg.RunsFilter(run_ids=list(set(planned.values())), statuses=[dg.DagsterRunStatus.FAILURE])
+    )
+    again = {
+        r.dagster_run.run_id for r in failed if CHECKS_AFTER_FAILED_RUN not in r.dagster_run.tags
+    }
+    return {key: run for key, run in planned.items() if run in again}
 
 
 def build_pool_guard_sensor(name: str, pools: Sequence[str]) -> dg.SensorDefinition:
@@ -266,25 +300,14 @@ def _observation(
             return []
         metadata[NEWEST_CURSOR] = probe.newest
         metadata[ROWS_WAITING] = probe.waiting
-        behind = _seconds_behind(stored, probe.newest)
+        behind = seconds_behind(stored.cursor_type, stored.cursor, probe.newest)
         if behind is not None:
             metadata[BEHIND_SECONDS] = behind
+            metadata[BEHIND] = readable_duration(behind)
         unchanged = False
     if unchanged:
         return []
     return [dg.AssetObservation(asset_key=source_key, metadata=metadata)]
-
-
-def _seconds_behind(stored: StoredState, newest: str) -> float | None:
-    """How far the lake's cursor is behind the source's newest, for a date or time cursor."""
-    kind = stored.cursor_type
-    if kind is None or not kind.is_temporal or stored.cursor is None:
-        return None
-    lake, source = parse_cursor(kind, stored.cursor), parse_cursor(kind, newest)
-    assert isinstance(lake, date) and isinstance(source, date)
-    if not isinstance(lake, datetime) or not isinstance(source, datetime):
-        return float((source - lake).days * 86_400)
-    return round((source - lake).total_seconds(), 3)
 
 
 def run_key_for(table: TableSpec, records: StateRecords, new: str) -> str:

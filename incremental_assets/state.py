@@ -9,16 +9,14 @@ runless *observation* carrying the same keys plus `cursor_action`. Observations 
 asset as updated (nothing downstream runs because of them). The reader honours the latest such
 observation if it came after the latest materialization, and the materialization otherwise.
 
-What the reader settles on is what the asset's page shows as the check `next_run_reads_from`
-(`CursorInForce`): every run evaluates it with the cursor it recorded, and a `cursor set|reset`
-records it beside its observation, so the page shows the cursor a run would read before any run.
+A `cursor set|reset` observation's description says what the next run reads (`next_run_reads`),
+so the asset's Events tab shows it before any run; after a run, its materialization's `cursor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -26,7 +24,6 @@ from incremental_assets.cursor import CursorType
 from incremental_assets.lake import LakeHead
 from incremental_assets.metadata import TableMetadata, override_metadata
 from incremental_assets.results import StoredState
-from incremental_assets.translator import NEXT_RUN_CHECK
 
 
 @dataclass(frozen=True)
@@ -118,75 +115,17 @@ def record_cursor_override(
     """Record a hand-set cursor (None: the next run extracts everything), or the lake table a
     conversion made (`converted`), as a runless observation."""
     metadata = override_metadata(previous, cursor, cursor_column, cursor_type, note, converted)
-    instance.report_runless_asset_event(dg.AssetObservation(asset_key=asset_key, metadata=metadata))
-    if cursor_column:  # a table with a cursor: its page shows the one the next run reads from
-        in_force = CursorInForce.of(read_state_records(instance, asset_key))
-        instance.report_runless_asset_event(in_force.evaluation(asset_key))
+    action = TableMetadata.extract(metadata).cursor_action or "set"
+    observation = dg.AssetObservation(
+        asset_key=asset_key, metadata=metadata, description=next_run_reads(cursor, action, note)
+    )
+    instance.report_runless_asset_event(observation)
 
 
-@dataclass(frozen=True)
-class CursorInForce:
-    """The cursor the next run reads from, as the check `next_run_reads_from` shows it: the
-    cursor of the state the reader settles on, and where that state came from."""
-
-    cursor: str | None
-    column: str | None
-    # `set` or `reset` by hand (`convert` keeps the cursor), or None: recorded by a run, or none.
-    action: str | None
-    origin: str
-
-    @classmethod
-    def of(cls, records: StateRecords) -> CursorInForce:
-        """What the reader settles on: a hand-set cursor after the last run, or that run's."""
-        record = records.latest
-        if record is None:
-            return cls(None, None, None, "no run has recorded a cursor yet")
-        data = record_of(record)
-        at = datetime.fromtimestamp(record.timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        if record is records.override:
-            origin = f"cursor {data.cursor_action} at {at}: {data.note}"
-        else:
-            origin = f"recorded by run {record.event_log_entry.run_id} at {at}"
-        return cls(data.cursor, data.cursor_column, data.cursor_action, origin)
-
-    @classmethod
-    def after_run(cls, recorded: TableMetadata, run_id: str) -> CursorInForce:
-        """What a run that records `recorded` leaves for the next one."""
-        return cls(recorded.cursor, recorded.cursor_column, None, f"recorded by run {run_id}")
-
-    @property
-    def description(self) -> str:
-        if self.cursor is not None:
-            return f"The next run reads from {self.cursor} ({self.origin})."
-        if self.action == "reset":
-            return f"The next run reads everything and replaces the table ({self.origin})."
-        return f"The next run reads everything ({self.origin})."
-
-    @property
-    def metadata(self) -> dict[str, dg.MetadataValue]:
-        return {
-            "cursor": dg.MetadataValue.text(self.cursor or ""),
-            "cursor_column": dg.MetadataValue.text(self.column or ""),
-            "recorded_by": dg.MetadataValue.text(self.origin),
-        }
-
-    def result(self) -> dg.AssetCheckResult:
-        """The check's result, for a step of the table's asset."""
-        return dg.AssetCheckResult(
-            check_name=NEXT_RUN_CHECK,
-            passed=True,
-            severity=dg.AssetCheckSeverity.WARN,
-            metadata=self.metadata,
-            description=self.description,
-        )
-
-    def evaluation(self, asset_key: dg.AssetKey) -> dg.AssetCheckEvaluation:
-        """The check's evaluation, recorded without a run (beside a hand-set cursor)."""
-        return dg.AssetCheckEvaluation(
-            asset_key=asset_key,
-            check_name=NEXT_RUN_CHECK,
-            passed=True,
-            severity=dg.AssetCheckSeverity.WARN,
-            metadata=self.metadata,
-            description=self.description,
-        )
+def next_run_reads(cursor: str | None, action: str, note: str) -> str:
+    """What the next run reads after a `cursor set|reset`, or a conversion (`convert`)."""
+    what = f"from {cursor}" if cursor is not None else "everything"
+    if action == "reset":
+        what += " and replaces the table"
+    how = "the lake table was converted" if action == "convert" else f"cursor {action} by hand"
+    return f"The next run reads {what}: {how} ({note})."

@@ -30,9 +30,10 @@ AUTOMATION_SENSOR = "incremental_assets_automation_sensor"
 CHECKS_SENSOR = "incremental_assets_mark_checks_skipped"
 POOL_GUARD_SENSOR = "incremental_assets_pool_guard"
 MAINTENANCE_JOB = "incremental_assets_maintenance"
-# The check that shows the cursor the next run reads from (checks.py evaluates it).
-NEXT_RUN_CHECK = "next_run_reads_from"
 TABLE_METADATA_KEY = "incremental_assets/table"
+# Ends the last part of a source table's asset key (`shop/public/orders_source`): Dagster's graph
+# shows only that part, which would otherwise read as the lake table's name.
+SOURCE_SUFFIX = "_source"
 # Dagster's kind for a database source (its icon in the UI); a files source is `files`.
 SOURCE_KINDS = {"postgres": "postgres", "mysql": "mysql"}
 # Where the documentation (the repository's docs/ folder) is published, for the UI's links, or
@@ -101,9 +102,11 @@ class IncrementalAssetsTranslator:
         point for its key, group, kind and metadata; the lake table's asset depends on its key.
 
         Its key is `[*key_prefix, <source>, *<the table's name in the source>]`, each part made a
-        valid Dagster name (`shop/public/orders`, `landing/events`; a query's is
-        `<source>/<table>_query`): stable, and the same for two tables reading one source table,
-        which share the asset.
+        valid Dagster name and the last one ending in `_source` (`shop/public/orders_source`,
+        `landing/events_source`; a query's is `<source>/<table>_query`): Dagster's graph and
+        lists show a key's last part, which then tells the source from its lake table at a
+        glance. Stable, and the same for two tables reading one source table, which share the
+        asset.
         """
         metadata: dict[str, dg.MetadataValue | str] = {"source": self.source_text(table)}
         if isinstance(table.source, JdbcSourceSpec):
@@ -124,10 +127,20 @@ class IncrementalAssetsTranslator:
             description=(
                 f"{what[0].upper()}{what[1:]} of source {table.source.name}"
                 f"{' (' + origin + ')' if origin else ''}, which incremental_assets reads and "
-                "never writes. Its observations, recorded by the table's source sensor when it "
-                "runs, say how far the source is ahead of the lake."
+                "never writes."
             ),
             metadata=metadata,
+        )
+
+    def source_sensor_help(self, table: TableSpec) -> str:
+        """What records the source asset's observations, and how to switch it on (markdown):
+        the definitions add it to the source asset's description."""
+        sensor = self.sensor_name(table)
+        return (
+            f"Its observations say how far the source is ahead of the lake; the sensor "
+            f"`{sensor}` records them while it runs. Sensors start stopped unless the table's "
+            "configuration says `sensor: true`: start it on the UI's Automation page, or with "
+            f"`dagster sensor start {sensor}`."
         )
 
     def source_asset_key(self, table: TableSpec) -> dg.AssetKey:
@@ -281,7 +294,9 @@ class IncrementalAssetsTranslator:
         docs = self.docs_url(page, anchor)
         how = f" ([{title.lower()}]({docs}))" if docs else f" (docs/{page}, *{title}*)"
         return (
-            f"The cursor the next run reads from is the check `{NEXT_RUN_CHECK}`. Move it with "
+            "The cursor the next run reads from is the latest materialization's `cursor`, or, "
+            "after a `cursor set|reset`, its observation's (the Events tab says what the next "
+            f"run reads). Move it with "
             f'`incremental-assets cursor set {table.name} <value> --reason "..."`, or '
             f'`incremental-assets cursor reset {table.name} --reason "..."` to reload '
             f"everything{how}."
@@ -290,15 +305,16 @@ class IncrementalAssetsTranslator:
 
 def _source_key_parts(table: TableSpec) -> list[str]:
     """`<source>` then the table's name in the source, split at its dots (a database table) or
-    slashes (files), each part a valid Dagster name."""
+    slashes (files), each part a valid Dagster name, the last one ending in `_source`; a query's
+    `<table>_query`."""
+    if isinstance(table.source, JdbcSourceSpec) and table.query is not None:
+        return [_key_part(table.source.name), _key_part(f"{table.name}_query")]
     if isinstance(table.source, JdbcSourceSpec):
-        if table.query is not None:
-            parts = [f"{table.name}_query"]
-        else:
-            parts = _split_name(table.table or table.name, ".")
+        parts = _split_name(table.table or table.name, ".")
     else:
         parts = [p for p in (table.table or "").split("/") if p] or [table.name]
-    return [_key_part(table.source.name), *(_key_part(p) for p in parts)]
+    named = [_key_part(table.source.name), *(_key_part(p) for p in parts)]
+    return [*named[:-1], f"{named[-1]}{SOURCE_SUFFIX}"]
 
 
 def _split_name(text: str, separator: str) -> list[str]:

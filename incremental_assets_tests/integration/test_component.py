@@ -122,7 +122,7 @@ def test_dg_lists_checks_and_launches_the_tables(tmp_path: Path, pg: Schema, con
     assert listed.returncode == 0, _plain(listed.stderr)[-3000:]
     assets = json.loads(listed.stdout)["assets"]
     # The table, and upstream of it the source table it reads (under the same key prefix).
-    assert [a["asset_key"] for a in assets] == [f"shop/db/{pg.name}/orders", "shop/orders"]
+    assert [a["asset_key"] for a in assets] == [f"shop/db/{pg.name}/orders_source", "shop/orders"]
     assert checked.returncode == 0, _plain(checked.stdout + checked.stderr)[-3000:]
     assert launched.returncode == 0, _plain(launched.stderr)[-3000:]
     # lake: ./lake there, an Iceberg table (the default) named after the op, key prefix included
@@ -207,5 +207,5 @@ def test_a_defs_yaml_keeps_numbers_exact_and_paths_relative_to_its_folder(
             assert lake == str(folder.resolve() / "lake")
             assert {spec.key for spec in defs.resolve_all_asset_specs()} == {
                 dg.AssetKey("amounts"),
-                dg.AssetKey(["drop", "amounts"]),  # its source, upstream of it
+                dg.AssetKey(["drop", "amounts_source"]),  # its source, upstream of it
             }

@@ -117,7 +117,7 @@ def test_dg_lists_both_tables_and_dg_check_defs_fails_on_the_bad_one(tmp_path: P
     assert listed.returncode == 0, _plain(listed.stderr)[-3000:]
     assets = json.loads(listed.stdout)["assets"]
     # The two tables, and the source the valid one reads.
-    assert sorted(a["asset_key"] for a in assets) == ["events", "landing/events", "orders"]
+    assert sorted(a["asset_key"] for a in assets) == ["events", "landing/events_source", "orders"]
     output = _plain(checked.stdout + checked.stderr)
     assert checked.returncode == 1, output[-3000:]
     # The attributes' typed schema stops it first, pointing at the line of the bad field.

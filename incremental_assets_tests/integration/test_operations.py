@@ -38,7 +38,6 @@ def test_checks_run_with_the_materialization(loads: Loads, pg: Schema) -> None:
         "cursor_not_backwards",
         "freshness",
         "row_counts_match_source",
-        "next_run_reads_from",
     }
     assert checks["primary_key_unique"].passed and checks["cursor_not_backwards"].passed
     assert checks["row_counts_match_source"].passed

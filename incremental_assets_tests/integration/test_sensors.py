@@ -16,11 +16,13 @@ import pytest
 
 from incremental_assets.cli import main as cli
 from incremental_assets.config import Project
+from incremental_assets.cursor import CursorType
 from incremental_assets.definitions import build_definitions
 from incremental_assets.errors import SourceError
 from incremental_assets.factory import build_table_asset
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import evaluate
+from incremental_assets.state import read_stored_state, record_cursor_override
 from incremental_assets.translator import IncrementalAssetsTranslator
 from incremental_assets_tests.support.databases import SourceDb
 from incremental_assets_tests.support.mariadb import Database
@@ -104,10 +106,38 @@ def test_a_tick_records_how_far_the_source_is_ahead_of_the_lake_when_that_change
     assert first == {"table": "orders", "lake_cursor": "", "newest_cursor": "20", "rows_waiting": 2}
     assert unchanged is None  # nothing moved: nothing recorded
     assert more is not None and (more["newest_cursor"], more["rows_waiting"]) == ("30", 3)
-    # Caught up: the next run would read only the row at the cursor again.
+    # Caught up: the row at the cursor, which every run reads again, is in the lake already.
     assert caught_up is not None
     assert (caught_up["lake_cursor"], caught_up["newest_cursor"]) == ("30", "30")
-    assert caught_up["rows_waiting"] == 1
+    assert caught_up["rows_waiting"] == 0
+
+
+def test_a_tick_says_how_far_behind_a_time_cursor_is_in_seconds_and_readably(
+    make_project: ProjectBuilder, db: SourceDb, instance: dg.DagsterInstance
+) -> None:
+    db.execute("CREATE TABLE orders (id int PRIMARY KEY, at timestamp NOT NULL)")
+    db.execute(
+        "INSERT INTO orders VALUES (1, '2025-01-01 00:00:00'), (2, '2025-01-01 00:00:00'), "
+        "(3, '2025-01-01 02:05:00')"
+    )
+    project = make_project(db, DEFAULTS, cursor="at")
+    table = project.table("orders")
+    previous = read_stored_state(instance, dg.AssetKey("orders"))
+    record_cursor_override(
+        instance,
+        dg.AssetKey("orders"),
+        previous,
+        "2025-01-01T00:00:00.000000",
+        "at",
+        CursorType.TIMESTAMP,
+        "as if a run had loaded the first two",
+    )
+
+    _, observed = _tick(instance, project, None)
+
+    assert observed is not None and table.name == observed["table"]
+    assert (observed["behind_seconds"], observed["behind"]) == (7_500.0, "2 h 5 min")
+    assert observed["rows_waiting"] == 1  # the two rows at the cursor are not waiting
 
 
 def _files_table(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
@@ -138,7 +168,7 @@ def test_a_files_tick_records_the_files_waiting_for_a_run(
     assert two is not None and two["files_waiting"] == 2
     assert IncrementalAssetsTranslator(project.lake).source_asset_key(
         project.table("events")
-    ) == dg.AssetKey(["drop", "events"])
+    ) == dg.AssetKey(["drop", "events_source"])
 
 
 def test_a_table_without_a_cursor_is_watched_through_its_change_counters(

@@ -1,13 +1,16 @@
 """The Dagster UI, in a real headless browser (Debian's chromium driven by Playwright).
 
 Two materializations of the demo's orders into a DAGSTER_HOME holding the shipped dagster.yaml, a
-table whose first run failed, then `dagster dev` on it. The UI must show: the source table as an
-asset upstream of the lake table; the asset's cursor, row counts, description (with the command
-that moves the cursor) and column schema; plots of quantities only; the checks that ran with the
-materialization; a cursor set from the CLI as the one the next run reads, before that run, and
-the run reading it; and the failed first run's checks as skipped, never failed, by a checks-only
-run the Runs page names as such, from a sensor that ticks every few minutes. The screenshots
-are kept in test-artifacts/ (docs/images/ holds copies).
+table whose first run failed, a table whose configuration is wrong, then `dagster dev` on it. The
+UI must show: the source table as an asset upstream of the lake table, labelled apart from it on
+the graph, its description saying how to start its sensor; the bad table beside the good ones,
+saying what is wrong (and `incremental-assets status` listing the good ones and naming it); the
+asset's cursor, row counts, description (with the command that moves the cursor) and column
+schema; plots of quantities only; the checks that ran with the materialization, none of them a
+value dressed as a verdict; a cursor set from the CLI as what the next run reads, before that
+run, and the run reading it; and the failed first run's checks as skipped, never failed, by a
+checks-only run the Runs page names as such, from a sensor that ticks every few minutes. The
+screenshots are kept in test-artifacts/ (docs/images/ holds copies).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -65,7 +69,11 @@ ORDERS = {
 }
 # Its landing folder never arrives: its first run fails before it commits anything.
 RETURNS = {**ORDERS, "name": "returns", "table": "returns", "delete_column": None}
+# A typo in its mode: the UI shows it beside the others, every run of it failing with the problem.
+REFUNDS = {"name": "refunds", "source": "export", "table": "refunds", "mode": "upsert"}
+BAD_MODE = "table 'refunds', field 'mode': 'upsert' is not one of its values"
 SET_CURSOR = "2025-01-02T00:00:00.000000+00:00"
+NEXT_RUN_READS = f"The next run reads from {SET_CURSOR}: cursor set by hand (replay"
 CHECKS = """
 query ($path: [String!]!) {
   assetNodeOrError(assetKey: {path: $path}) {
@@ -89,10 +97,11 @@ class Loaded:
 @pytest.fixture
 def loaded(tmp_path: Path, spark_resource: IncrementalSparkResource) -> Loaded:
     """A DAGSTER_HOME holding two materializations of the demo's orders, a failed first run of
-    `returns`, and one observation of the orders' source by its sensor."""
+    `returns`, and one observation of the orders' source by its sensor; then the configuration
+    gains `refunds`, whose mode is wrong."""
     landing = tmp_path / "landing"
     seed(landing)
-    config = {
+    config: dict[str, Any] = {
         "lake": {"path": str(tmp_path / "lake")},
         "sources": {"export": {"type": "files", "path": str(landing)}},
         "tables": [ORDERS, {k: v for k, v in RETURNS.items() if v is not None}],
@@ -112,6 +121,8 @@ def loaded(tmp_path: Path, spark_resource: IncrementalSparkResource) -> Loaded:
         assert isinstance(tick, dg.SensorResult) and tick.asset_events
         for event in tick.asset_events:
             instance.report_runless_asset_event(event)  # as the sensor's tick records it
+    with_refunds = {**config, "tables": [*config["tables"], REFUNDS]}
+    Path(project.path).write_text(yaml.safe_dump(with_refunds, sort_keys=False))
     return Loaded(home, project)
 
 
@@ -199,19 +210,18 @@ def _check_page(page: Page, url: str, table: str, check: str) -> str:
     return page.inner_text("body")
 
 
-def _set_cursor(loaded: Loaded, value: str, reason: str) -> None:
+def _cli(loaded: Loaded, *args: str) -> subprocess.CompletedProcess[str]:
+    """`incremental-assets <args>` on the project, as a user runs it."""
+    command = str(Path(sys.executable).with_name("incremental-assets"))
     done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("incremental-assets")),
-            *("--config", loaded.project.path, "cursor", "set", "orders", value),
-            *("--reason", reason),
-        ],
+        [command, "--config", loaded.project.path, *args],
         env={**os.environ, "DAGSTER_HOME": str(loaded.home)},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    return done
 
 
 def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
@@ -223,13 +233,24 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1200})
 
-        # The source table is an asset upstream of the lake table, drawn with an edge to it.
+        # The source table is an asset upstream of the lake table, drawn with an edge to it and
+        # labelled apart from it; the bad table beside the good ones.
         _open(page, f"{url}/asset-groups/export", first=True)
         page.get_by_text("files", exact=True).first.wait_for(timeout=60_000)
         page.wait_for_timeout(2_000)
         lineage = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "lineage.png"))
         orders = _asset(page, url, ["orders"])
+
+        _open(page, f"{url}/assets/export/orders_source")
+        page.get_by_text("dagster sensor start", exact=False).first.wait_for(timeout=30_000)
+        source_page = page.inner_text("body")
+
+        _open(page, f"{url}/assets/refunds")
+        page.get_by_text("Not loaded", exact=False).first.wait_for(timeout=30_000)
+        bad_table = page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "bad-table.png"), full_page=True)
+        status = _cli(loaded, "status")
 
         # The asset's page: the cursor, counts, schema, and how to move the cursor.
         _open(page, f"{url}/assets/orders")
@@ -254,13 +275,14 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         page.screenshot(path=str(ARTIFACTS / "asset-checks.png"), full_page=True)
 
         # A cursor set from the CLI is on the page before any run, and the next run reads it.
-        _set_cursor(loaded, "2025-01-02T00:00:00Z", "replay from Jan 2")
-        hand_set = _check_page(page, url, "orders", "next_run_reads_from")
+        _cli(loaded, "cursor", "set", "orders", "2025-01-02T00:00:00Z", "--reason", "replay")
+        _open(page, f"{url}/assets/orders?view=events")
+        page.get_by_text(NEXT_RUN_READS, exact=False).first.wait_for(timeout=30_000)
+        hand_set = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "cursor-set-by-hand.png"), full_page=True)
         with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
             run = materialize(loaded.project, "orders", instance, spark_resource)
         assert run.success
-        after_run = _check_page(page, url, "orders", "next_run_reads_from")
         _open(page, f"{url}/assets/orders?view=events")
         page.get_by_text("previous_cursor", exact=True).first.wait_for(timeout=30_000)
         replayed = page.inner_text("body")
@@ -281,8 +303,19 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         page.screenshot(path=str(ARTIFACTS / "runs-after-failure.png"), full_page=True)
         browser.close()
 
-    assert orders["dependencyKeys"] == [{"path": ["export", "orders"]}]
-    assert lineage.count("orders") >= 2 and "files" in lineage  # the source's node and kind
+    assert orders["dependencyKeys"] == [{"path": ["export", "orders_source"]}]
+    # The graph's labels: the source's node apart from the lake table's, of the source's kind.
+    labels = lineage.split()
+    assert {"orders_source", "orders", "returns_source", "returns", "refunds"} <= set(labels)
+    assert "files" in labels
+    assert "Automation page" in source_page
+    assert "dagster sensor start orders_source_sensor" in source_page
+    # The bad table beside the good ones, in the UI and in `incremental-assets status`.
+    assert "Not loaded: its configuration is invalid" in bad_table and BAD_MODE in bad_table
+    listed = [line.split()[0] for line in status.stdout.splitlines()[1:] if line[:1].strip()]
+    assert listed == ["orders", "returns"]
+    assert "table 'refunds' is left out until its configuration is fixed" in status.stderr
+    assert BAD_MODE in status.stderr
     assert "2025-01-03T01:00:10.000000+00:00" in overview  # the cursor
     assert "Row count" in overview and "1,040" in overview
     for column in ("customer_id", "deleted_at", "_batch"):
@@ -296,47 +329,48 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
     for key in ("cursor", "previous_cursor", "rows_extracted", "rows_written", "rows_inserted"):
         assert key in events
     assert "161" in events and "147" in events  # the second run's rows read and written
-    for check in ("cursor_not_backwards", "primary_key_unique", "next_run_reads_from"):
+    for check in ("cursor_not_backwards", "primary_key_unique"):
         assert check in checks
     assert "Passed" in checks and "Failed" not in checks
-    assert SET_CURSOR in hand_set and "replay from Jan 2" in hand_set
+    assert "next_run_reads_from" not in checks  # a value is no check
+    assert NEXT_RUN_READS in hand_set
     assert run.metadata["previous_cursor"] == SET_CURSOR
     assert SET_CURSOR in replayed  # the run's previous_cursor, as the page showed it
-    assert f"recorded by run {run.run_id}" in after_run
-    assert returns_statuses == {
-        "cursor_not_backwards": "SKIPPED",
-        "primary_key_unique": "SKIPPED",
-        "next_run_reads_from": "SUCCEEDED",
-    }
-    assert "Skipped" in returns and "Execution failed" not in returns.split("Checks (3)")[1]
+    assert returns_statuses == {"cursor_not_backwards": "SKIPPED", "primary_key_unique": "SKIPPED"}
+    assert "Skipped" in returns and "Execution failed" not in returns.split("Checks (2)")[1]
     assert SKIPPED_WHY in returns  # why, on the check's page
     # A checks-only run: no asset, the three checks, and said so where it is listed.
     with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
         (marking,) = instance.get_runs(dg.RunsFilter(tags={SENSOR_NAME_TAG: CHECKS_SENSOR}))
     assert marking.status == dg.DagsterRunStatus.SUCCESS and not marking.asset_selection
     assert {key.asset_key.path[0] for key in marking.asset_check_selection or ()} == {"returns"}
-    assert len(marking.asset_check_selection or ()) == 3
+    assert len(marking.asset_check_selection or ()) == 2
     assert "incremental_assets/checks_only: after failure" in runs_page
     assert CHECKS_SENSOR in runs_page and "Failure" in runs_page
-    # The checks sensor's ticks, each several INFO lines of the daemon's: one per 5 minutes.
-    ticks, seconds = _ticks(tmp_path / "dagster-dev.log", CHECKS_SENSOR)
+    # The checks sensor's ticks: one per 5 minutes, each two INFO lines of the daemon's (the
+    # tick, and why it skipped), and three more for the tick that launched the checks-only run.
+    ticks, seconds, lines = _ticks(tmp_path / "dagster-dev.log", CHECKS_SENSOR)
     assert 1 <= ticks <= 1 + seconds // 300, (ticks, seconds)
+    assert len(lines) <= 2 * ticks + 3, lines
     # The test's window may be shorter than Dagster's default 30 seconds: the interval as the
     # project's definitions give it to Dagster says the rest.
     served = build_definitions(loaded.project).resolve_sensor_def(CHECKS_SENSOR)
     assert served.minimum_interval_seconds == 300
 
 
-def _ticks(log: Path, sensor: str) -> tuple[int, float]:
-    """How many ticks of `sensor` the daemon logged, and over how many seconds of its log."""
+def _ticks(log: Path, sensor: str) -> tuple[int, float, list[str]]:
+    """How many ticks of `sensor` the daemon logged, over how many seconds of its log, and the
+    daemon's lines naming it."""
     lines = log.read_text().splitlines()
     stamps = [
         datetime.strptime(found.group(), "%Y-%m-%d %H:%M:%S %z")
         for found in map(_STAMP.search, lines)
         if found
     ]
-    finished = f"Finished auto-materialization tick for {sensor} "
-    return sum(finished in line for line in lines), (stamps[-1] - stamps[0]).total_seconds()
+    daemon = [line for line in lines if "dagster.daemon" in line and sensor in line]
+    started = f"Checking for new runs for sensor: {sensor}"
+    ticks = sum(line.rstrip().endswith(started) for line in daemon)
+    return ticks, (stamps[-1] - stamps[0]).total_seconds(), daemon
 
 
 # When a line of `dagster dev`'s log was written (its lines may start with colour codes).

@@ -81,9 +81,9 @@ def test_each_source_table_is_an_external_asset_upstream_of_its_table(
 ) -> None:
     specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
     sources = {
-        "orders": dg.AssetKey(["raw", "shop", "public", "orders"]),
-        "events": dg.AssetKey(["raw", "landing", "events"]),
-        "countries": dg.AssetKey(["raw", "shop", "public", "countries"]),
+        "orders": dg.AssetKey(["raw", "shop", "public", "orders_source"]),
+        "events": dg.AssetKey(["raw", "landing", "events_source"]),
+        "countries": dg.AssetKey(["raw", "shop", "public", "countries_source"]),
     }
     for table, source in sources.items():
         assert [dep.asset_key for dep in specs[dg.AssetKey(["raw", table])].deps] == [source]
@@ -93,6 +93,11 @@ def test_each_source_table_is_an_external_asset_upstream_of_its_table(
     assert specs[sources["events"]].kinds == {"files"}
     assert specs[sources["events"]].group_name == "landing"
     assert specs[sources["orders"]].metadata["dagster/table_name"].value == "public.orders"
+    # How to switch on the sensor that records its observations, which starts stopped.
+    assert "`raw__orders_source_sensor`" in (specs[sources["orders"]].description or "")
+    assert "dagster sensor start raw__orders_source_sensor" in (
+        specs[sources["orders"]].description or ""
+    )
 
 
 def test_source_keys_are_valid_names_stable_and_shared_by_the_tables_reading_one(
@@ -113,10 +118,14 @@ def test_source_keys_are_valid_names_stable_and_shared_by_the_tables_reading_one
 
     assert keys["odd"].path[:3] == ["raw", "shop", "public"]
     assert keys["odd"].path[3].startswith("order_items_")  # the dash replaced, a digest added
-    assert keys["also_odd"] == dg.AssetKey(["raw", "shop", "public", "order_items"])
+    assert keys["also_odd"] == dg.AssetKey(["raw", "shop", "public", "order_items_source"])
     assert keys["countries_again"] == keys["countries"]  # one source table, one asset
     assert keys["totals"] == dg.AssetKey(["raw", "shop", "totals_query"])
     assert keys["drops"].path[:3] == ["raw", "landing", "drops"]
+    # Dagster's graph shows a key's last part: a source's never reads as its lake table's.
+    for table in project.tables:
+        assert keys[table.name].path[-1] != translator.asset_key(table).path[-1]
+        assert keys[table.name].path[-1].endswith(("_source", "_query"))
     for key in keys.values():
         assert all(re.fullmatch(r"[A-Za-z0-9_]+", part) for part in key.path), key
     # Stable: the same configuration names the same keys again, in another process too.
@@ -201,7 +210,6 @@ def test_automation_freshness_and_checks_reach_the_asset(tmp_path: Path) -> None
         "cursor_not_backwards",
         "primary_key_unique",
         "freshness",
-        "next_run_reads_from",
     }
 
 
