@@ -7,13 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 
-from incremental_assets.engine import engine_folder
+from incremental_assets.config import load_config
+from incremental_assets.engine import engine_folder, lease_engine, stop_engine
+from incremental_assets.jvm import POSTGRES_JDBC, jar_path
 from incremental_assets.pause_points import ENV as PAUSE_AT
+from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
@@ -33,6 +38,33 @@ def _engine(cwd: Path, env: dict[str, str], action: str) -> subprocess.Completed
     )
 
 
+def _shared_config(tmp_path: Path, sources: dict[str, Any], tables: list[dict[str, Any]]) -> Path:
+    config = write_cli_config(tmp_path, sources, tables)
+    config.write_text(config.read_text().replace("spark:\n", "spark:\n  engine: shared\n", 1))
+    return config
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """DAGSTER_HOME, its engine stopped at the end whatever the test did."""
+    yield tmp_path / "home"
+    stop_engine(tmp_path / "home")
+
+
+def _orders_table(pg: Schema, name: str) -> dict[str, Any]:
+    """A source table of 100 orders, and its entry in the configuration (source `shop`)."""
+    pg.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
+    _orders(pg, name, 1, 100)
+    return {
+        "name": name,
+        "source": "shop",
+        "table": f"{pg.name}.{name}",
+        "mode": "append",
+        "cursor": "updated_at",
+        "primary_key": ["id"],
+    }
+
+
 def _orders(pg: Schema, name: str, first: int, last: int) -> None:
     pg.execute(
         f"INSERT INTO {name} SELECT i, TIMESTAMPTZ '2025-01-01 00:00:00+00' + i * INTERVAL '1 s' "
@@ -44,22 +76,8 @@ def _orders(pg: Schema, name: str, first: int, last: int) -> None:
 def test_the_shared_engine_starts_serves_runs_fails_them_cleanly_when_killed_and_stops(
     tmp_path: Path, pg: Schema
 ) -> None:
-    tables = []
-    for name in ("orders", "refunds"):
-        pg.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, updated_at timestamptz NOT NULL)")
-        _orders(pg, name, 1, 100)
-        tables.append(
-            {
-                "name": name,
-                "source": "shop",
-                "table": f"{pg.name}.{name}",
-                "mode": "append",
-                "cursor": "updated_at",
-                "primary_key": ["id"],
-            }
-        )
-    config = write_cli_config(tmp_path, {"shop": pg.source()}, tables)
-    config.write_text(config.read_text().replace("spark:\n", "spark:\n  engine: shared\n", 1))
+    tables = [_orders_table(pg, name) for name in ("orders", "refunds")]
+    config = _shared_config(tmp_path, {"shop": pg.source()}, tables)
     env = cli_env(config, tmp_path / "home")
     # Create the instance's storage first: a brand-new DAGSTER_HOME is not safe to initialize
     # twice at once.
@@ -108,3 +126,52 @@ def test_the_shared_engine_starts_serves_runs_fails_them_cleanly_when_killed_and
     stopped = _engine(tmp_path, env, "stop")
     after = _engine(tmp_path, env, "status")
     assert stopped.stdout.strip() == "engine stopped" and after.returncode == 3
+
+
+@pytest.mark.xdist_group("engine")
+def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_fix(
+    tmp_path: Path, home: Path, pg: Schema
+) -> None:
+    """Started for a project of file drops, the engine lacks PostgreSQL's driver: a run of a
+    table added since is refused while another run uses the engine, and restarts it when none
+    does."""
+    landing = {"landing": {"type": "files", "path": str(tmp_path / "landing")}}
+    drops = {"name": "drops", "source": "landing", "table": "drops", "mode": "append"}
+    config = _shared_config(tmp_path, landing, [drops])
+    env = cli_env(config, home)
+    dg.DagsterInstance.from_config(str(home)).dispose()
+    assert _engine(tmp_path, env, "start").returncode == 0
+    drops_session = IncrementalSparkResource.from_spec(load_config(config).project.spark)
+
+    orders = _orders_table(pg, "orders")
+    _shared_config(tmp_path, {**landing, "shop": pg.source()}, [drops, orders])
+    driver = jar_path(POSTGRES_JDBC)
+    # Only in spark.jars: the tests' JVMs have every driver on their class path already.
+    lacking = f"the jar {driver.name} ({driver}, in spark.jars)"
+    status = _engine(tmp_path, env, "status")
+    assert status.returncode == 4, status.stdout
+    assert f"started without what the configuration now needs: {lacking}." in status.stdout
+    assert status.stdout.rstrip().endswith("Fix: `incremental-assets engine restart`")
+
+    # While a run of the drops holds the engine, the orders' run is refused, naming the fix.
+    lease = lease_engine(home, drops_session.spark_config)
+    assert lease is not None and not lease.restarted_for
+    refused = run_cli(tmp_path, env, "--select", "orders")
+    assert refused.returncode != 0
+    assert (
+        f"was started without what this run's configuration needs: {lacking}. It takes these "
+        "only when it starts, and other runs are using it now, so it was not restarted. Fix: "
+        "when they have finished, run `incremental-assets engine restart` (it starts the engine "
+        "with the current configuration), then run this again."
+    ) in refused.stderr, refused.stderr[-3000:]
+    assert materializations(home, "orders") == []
+
+    # Alone on it, the run restarts it with the driver, and loads.
+    lease.release()
+    loaded = run_cli(tmp_path, env, "--select", "orders")
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    (run,) = materializations(home, "orders")
+    assert run["rows_written"] == 100
+    assert run["spark"].endswith(f", restarted for what it lacked: {lacking}")
+    assert _engine(tmp_path, env, "status").returncode == 0
+    assert _engine(tmp_path, env, "stop").stdout.strip() == "engine stopped"
