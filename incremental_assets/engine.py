@@ -28,7 +28,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -402,6 +402,9 @@ def _stop_group(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    # A server this process started (`make ui`'s) is its child: reaped once it ended, it is gone.
+    with suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     try:
         os.killpg(pid, 0)
     except (ProcessLookupError, PermissionError):

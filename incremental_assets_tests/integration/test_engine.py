@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,11 @@ from incremental_assets_tests.support.cli import (
     start_cli,
     write_cli_config,
 )
-from incremental_assets_tests.support.postgres import Schema, wait_for
+from incremental_assets_tests.support.postgres import Schema, free_port, wait_for
 from incremental_assets_tests.support.project import read_lake, rows_by
 
 CLI = str(Path(sys.executable).with_name("incremental-assets"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _engine(cwd: Path, env: dict[str, str], action: str) -> subprocess.CompletedProcess[str]:
@@ -175,3 +177,102 @@ def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_f
     assert run["spark"].endswith(f", restarted for what it lacked: {lacking}")
     assert _engine(tmp_path, env, "status").returncode == 0
     assert _engine(tmp_path, env, "stop").stdout.strip() == "engine stopped"
+
+
+@pytest.mark.xdist_group("engine")
+def test_one_ctrl_c_stops_make_ui_its_dagster_processes_and_the_engine_within_10_s(
+    tmp_path: Path, home: Path
+) -> None:
+    """`make ui` for a project of its own (this virtualenv, a DAGSTER_HOME here, a free port),
+    interrupted once as Ctrl-C does: SIGINT to make's process group."""
+    landing = {"landing": {"type": "files", "path": str(tmp_path / "landing")}}
+    drops = {"name": "drops", "source": "landing", "table": "drops", "mode": "append"}
+    config = _shared_config(tmp_path, landing, [drops])
+    stamp = tmp_path / "installed"  # the virtualenv is there: make installs nothing
+    stamp.touch()
+    port = free_port()
+    variables = {
+        "VENV": str(Path(sys.executable).parent.parent),
+        "BASE_STAMP": str(stamp),
+        "HOME_DIR": str(home),
+        "UI_CONFIG": str(config),
+        "UI_ARGS": f"-h 127.0.0.1 -p {port}",
+    }
+    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    log = tmp_path / "make-ui.log"
+    with log.open("w") as out:
+        make = subprocess.Popen(
+            ["make", "--no-print-directory", "-C", str(ROOT), "ui"]
+            + [f"{key}={value}" for key, value in variables.items()],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: make.poll() is not None or _code_server_up(port), 300)
+        assert make.poll() is None, log.read_text()[-3000:]
+        processes = _descendants(make.pid)
+        commands = " ".join(processes.values())
+        members = (
+            "dagster dev",
+            "dagster_webserver",
+            "dagster._daemon",
+            "code-server",
+            "SparkConnectServer",
+        )
+        for member in members:
+            assert member in commands, commands
+
+        os.killpg(make.pid, signal.SIGINT)
+        wait_for(lambda: not any(_running(pid) for pid in processes), 10)
+        assert make.wait(timeout=1) != 0  # make ends as interrupted
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+    assert "engine up at" in log.read_text()
+    assert not (engine_folder(home) / "engine.json").exists()
+
+
+def _code_server_up(port: int) -> bool:
+    """Whether the UI answers with the project's code location loaded (its code server up)."""
+    query = (
+        b'{"query": "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus } } } }"}'
+    )
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", query, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return b'"LOADED"' in response.read()
+    except OSError:
+        return False
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """`root`'s processes and all theirs, by pid: their command lines."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            found[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode()
+        except OSError:
+            continue
+        todo += children.get(pid, [])
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has: only its entry is left)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,109 @@
+"""`make ui`: the Dagster UI (`dagster dev`) beside the shared engine, both ended by one signal.
+
+    DAGSTER_HOME=... python -m incremental_assets.ui --config FILE --workspace FILE [-- DEV_ARGS]
+
+It starts the engine, then `dagster dev` inside DAGSTER_HOME (so the dagster.yaml there is the
+instance's own) in a process group of its own, which holds its webserver, daemon, code servers
+and the runs they launch: none of them starts a group of its own. One SIGINT (Ctrl-C) or SIGTERM
+to this process sends SIGINT to that group, Dagster's own way to stop, kills what is left of it
+after a grace period, then stops the engine (the server has a group of its own too). A shell line
+`dagster dev; incremental-assets engine stop` could not do this: make, interrupted, never ran the
+second command, and left the engine's JVM behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from incremental_assets.config import load_config
+from incremental_assets.engine import start_engine, stop_engine
+
+# What `dagster dev` gets to end its webserver and daemon before its group is killed; within the
+# engine's stop, the whole stop takes well under 10 s.
+GRACE_SECONDS = 4.0
+# Dagster's warning that `dagster dev` itself is superseded by `dg dev`.
+_QUIET = "ignore::Warning:click.core"
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m incremental_assets.ui", description=__doc__)
+    parser.add_argument("--config", required=True, help="the project's configuration file")
+    parser.add_argument("--workspace", required=True, help="the workspace.yaml dagster dev loads")
+    parser.add_argument("dev_args", nargs="*", help="more arguments for dagster dev (after --)")
+    args = parser.parse_args(argv)
+    home = os.environ["DAGSTER_HOME"]
+    config = str(Path(args.config).absolute())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_stop)
+    try:
+        engine = start_engine(load_config(config).project.spark, home)
+        print(f"engine up at {engine.url} (pid {engine.pid}); log {engine.log}", flush=True)
+        dev = _start_dev(home, config, str(Path(args.workspace).absolute()), args.dev_args)
+        try:
+            return dev.wait()
+        except _Stop:
+            return 0
+        finally:
+            _end_group(dev, GRACE_SECONDS)
+    except _Stop:
+        return 0
+    finally:
+        # A second Ctrl-C must not cut the engine's stop short.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        stop_engine(home)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def _start_dev(
+    home: str, config: str, workspace: str, dev_args: Sequence[str]
+) -> subprocess.Popen[bytes]:
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    env = {**os.environ, "INCREMENTAL_ASSETS_CONFIG": config, "PYTHONWARNINGS": _QUIET}
+    return subprocess.Popen(
+        [dagster, "dev", "-w", workspace, *dev_args],
+        cwd=home,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _end_group(process: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGINT to `process`'s group, then SIGKILL to what of it is left after `grace` seconds."""
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, grace)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while _group_alive(process) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    process.wait()
+
+
+def _group_alive(process: subprocess.Popen[bytes]) -> bool:
+    process.poll()  # reaps the group's leader once it ends, so that it doesn't count
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
