@@ -23,8 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from incremental_assets.cli.context import dagster_home
+from incremental_assets.cli.engine import report
 from incremental_assets.config import load_config
 from incremental_assets.engine import start_engine, stop_engine
+from incremental_assets.errors import IncrementalAssetsError
 
 # What `dagster dev` gets to end its webserver and daemon before its group is killed; within the
 # engine's stop, the whole stop takes well under 10 s.
@@ -43,27 +46,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workspace", required=True, help="the workspace.yaml dagster dev loads")
     parser.add_argument("dev_args", nargs="*", help="more arguments for dagster dev (after --)")
     args = parser.parse_args(argv)
-    home = os.environ["DAGSTER_HOME"]
-    config = str(Path(args.config).absolute())
+    config, workspace = (str(Path(path).absolute()) for path in (args.config, args.workspace))
+    try:
+        return _serve(dagster_home(), config, workspace, args.dev_args)
+    except IncrementalAssetsError as exc:
+        print(f"make ui: {exc}", file=sys.stderr)
+        return 1
+
+
+def _serve(home: str, config: str, workspace: str, dev_args: Sequence[str]) -> int:
+    """The engine and `dagster dev` until a signal, or until `dagster dev` ends; then neither."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stop)
     try:
-        engine = start_engine(load_config(config).project.spark, home)
-        print(f"engine up at {engine.url} (pid {engine.pid}); log {engine.log}", flush=True)
-        dev = _start_dev(home, config, str(Path(args.workspace).absolute()), args.dev_args)
+        project = load_config(config).project
+        report(start_engine(project.spark, home), project)
+        dev = _start_dev(home, config, workspace, dev_args)
         try:
             return dev.wait()
         except _Stop:
             return 0
         finally:
+            _ignore_signals()  # a second Ctrl-C must not cut the stop short
             _end_group(dev, GRACE_SECONDS)
     except _Stop:
         return 0
     finally:
-        # A second Ctrl-C must not cut the engine's stop short.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+        _ignore_signals()
         stop_engine(home)
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _raise_stop(signum: int, frame: FrameType | None) -> None:

@@ -29,13 +29,13 @@ def start(args: argparse.Namespace) -> int:
             "note: the configuration says spark.engine: local; runs use this engine only "
             "with spark: {engine: shared}"
         )
-    _report(start_engine(project.spark, home), project)
+    report(start_engine(project.spark, home), project)
     return 0
 
 
 def restart(args: argparse.Namespace) -> int:
     project = project_of(args)
-    _report(restart_engine(project.spark, dagster_home()), project)
+    report(restart_engine(project.spark, dagster_home()), project)
     return 0
 
 
@@ -50,11 +50,11 @@ def status(args: argparse.Namespace) -> int:
     if engine is None:
         print("engine down; start it with: incremental-assets engine start")
         return DOWN
-    return _report(engine, project)
+    return report(engine, project)
 
 
-def _report(engine: EngineState, project: Project) -> int:
-    """Where the engine is, and what of the configuration it lacks: 0, or LACKING."""
+def report(engine: EngineState, project: Project) -> int:
+    """Print where the engine is, and what of `project`'s configuration it lacks: 0, or LACKING."""
     print(
         f"engine up at {engine.url} (pid {engine.pid}, since {engine.started_at}); log {engine.log}"
     )
