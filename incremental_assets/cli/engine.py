@@ -46,11 +46,11 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    project, engine = project_of(args), running_engine(dagster_home())
+    engine = running_engine(dagster_home())
     if engine is None:
         print("engine down; start it with: incremental-assets engine start")
         return DOWN
-    return report(engine, project)
+    return report(engine, project_of(args))
 
 
 def report(engine: EngineState, project: Project) -> int:
