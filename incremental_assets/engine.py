@@ -279,6 +279,14 @@ def stop_engine(dagster_home: str | os.PathLike[str]) -> EngineState | None:
     return _stop_recorded(engine_folder(dagster_home))
 
 
+def begin_stopping_engine(dagster_home: str | os.PathLike[str]) -> None:
+    """Ask the engine recorded under `dagster_home` to stop (SIGTERM), without waiting for it."""
+    state = _recorded(engine_folder(dagster_home))
+    if state is not None:
+        with suppress(ProcessLookupError):
+            os.killpg(state.pid, signal.SIGTERM)
+
+
 def engine_settings(spark: SparkSpec) -> dict[str, str]:
     """What the engine of a `spark:` section starts with: its master, name and configuration."""
     return {

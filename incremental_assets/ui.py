@@ -5,10 +5,11 @@
 It starts the engine, then `dagster dev` inside DAGSTER_HOME (so the dagster.yaml there is the
 instance's own) in a process group of its own, which holds its webserver, daemon, code servers
 and the runs they launch: none of them starts a group of its own. One SIGINT (Ctrl-C) or SIGTERM
-to this process sends SIGINT to that group, Dagster's own way to stop, kills what is left of it
-after a grace period, then stops the engine (the server has a group of its own too). A shell line
-`dagster dev; incremental-assets engine stop` could not do this: make, interrupted, never ran the
-second command, and left the engine's JVM behind.
+to this process sends SIGINT to that group, Dagster's own way to stop, and SIGTERM to the engine
+(the server has a group of its own too), kills what is left of Dagster's group once `dagster dev`
+has ended or after a grace period, then waits for the engine to be gone (killing it after 30 s).
+A shell line `dagster dev; incremental-assets engine stop` could not do this: make, interrupted,
+never ran the second command, and left the engine's JVM behind.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 from types import FrameType
 
 from incremental_assets.cli.context import dagster_home
 from incremental_assets.cli.engine import report
 from incremental_assets.config import load_config
-from incremental_assets.engine import start_engine, stop_engine
+from incremental_assets.engine import begin_stopping_engine, start_engine, stop_engine
 from incremental_assets.errors import IncrementalAssetsError
 
-# What `dagster dev` gets to end its webserver and daemon before its group is killed; within the
-# engine's stop, the whole stop takes well under 10 s.
+# What `dagster dev` gets to end its webserver and daemon before its group is killed (its code
+# servers take longer, and nothing of theirs is lost); the engine stops meanwhile.
 GRACE_SECONDS = 4.0
 # Dagster's warning that `dagster dev` itself is superseded by `dg dev`.
 _QUIET = "ignore::Warning:click.core"
@@ -68,6 +69,8 @@ def _serve(home: str, config: str, workspace: str, dev_args: Sequence[str]) -> i
             return 0
         finally:
             _ignore_signals()  # a second Ctrl-C must not cut the stop short
+            # The JVM stops while Dagster's processes do; it is waited for (or killed) last.
+            begin_stopping_engine(home)
             _end_group(dev, GRACE_SECONDS)
     except _Stop:
         return 0
@@ -99,25 +102,15 @@ def _start_dev(
 
 
 def _end_group(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGINT to `process`'s group, then SIGKILL to what of it is left after `grace` seconds."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, grace)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while _group_alive(process) and time.monotonic() < deadline:
-            time.sleep(0.1)
+    """SIGINT to `process`'s group; SIGKILL to what is left of it once `process` (`dagster dev`,
+    which waits for its webserver and daemon) has ended, or after `grace` seconds."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-
-
-def _group_alive(process: subprocess.Popen[bytes]) -> bool:
-    process.poll()  # reaps the group's leader once it ends, so that it doesn't count
-    try:
-        os.killpg(process.pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 if __name__ == "__main__":
