@@ -19,7 +19,8 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from incremental_assets.config import SparkSpec
-from incremental_assets.engine import HOME_FOLDER, EngineLease, described, lease_engine
+from incremental_assets.engine import HOME_FOLDER, EngineLease, lease_engine
+from incremental_assets.engine_settings import described
 from incremental_assets.jvm import check_before_session
 from incremental_assets.spark_api import sql
 

@@ -9,13 +9,12 @@ from incremental_assets.config import Project
 from incremental_assets.engine import (
     RESTART_COMMAND,
     EngineState,
-    described,
-    lacks,
     restart_engine,
     running_engine,
     start_engine,
     stop_engine,
 )
+from incremental_assets.engine_settings import described, lacks
 from incremental_assets.resources import IncrementalSparkResource
 
 # `status`'s exit statuses besides 0 (up, with everything the configuration needs).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from incremental_assets.engine import Lack, described, fixed_at_start, lacks, with_needed
+from incremental_assets.engine_settings import Lack, described, fixed_at_start, lacks, with_needed
 
 STARTED = {
     "spark.master": "local[*]",
