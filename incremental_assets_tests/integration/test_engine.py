@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from incremental_assets.config import load_config
-from incremental_assets.engine import engine_folder, lease_engine, stop_engine
+from incremental_assets.engine import engine_folder, stop_engine
 from incremental_assets.jvm import POSTGRES_JDBC, jar_path
 from incremental_assets.pause_points import ENV as PAUSE_AT
-from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.support.cli import (
     cli_env,
     materializations,
@@ -51,6 +51,16 @@ def home(tmp_path: Path) -> Iterator[Path]:
     """DAGSTER_HOME, its engine stopped at the end whatever the test did."""
     yield tmp_path / "home"
     stop_engine(tmp_path / "home")
+
+
+def _drops_project(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """A project of one table of file drops on the shared engine: its configuration, its landing
+    folder (with the table's folder in it), and the table's entry."""
+    landing = tmp_path / "landing"
+    (landing / "drops").mkdir(parents=True)
+    drops = {"name": "drops", "source": "landing", "table": "drops", "mode": "append"}
+    config = _shared_config(tmp_path, {"landing": {"type": "files", "path": str(landing)}}, [drops])
+    return config, landing, drops
 
 
 def _orders_table(pg: Schema, name: str) -> dict[str, Any]:
@@ -135,18 +145,21 @@ def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_f
     tmp_path: Path, home: Path, pg: Schema
 ) -> None:
     """Started for a project of file drops, the engine lacks PostgreSQL's driver: a run of a
-    table added since is refused while another run uses the engine, and restarts it when none
-    does."""
-    landing = {"landing": {"type": "files", "path": str(tmp_path / "landing")}}
-    drops = {"name": "drops", "source": "landing", "table": "drops", "mode": "append"}
-    config = _shared_config(tmp_path, landing, [drops])
+    table added since is refused while a run started before uses the engine, and restarts it
+    once none does."""
+    config, landing, drops = _drops_project(tmp_path)
+    pq.write_table(pa.table({"id": [1, 2, 3]}), landing / "drops" / "part-0.parquet")
     env = cli_env(config, home)
     dg.DagsterInstance.from_config(str(home)).dispose()
     assert _engine(tmp_path, env, "start").returncode == 0
-    drops_session = IncrementalSparkResource.from_spec(load_config(config).project.spark)
+    marker = tmp_path / "paused"
+    holding = start_cli(tmp_path, {**env, PAUSE_AT: f"session:{marker}"}, "--select", "drops")
+    wait_for(lambda: holding.poll() is not None or marker.exists(), 180)
+    assert marker.exists(), holding.communicate()[1][-3000:]
 
     orders = _orders_table(pg, "orders")
-    _shared_config(tmp_path, {**landing, "shop": pg.source()}, [drops, orders])
+    sources = {"landing": {"type": "files", "path": str(landing)}, "shop": pg.source()}
+    _shared_config(tmp_path, sources, [drops, orders])
     driver = jar_path(POSTGRES_JDBC)
     # Only in spark.jars: the tests' JVMs have every driver on their class path already.
     lacking = f"the jar {driver.name} ({driver}, in spark.jars)"
@@ -155,9 +168,7 @@ def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_f
     assert f"started without what the configuration now needs: {lacking}." in status.stdout
     assert status.stdout.rstrip().endswith("Fix: `incremental-assets engine restart`")
 
-    # While a run of the drops holds the engine, the orders' run is refused, naming the fix.
-    lease = lease_engine(home, drops_session.spark_config)
-    assert lease is not None and not lease.restarted_for
+    # While the drops' run holds the engine, the orders' run is refused, naming the fix.
     refused = run_cli(tmp_path, env, "--select", "orders")
     assert refused.returncode != 0
     assert (
@@ -167,9 +178,10 @@ def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_f
         "with the current configuration), then run this again."
     ) in refused.stderr, refused.stderr[-3000:]
     assert materializations(home, "orders") == []
+    marker.unlink()
+    assert holding.wait(timeout=300) == 0, holding.communicate()[1][-3000:]
 
     # Alone on it, the run restarts it with the driver, and loads.
-    lease.release()
     loaded = run_cli(tmp_path, env, "--select", "orders")
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     (run,) = materializations(home, "orders")
@@ -185,9 +197,7 @@ def test_one_ctrl_c_stops_make_ui_its_dagster_processes_and_the_engine_within_10
 ) -> None:
     """`make ui` for a project of its own (this virtualenv, a DAGSTER_HOME here, a free port),
     interrupted once as Ctrl-C does: SIGINT to make's process group."""
-    landing = {"landing": {"type": "files", "path": str(tmp_path / "landing")}}
-    drops = {"name": "drops", "source": "landing", "table": "drops", "mode": "append"}
-    config = _shared_config(tmp_path, landing, [drops])
+    config, _, _ = _drops_project(tmp_path)
     stamp = tmp_path / "installed"  # the virtualenv is there: make installs nothing
     stamp.touch()
     port = free_port()
