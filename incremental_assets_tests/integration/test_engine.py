@@ -154,32 +154,36 @@ def test_a_postgres_table_added_while_the_engine_runs_restarts_it_or_names_the_f
     assert _engine(tmp_path, env, "start").returncode == 0
     marker = tmp_path / "paused"
     holding = start_cli(tmp_path, {**env, PAUSE_AT: f"session:{marker}"}, "--select", "drops")
-    wait_for(lambda: holding.poll() is not None or marker.exists(), 180)
-    assert marker.exists(), holding.communicate()[1][-3000:]
+    try:
+        wait_for(lambda: holding.poll() is not None or marker.exists(), 180)
+        assert marker.exists(), holding.communicate()[1][-3000:]
 
-    orders = _orders_table(pg, "orders")
-    sources = {"landing": {"type": "files", "path": str(landing)}, "shop": pg.source()}
-    _shared_config(tmp_path, sources, [drops, orders])
-    driver = jar_path(POSTGRES_JDBC)
-    # Only in spark.jars: the tests' JVMs have every driver on their class path already.
-    lacking = f"the jar {driver.name} ({driver}, in spark.jars)"
-    status = _engine(tmp_path, env, "status")
-    assert status.returncode == 4, status.stdout
-    assert f"started without what the configuration now needs: {lacking}." in status.stdout
-    assert status.stdout.rstrip().endswith("Fix: `incremental-assets engine restart`")
+        orders = _orders_table(pg, "orders")
+        sources = {"landing": {"type": "files", "path": str(landing)}, "shop": pg.source()}
+        _shared_config(tmp_path, sources, [drops, orders])
+        driver = jar_path(POSTGRES_JDBC)
+        # Only in spark.jars: the tests' JVMs have every driver on their class path already.
+        lacking = f"the jar {driver.name} ({driver}, in spark.jars)"
+        status = _engine(tmp_path, env, "status")
+        assert status.returncode == 4, status.stdout
+        assert f"started without what the configuration now needs: {lacking}." in status.stdout
+        assert status.stdout.rstrip().endswith("Fix: `incremental-assets engine restart`")
 
-    # While the drops' run holds the engine, the orders' run is refused, naming the fix.
-    refused = run_cli(tmp_path, env, "--select", "orders")
-    assert refused.returncode != 0
-    assert (
-        f"was started without what this run's configuration needs: {lacking}. It takes these "
-        "only when it starts, and other runs are using it now, so it was not restarted. Fix: "
-        "when they have finished, run `incremental-assets engine restart` (it starts the engine "
-        "with the current configuration), then run this again."
-    ) in refused.stderr, refused.stderr[-3000:]
-    assert materializations(home, "orders") == []
-    marker.unlink()
-    assert holding.wait(timeout=300) == 0, holding.communicate()[1][-3000:]
+        # While the drops' run holds the engine, the orders' run is refused, naming the fix.
+        refused = run_cli(tmp_path, env, "--select", "orders")
+        assert refused.returncode != 0
+        assert (
+            f"was started without what this run's configuration needs: {lacking}. It takes "
+            "these only when it starts, and other runs are using it now, so it was not "
+            "restarted. Fix: when they have finished, run `incremental-assets engine restart` "
+            "(it starts the engine with the current configuration), then run this again."
+        ) in refused.stderr, refused.stderr[-3000:]
+        assert materializations(home, "orders") == []
+        marker.unlink()
+        assert holding.wait(timeout=300) == 0, holding.communicate()[1][-3000:]
+    finally:
+        if holding.poll() is None:
+            os.killpg(holding.pid, signal.SIGKILL)
 
     # Alone on it, the run restarts it with the driver, and loads.
     loaded = run_cli(tmp_path, env, "--select", "orders")
