@@ -50,6 +50,7 @@ def _pyspark_home() -> Path:
 SPARK_HOME = _pyspark_home()
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 RESTART_COMMAND = "incremental-assets engine restart"
+START_TIMEOUT = 300.0  # seconds a starting server gets to answer
 _STATE = "engine.json"
 _LOG = "engine.log"
 _GATE = "gate.lock"
@@ -127,7 +128,7 @@ def lease_engine(
             if lacking and not _try_lock(users, fcntl.LOCK_EX):
                 raise EngineError(refusal(engine, lacking))
             if lacking:
-                engine = _replace(folder, with_needed(engine.settings, wanted), 300)
+                engine = _replace(folder, with_needed(engine.settings, wanted), START_TIMEOUT)
             # Still behind the gate: no one takes the engine between the two locks.
             fcntl.flock(users, fcntl.LOCK_SH)
         except BaseException:
@@ -137,7 +138,7 @@ def lease_engine(
 
 
 def start_engine(
-    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = 300
+    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = START_TIMEOUT
 ) -> EngineState:
     """Start the engine (or return the one already up), and wait until it takes sessions."""
     running = running_engine(dagster_home)
@@ -150,7 +151,7 @@ def start_engine(
 
 
 def restart_engine(
-    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = 300
+    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = START_TIMEOUT
 ) -> EngineState:
     """Stop the engine and start it with the current configuration, unless runs are using it."""
     folder = engine_folder(dagster_home)
