@@ -53,16 +53,15 @@ demo: $(BASE_STAMP) maven java
 	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo report
 
 # The Dagster UI on the same instance the demo used, beside a warm shared Spark engine that its
-# runs use (spark: {engine: shared}); the engine stops when the UI does. `dagster dev` runs inside
-# DAGSTER_HOME, so the dagster.yaml in its folder is the instance's own: run from the project, it
-# warns that the project's dagster.yaml (the template copied into DAGSTER_HOME) is not used. The
-# filter drops Dagster's warning that `dagster dev` itself is superseded by `dg dev`.
+# runs use (spark: {engine: shared}). One Ctrl-C stops both: `incremental_assets.ui` runs
+# `dagster dev` in a process group of its own inside DAGSTER_HOME (so the dagster.yaml there is
+# the instance's own), ends that group, then stops the engine. UI_CONFIG names another project's
+# configuration; UI_ARGS go to `dagster dev` (UI_ARGS="-p 3001").
+UI_CONFIG ?= $(CURDIR)/incremental_assets.yaml
 ui: $(BASE_STAMP) maven java $(HOME_DIR)/dagster.yaml
-	$(BIN)/incremental-assets jars fetch
-	DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets engine start
-	cd $(HOME_DIR) && DAGSTER_HOME=$(HOME_DIR) INCREMENTAL_ASSETS_CONFIG=$(CURDIR)/incremental_assets.yaml \
-	  PYTHONWARNINGS=ignore::Warning:click.core $(CURDIR)/$(BIN)/dagster dev -w $(CURDIR)/workspace.yaml; \
-	  DAGSTER_HOME=$(HOME_DIR) $(CURDIR)/$(BIN)/incremental-assets engine stop
+	$(BIN)/incremental-assets --config $(UI_CONFIG) jars fetch
+	DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.ui --config $(UI_CONFIG) \
+	  --workspace $(CURDIR)/workspace.yaml -- $(UI_ARGS)
 
 test: install system
 	$(BIN)/ruff check incremental_assets incremental_assets_tests

@@ -1,15 +1,25 @@
 """A warm Spark engine on this machine: a Spark Connect server that runs share.
 
-`incremental-assets engine start|stop|status` manage it from the pyspark distribution. It takes
-its master, configuration and jars (Iceberg's runtime, the JDBC drivers) from the project's
-`spark:` section, and keeps its state (pid, port, log) under
-`$DAGSTER_HOME/incremental-assets/engine/`. Runs of a project with
-`spark: {engine: shared}` connect to it when it is up, and start a session of their own when it
-is not; every run says which in its log and its metadata (`spark`).
+`incremental-assets engine start|stop|restart|status` manage it from the pyspark distribution. It
+takes its master, configuration and jars (Iceberg's runtime, the JDBC drivers) from the project's
+`spark:` section, and keeps its state (pid, port, log, the settings it started with) under
+`$DAGSTER_HOME/incremental-assets/engine/`. Runs of a project with `spark: {engine: shared}`
+connect to it when it is up, and start a session of their own when it is not; every run says which
+in its log and its metadata (`spark`).
+
+A server takes its jars, master and static settings only when it starts. A run that needs one the
+engine lacks (a PostgreSQL table added since, say) restarts it with them when no other run uses
+it, and is refused, naming what is missing and the command that fixes it, when one does. Who uses
+it is known by file locks, not by asking the server: a run holds a shared `flock` on `users.lock`
+while its session lives, and the kernel drops it when the process ends however it ends, so a
+crashed run leaves nothing behind. The server can't tell: its sessions outlive their clients (a
+run that dies never releases its session), and a run between two Spark calls has no operation on
+it. Deciding, restarting and starting are serialized by an exclusive lock on `gate.lock`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -17,12 +27,15 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO, Any
 
 from incremental_assets.config import SparkSpec
+from incremental_assets.engine_settings import Lack, described, lacks, with_needed
 from incremental_assets.errors import EngineError
 from incremental_assets.jvm import check_before_session
 
@@ -36,8 +49,12 @@ def _pyspark_home() -> Path:
 
 SPARK_HOME = _pyspark_home()
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+RESTART_COMMAND = "incremental-assets engine restart"
+START_TIMEOUT = 300.0  # seconds a starting server gets to answer
 _STATE = "engine.json"
 _LOG = "engine.log"
+_GATE = "gate.lock"
+_USERS = "users.lock"
 
 
 @dataclass(frozen=True)
@@ -46,10 +63,22 @@ class EngineState:
     port: int
     started_at: str
     log: str
+    # spark.master and the configuration it started with (none: recorded before they were)
+    settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
+
+
+def refusal(engine: EngineState, lacking: tuple[Lack, ...]) -> str:
+    return (
+        f"The shared Spark engine at {engine.url} (pid {engine.pid}, started {engine.started_at}) "
+        f"was started without what this run's configuration needs: {described(lacking)}. It "
+        "takes these only when it starts, and other runs are using it now, so it was not "
+        f"restarted. Fix: when they have finished, run `{RESTART_COMMAND}` (it starts the engine "
+        "with the current configuration), then run this again."
+    )
 
 
 # The package's folder in DAGSTER_HOME (the engine's state, Spark's log). Not a valid module name:
@@ -64,17 +93,52 @@ def engine_folder(dagster_home: str | os.PathLike[str]) -> Path:
 
 def running_engine(dagster_home: str | os.PathLike[str] | None) -> EngineState | None:
     """The engine recorded under `dagster_home`, if its process is alive and its port answers."""
-    if not dagster_home:
+    state = _recorded(engine_folder(dagster_home)) if dagster_home else None
+    return state if state and _alive(state.pid) and _answers(state.port) else None
+
+
+@dataclass
+class EngineLease:
+    """The engine, held in use by this process until `release` (or the process's end)."""
+
+    engine: EngineState
+    restarted_for: tuple[Lack, ...]  # what it lacked, when this process restarted it
+    users_lock: IO[str]
+
+    def release(self) -> None:
+        self.users_lock.close()
+
+
+def lease_engine(
+    dagster_home: str | os.PathLike[str] | None, wanted: Mapping[str, Any]
+) -> EngineLease | None:
+    """The running engine, held for a session of configuration `wanted`: restarted first with
+    what it lacks when no other run uses it; refused (EngineError) when one does. None when no
+    engine is up."""
+    if not dagster_home or _recorded(engine_folder(dagster_home)) is None:
         return None
-    path = engine_folder(dagster_home) / _STATE
-    if not path.is_file():
-        return None
-    state = EngineState(**json.loads(path.read_text()))
-    return state if _alive(state.pid) and _answers(state.port) else None
+    folder = engine_folder(dagster_home)
+    with _gate(folder):
+        engine = running_engine(dagster_home)
+        if engine is None:
+            return None
+        users = (folder / _USERS).open("a")
+        try:
+            lacking = lacks(engine.settings, wanted)
+            if lacking and not _try_lock(users, fcntl.LOCK_EX):
+                raise EngineError(refusal(engine, lacking))
+            if lacking:
+                engine = _replace(folder, with_needed(engine.settings, wanted), START_TIMEOUT)
+            # Still behind the gate: no one takes the engine between the two locks.
+            fcntl.flock(users, fcntl.LOCK_SH)
+        except BaseException:
+            users.close()
+            raise
+        return EngineLease(engine, lacking, users)
 
 
 def start_engine(
-    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = 300
+    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = START_TIMEOUT
 ) -> EngineState:
     """Start the engine (or return the one already up), and wait until it takes sessions."""
     running = running_engine(dagster_home)
@@ -82,7 +146,55 @@ def start_engine(
         return running
     check_before_session(spark.conf)
     folder = engine_folder(dagster_home)
-    folder.mkdir(parents=True, exist_ok=True)
+    with _gate(folder):
+        return running_engine(dagster_home) or _start(engine_settings(spark), folder, timeout)
+
+
+def restart_engine(
+    spark: SparkSpec, dagster_home: str | os.PathLike[str], timeout: float = START_TIMEOUT
+) -> EngineState:
+    """Stop the engine and start it with the current configuration, unless runs are using it."""
+    folder = engine_folder(dagster_home)
+    with _gate(folder), (folder / _USERS).open("a") as users:
+        if not _try_lock(users, fcntl.LOCK_EX):
+            raise EngineError(
+                f"Runs are using the shared Spark engine under {dagster_home} now, and a restart "
+                f"would fail them. Fix: run `{RESTART_COMMAND}` again when they have finished "
+                "(or `incremental-assets engine stop` to end them with it)."
+            )
+        return _replace(folder, engine_settings(spark), timeout)
+
+
+def stop_engine(dagster_home: str | os.PathLike[str]) -> EngineState | None:
+    """Stop the engine recorded under `dagster_home`; returns it, or None if none was running."""
+    return _stop_recorded(engine_folder(dagster_home))
+
+
+def begin_stopping_engine(dagster_home: str | os.PathLike[str]) -> None:
+    """Ask the engine recorded under `dagster_home` to stop (SIGTERM), without waiting for it."""
+    state = _recorded(engine_folder(dagster_home))
+    if state is not None:
+        with suppress(ProcessLookupError):
+            os.killpg(state.pid, signal.SIGTERM)
+
+
+def engine_settings(spark: SparkSpec) -> dict[str, str]:
+    """What the engine of a `spark:` section starts with: its master, name and configuration."""
+    return {
+        "spark.master": spark.master,
+        **spark.conf,
+        "spark.app.name": f"{spark.app_name} (shared engine)",
+    }
+
+
+def _replace(folder: Path, settings: Mapping[str, str], timeout: float) -> EngineState:
+    """The recorded engine stopped, and one started with `settings` (checked first)."""
+    check_before_session(settings)
+    _stop_recorded(folder)
+    return _start(settings, folder, timeout)
+
+
+def _start(settings: Mapping[str, str], folder: Path, timeout: float) -> EngineState:
     port, log = _free_port(), folder / _LOG
     env = {
         **os.environ,
@@ -93,48 +205,75 @@ def start_engine(
     }
     with log.open("ab") as out:
         process = subprocess.Popen(
-            _command(spark, port),
+            _command(settings, port),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
         )
-    state = EngineState(
-        process.pid, port, datetime.now(UTC).isoformat(timespec="seconds"), str(log)
-    )
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    state = EngineState(process.pid, port, started, str(log), dict(settings))
+    try:
+        _wait_until_it_answers(process, port, log, timeout)
+    except BaseException:
+        # Interrupted (Ctrl-C during `make ui`'s start) or failed: no server is left behind.
+        _stop_group(process.pid)
+        raise
+    (folder / _STATE).write_text(json.dumps(asdict(state)))
+    return state
+
+
+def _wait_until_it_answers(
+    process: subprocess.Popen[bytes], port: int, log: Path, timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     while not _answers(port):
         if process.poll() is not None or time.monotonic() > deadline:
-            _stop_group(process.pid)
             tail = log.read_text(errors="replace")[-2000:]
             raise EngineError(
                 f"The shared Spark engine did not start (log {log}): {tail.strip()[-800:]} Fix the "
                 "`spark:` settings the log names, then run `incremental-assets engine start` again."
             )
         time.sleep(0.5)
-    (folder / _STATE).write_text(json.dumps(asdict(state)))
-    return state
 
 
-def stop_engine(dagster_home: str | os.PathLike[str]) -> EngineState | None:
-    """Stop the engine recorded under `dagster_home`; returns it, or None if none was running."""
-    path = engine_folder(dagster_home) / _STATE
-    if not path.is_file():
+def _recorded(folder: Path) -> EngineState | None:
+    path = folder / _STATE
+    return EngineState(**json.loads(path.read_text())) if path.is_file() else None
+
+
+def _stop_recorded(folder: Path) -> EngineState | None:
+    state = _recorded(folder)
+    if state is None:
         return None
-    state = EngineState(**json.loads(path.read_text()))
     _stop_group(state.pid)
-    path.unlink()
+    (folder / _STATE).unlink()
     return state
 
 
-def _command(spark: SparkSpec, port: int) -> list[str]:
+@contextmanager
+def _gate(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / _GATE).open("a") as gate:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        yield
+
+
+def _try_lock(file: IO[str], kind: int) -> bool:
+    try:
+        fcntl.flock(file, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _command(settings: Mapping[str, str], port: int) -> list[str]:
     conf = {
-        **spark.conf,
+        **{key: value for key, value in settings.items() if key != "spark.master"},
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.app.name": f"{spark.app_name} (shared engine)",
     }
-    return connect_server_command(spark.master, conf)
+    return connect_server_command(settings["spark.master"], conf)
 
 
 def connect_server_command(master: str, conf: Mapping[str, str]) -> list[str]:
@@ -162,6 +301,9 @@ def _stop_group(pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    # A server this process started (`make ui`'s) is its child: reaped once it ended, it is gone.
+    with suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     try:
         os.killpg(pid, 0)
     except (ProcessLookupError, PermissionError):

@@ -19,7 +19,8 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from incremental_assets.config import SparkSpec
-from incremental_assets.engine import HOME_FOLDER, running_engine
+from incremental_assets.engine import HOME_FOLDER, EngineLease, lease_engine
+from incremental_assets.engine_settings import described
 from incremental_assets.jvm import check_before_session
 from incremental_assets.spark_api import sql
 
@@ -93,6 +94,7 @@ class IncrementalSparkResource(dg.ConfigurableResource["IncrementalSparkResource
     _owns_session: bool = PrivateAttr(default=False)
     _connected: bool = PrivateAttr(default=False)
     _description: str = PrivateAttr(default="not started")
+    _lease: EngineLease | None = PrivateAttr(default=None)
 
     @classmethod
     def from_spec(cls, spec: SparkSpec) -> IncrementalSparkResource:
@@ -126,9 +128,13 @@ class IncrementalSparkResource(dg.ConfigurableResource["IncrementalSparkResource
         if self.remote:
             self._description = f"the Spark Connect server at {self.remote}"
             return self._connect(self.remote)
-        shared = running_engine(os.environ.get("DAGSTER_HOME")) if self.engine == "shared" else None
-        if shared is not None:
+        home = os.environ.get("DAGSTER_HOME")
+        self._lease = lease_engine(home, self.spark_config) if self.engine == "shared" else None
+        if self._lease is not None:
+            shared, restarted_for = self._lease.engine, self._lease.restarted_for
             self._description = f"the shared engine at {shared.url} (pid {shared.pid})"
+            if restarted_for:
+                self._description += f", restarted for what it lacked: {described(restarted_for)}"
             return self._connect(shared.url)
         self._description = f"a local session ({self.spark_config.get('spark.master')})"
         if self.engine == "shared":
@@ -171,3 +177,5 @@ class IncrementalSparkResource(dg.ConfigurableResource["IncrementalSparkResource
                 # hold the run's end for another round of retries.
                 cast("ConnectSession", self._spark_session).client.set_retry_policies([])
             self._spark_session.stop()
+        if self._lease is not None:
+            self._lease.release()

@@ -7,7 +7,7 @@
     incremental-assets run TABLE ... [--full]
     incremental-assets free-slots RUN_ID
     incremental-assets backfill TABLE --from VALUE --to VALUE
-    incremental-assets engine start|stop|status
+    incremental-assets engine start|stop|restart|status
     incremental-assets lake convert TABLE --reason TEXT
     incremental-assets cdc drop TABLE [--reason TEXT]
     incremental-assets jars fetch [--all] | jars path
@@ -156,7 +156,16 @@ def _parser() -> argparse.ArgumentParser:
     for action, handler, text in (
         ("start", engine.start, "start it with the project's spark: settings (or say it is up)"),
         ("stop", engine.stop, "stop it"),
-        ("status", engine.status, "say whether it is up, where, and since when"),
+        (
+            "restart",
+            engine.restart,
+            "stop it and start it with the current spark: settings, unless runs are using it",
+        ),
+        (
+            "status",
+            engine.status,
+            "say whether it is up, where, since when, and what of the configuration it lacks",
+        ),
     ):
         machine.add_parser(action, help=text).set_defaults(handler=handler)
     jvm = commands.add_parser(

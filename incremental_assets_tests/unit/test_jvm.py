@@ -12,7 +12,7 @@ from incremental_assets import jvm
 from incremental_assets.cli import main as cli
 from incremental_assets.config import SparkSpec, load_project
 from incremental_assets.engine import _command as engine_command
-from incremental_assets.engine import engine_folder, start_engine
+from incremental_assets.engine import engine_folder, engine_settings, start_engine
 from incremental_assets.errors import EngineError
 from incremental_assets.resources import IncrementalSparkResource
 
@@ -147,7 +147,7 @@ def test_the_shared_engines_server_starts_with_the_same_jars_and_extensions(
 ) -> None:
     spec = SparkSpec(master="local[2]")
 
-    command = engine_command(spec, 15002)
+    command = engine_command(engine_settings(spec), 15002)
 
     settings = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
     for key in ("spark.jars", "spark.driver.extraClassPath", "spark.sql.extensions"):
