@@ -39,9 +39,12 @@ from incremental_assets.checks import SKIPPED_WHY
 from incremental_assets.config import Project
 from incremental_assets.definitions import build_definitions
 from incremental_assets.demo import change, seed
+from incremental_assets.progress import INTERVAL_ENV
+from incremental_assets.progress_lines import MARK
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sensors import SENSOR_NAME_TAG, evaluate
 from incremental_assets.translator import CHECKS_SENSOR, IncrementalAssetsTranslator
+from incremental_assets_tests.support.cli import cli_env, run_command
 from incremental_assets_tests.support.postgres import free_port
 from incremental_assets_tests.support.project import materialize, write_project
 
@@ -224,8 +227,13 @@ def _cli(loaded: Loaded, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+@pytest.mark.xdist_group("connect")
 def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
-    dagster_dev: str, loaded: Loaded, spark_resource: IncrementalSparkResource, tmp_path: Path
+    dagster_dev: str,
+    loaded: Loaded,
+    spark_resource: IncrementalSparkResource,
+    tmp_path: Path,
+    connect: str,
 ) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     url = dagster_dev
@@ -301,6 +309,19 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
         page.get_by_text(CHECKS_SENSOR, exact=True).first.wait_for(timeout=30_000)
         runs_page = page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "runs-after-failure.png"), full_page=True)
+
+        # A run over Spark Connect, as on the shared engine: its progress in the run's log.
+        remote = _over_connect(loaded, connect, tmp_path)
+        env = cli_env(remote, loaded.home, **{INTERVAL_ENV: "0.3"})
+        over_connect = run_command(tmp_path, env, "run", "orders", "--full")
+        assert over_connect.returncode == 0, over_connect.stderr[-2000:]
+        with dg.DagsterInstance.from_config(str(loaded.home)) as instance:
+            (latest,) = instance.get_runs(limit=1)
+        _open(page, f"{url}/runs/{latest.run_id}")
+        page.get_by_placeholder("Filter…", exact=True).first.fill("progress")
+        page.get_by_text(f"orders: {MARK}", exact=False).first.wait_for(timeout=60_000)
+        run_log = page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "run-progress.png"), full_page=True)
         browser.close()
 
     assert orders["dependencyKeys"] == [{"path": ["export", "orders_source"]}]
@@ -356,6 +377,17 @@ def test_the_ui_shows_lineage_cursor_counts_schema_plots_and_honest_checks(
     # project's definitions give it to Dagster says the rest.
     served = build_definitions(loaded.project).resolve_sensor_def(CHECKS_SENSOR)
     assert served.minimum_interval_seconds == 300
+    # Progress a person can read, in the UI's log of a run over Spark Connect.
+    assert re.search(rf"orders: {MARK} [a-z][^;]* for \d+ s; .*tasks done", run_log), run_log
+
+
+def _over_connect(loaded: Loaded, connect: str, tmp_path: Path) -> Path:
+    """The project's configuration, its runs on the Spark Connect server at `connect`."""
+    config = yaml.safe_load(Path(loaded.project.path).read_text())
+    config["spark"] = {"remote": connect, "conf": {"spark.sql.shuffle.partitions": "2"}}
+    path = tmp_path / "over-connect.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def _ticks(log: Path, sensor: str) -> tuple[int, float, list[str]]:
