@@ -46,10 +46,10 @@ demo: $(BASE_STAMP) maven java
 	$(MAKE) --no-print-directory $(HOME_DIR)/dagster.yaml
 	$(BIN)/python -m incremental_assets.demo seed .demo/landing
 	@echo "== run 1: first load of every table (log in .demo/run-1.log)"
-	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets run $(DEMO_TABLES) > .demo/run-1.log 2>&1 || (tail -40 .demo/run-1.log; exit 1)
+	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo run .demo/run-1.log $(DEMO_TABLES)
 	$(BIN)/python -m incremental_assets.demo change .demo/landing
 	@echo "== run 2: only the delta (log in .demo/run-2.log)"
-	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/incremental-assets run $(DEMO_TABLES) > .demo/run-2.log 2>&1 || (tail -40 .demo/run-2.log; exit 1)
+	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo run .demo/run-2.log $(DEMO_TABLES)
 	@DAGSTER_HOME=$(HOME_DIR) $(BIN)/python -m incremental_assets.demo report
 
 # The Dagster UI on the same instance the demo used, beside a warm shared Spark engine that its

@@ -3,6 +3,8 @@
     python -m incremental_assets.demo seed   LANDING   # first export
     python -m incremental_assets.demo change LANDING   # new orders, updates, soft deletes
     python -m incremental_assets.demo report           # what each run did, from the instance
+    python -m incremental_assets.demo run LOG TABLE... # `incremental-assets run`, its output in
+                                                       # LOG, its progress lines shown
 
 No server is needed: the files source reads the landing folder, and the cursors live in the
 Dagster instance named by DAGSTER_HOME.
@@ -11,8 +13,13 @@ Dagster instance named by DAGSTER_HOME.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from incremental_assets.config import Project
+from incremental_assets.progress import INTERVAL_ENV
+from incremental_assets.progress_lines import MARK
 
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 _STATUSES = ["placed", "paid", "shipped", "delivered"]
@@ -151,12 +160,14 @@ def _read_back(project: Project, identifier: str, snapshots: list[int | None]) -
     PyIceberg, and with Spark SQL by the catalog (`VERSION AS OF`)."""
     from incremental_assets.lake.iceberg import IcebergLake
     from incremental_assets.lake.iceberg.metadata import pyiceberg_catalog
-    from incremental_assets.resources import IncrementalSparkResource
+    from incremental_assets.resources import IncrementalSparkResource, spark_log_path
 
     lake = IcebergLake(project.lake, "orders", identifier)
     table = pyiceberg_catalog(lake.catalog).load_table(identifier)
     resource = IncrementalSparkResource.from_spec(project.spark)
-    spark = lake.session(resource.spark_session)
+    # The JVM's own start-up notice (Spark's incubator modules) goes beside Spark's log.
+    with _stderr_to(spark_log_path().with_name("demo-jvm.log")):
+        spark = lake.session(resource.spark_session)
     print(f"\n{identifier}, read back as of each materialization (PyIceberg, Spark SQL):")
     try:
         for number, snapshot in enumerate(snapshots, start=1):
@@ -171,15 +182,61 @@ def _read_back(project: Project, identifier: str, snapshots: list[int | None]) -
         resource.stop()
 
 
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """The process's standard error, which a JVM started meanwhile keeps, written to `path`."""
+    sys.stderr.flush()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    try:
+        with path.open("a") as kept:
+            os.dup2(kept.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def run(log: Path, tables: list[str]) -> int:
+    """`incremental-assets run TABLES`, everything it prints kept in `log`, its progress lines
+    shown as they come (a first load is a minute of Spark's start and work), and its last lines
+    if it fails."""
+    command = [str(Path(sys.executable).with_name("incremental-assets")), "run", *tables]
+    # A line a minute is silence for a demo: every 5 seconds unless asked otherwise.
+    env = {INTERVAL_ENV: "5", **os.environ}
+    with (
+        log.open("w") as kept,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        ) as process,
+    ):
+        assert process.stdout is not None
+        for line in process.stdout:
+            kept.write(line)
+            if shown(line):
+                print(f"  {line.rstrip()}", flush=True)
+    if process.returncode:
+        print("".join(log.read_text().splitlines(keepends=True)[-40:]), end="")
+    return process.returncode
+
+
+def shown(line: str) -> bool:
+    """Whether a line of the run's output is a progress line."""
+    return f": {MARK} " in line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m incremental_assets.demo", description=__doc__)
-    parser.add_argument("command", choices=["seed", "change", "report"])
+    parser.add_argument("command", choices=["seed", "change", "report", "run"])
     parser.add_argument("landing", nargs="?", type=Path, default=Path(".demo/landing"))
+    parser.add_argument("tables", nargs="*")
     args = parser.parse_args()
     if args.command == "seed":
         seed(args.landing)
     elif args.command == "change":
         change(args.landing)
+    elif args.command == "run":
+        sys.exit(run(args.landing, args.tables))
     else:
         report()
 
