@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
 from incremental_assets.cursor import CursorType, parse_cursor
-from incremental_assets.decisions import check_lake_fits, check_merge_writes
+from incremental_assets.decisions import check_lake_fits, check_merge_writes, unrecorded_refresh
 from incremental_assets.errors import ConfigError, SourceError, TableProblem
 from incremental_assets.lake import LakeFacts
 from incremental_assets.lake.names import new_txn
 from incremental_assets.load import LoadRequest, failed_write, rows_after, run_incremental_load
 from incremental_assets.progress import phase
 from incremental_assets.progress_lines import COMMITTING, STAGING
-from incremental_assets.results import LoadResult, Report, WriteOutcome
+from incremental_assets.results import LoadResult, Report, StoredState, WriteOutcome
 from incremental_assets.sources import open_source
 from incremental_assets.sources.log_changes import (
     Change,
@@ -102,10 +102,12 @@ def run_log_load(
         return _first_load(session, request, changes, previous, log)
     started = time.monotonic()
     facts = request.lake_table.facts()
-    # A lake that isn't the table the position was recorded for (gone, restored, or written by
-    # another writer) is refused before the log is read, as a cursor's run refuses it.
-    check_merge_writes(table, facts)
-    check_lake_fits(table, request.stored, facts)
+    if unrecorded_refresh(table, request.asked(), request.stored, facts) is not None:
+        # A --full that committed and died before its record: its position is lost with it, and
+        # the changes since the recorded one would replace its batch. Repeated, as a cursor's is.
+        log(f"{table.name}: a full refresh committed but was never recorded: repeating it")
+        return _first_load(session, request, changes, previous, log)
+    _check_lake(table, request.stored, facts)
     read = changes.read(previous)
     gathered = read.gathered
     log(
@@ -127,9 +129,17 @@ def run_log_load(
     for note in request.lake_table.recover():
         log(f"{table.name}: {note}")
     facts = request.lake_table.facts()
+    _check_lake(table, request.stored, facts)  # another writer may have committed meanwhile
     extracted = time.monotonic()
     outcome, batch = _write(spark, request, facts, read)
     return _result(request, facts, read, outcome, batch, report, started, extracted)
+
+
+def _check_lake(table: TableSpec, stored: StoredState, facts: LakeFacts) -> None:
+    """A lake that isn't the table the position was recorded for (gone, restored, or committed
+    to by another writer) is refused, as a cursor's run refuses it."""
+    check_merge_writes(table, facts)
+    check_lake_fits(table, stored, facts)
 
 
 def _first_load(
@@ -335,12 +345,12 @@ def _cast(table: TableSpec, field: T.StructField) -> Column:
     if isinstance(kind, T.DecimalType):
         return decimal_fits(table, field.name, kind, text)
     if is_time_of_day(field):  # read as a timestamp on 1970-01-01, as the full load reads it
-        text = F.concat(F.lit("1970-01-01 "), text)
+        midnight = F.concat(F.lit("1970-01-02 00"), F.substring(text, 3, 1 << 30))
+        text = F.when(text.startswith("24:"), midnight).otherwise(
+            F.concat(F.lit("1970-01-01 "), text)
+        )
     if isinstance(kind, T.DateType | T.TimestampType | T.TimestampNTZType):
-        text = _astronomical(text)
-    if isinstance(kind, T.TimestampType):
-        # timestamptz prints its offset as +00; Spark reads +00:00
-        return F.regexp_replace(text, r"([+-][0-9]{2})$", "$1:00").cast(kind)
+        return _finite(table, field.name, _astronomical(text), kind)
     if isinstance(kind, T.ArrayType | T.MapType | T.StructType):
         raise ConfigError(
             TableProblem(
@@ -353,6 +363,25 @@ def _cast(table: TableSpec, field: T.StructField) -> Column:
             )
         )
     return text.cast(kind)
+
+
+def _finite(table: TableSpec, name: str, text: Column, kind: T.DataType) -> Column:
+    """A date or timestamp, or a failure naming the column when it is PostgreSQL's infinity,
+    which the lake can't store (as the full load refuses it)."""
+    if isinstance(kind, T.TimestampType):
+        # timestamptz prints its offset as +00; Spark reads +00:00
+        text = F.regexp_replace(text, r"([+-][0-9]{2})$", "$1:00")
+    message = F.concat(
+        F.lit(f"column '{name}' of table '{table.name}' holds "),
+        text,
+        F.lit(
+            ", which the lake can't store. Fix: change the value in the source (or leave the "
+            f"column out: exclude_columns: [{name}]), then run the table with --full: the "
+            "change stays in the log"
+        ),
+    )
+    infinite = F.lower(text).isin("infinity", "-infinity")
+    return F.when(infinite, F.raise_error(message)).otherwise(text.cast(kind))
 
 
 def _astronomical(text: Column) -> Column:

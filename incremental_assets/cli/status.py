@@ -142,13 +142,18 @@ def show_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# What each record of the history is: a run's materialization, or what `cursor set|reset` and
+# `lake convert` recorded.
+_EVENTS = {None: "run", "set": "cursor set", "reset": "cursor reset", "convert": "lake convert"}
+
+
 def _show_history(
     instance: dg.DagsterInstance, project: Project, tables: list[TableSpec], as_json: bool
 ) -> int:
     """Each materialization and each `cursor set|reset`, newest first: when, what, the cursor,
     the rows, and the lake's snapshot, which any Iceberg reader can read the table as of while it
     is kept (an expired one is marked so, not offered)."""
-    rows = []
+    found: list[tuple[int, dict[str, Any]]] = []
     for table in tables:
         key = asset_key(project, table)
         records = instance.fetch_materializations(key, limit=1000).records
@@ -158,25 +163,28 @@ def _show_history(
             if record_of(r).cursor_action is not None
         ]
         kept = _kept_snapshots(project, table) if records else None
-        for record in sorted([*records, *overrides], key=lambda r: -r.storage_id):
+        for record in [*records, *overrides]:
             metadata = record_of(record)
             snapshot = metadata.iceberg_snapshot_id
-            action = metadata.cursor_action
-            rows.append(
-                {
-                    "table": table.name,
-                    "event": "run" if action is None else f"cursor {action}",
-                    "run_id": record.run_id or None,
-                    "at": _when(record),
-                    "cursor": metadata.cursor,
-                    "rows_in_lake": metadata.row_count,
-                    "lake_table": metadata.table_name,
-                    "iceberg_snapshot_id": snapshot,
-                    "snapshot_expired": (
-                        None if snapshot is None or kept is None else snapshot not in kept
-                    ),
-                }
+            found.append(
+                (
+                    record.storage_id,
+                    {
+                        "table": table.name,
+                        "event": _EVENTS[metadata.cursor_action],
+                        "run_id": record.run_id or None,
+                        "at": _when(record),
+                        "cursor": metadata.cursor,
+                        "rows_in_lake": metadata.row_count,
+                        "lake_table": metadata.table_name,
+                        "iceberg_snapshot_id": snapshot,
+                        "snapshot_expired": (
+                            None if snapshot is None or kept is None else snapshot not in kept
+                        ),
+                    },
+                )
             )
+    rows = [row for _, row in sorted(found, key=lambda pair: -pair[0])]
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -192,7 +200,13 @@ def _show_history(
             f"{row['table']:<16}{when:<21}{event:<14}{rows_in_lake:>9}  {shown:<29}{row['cursor']}"
         )
     readable = next(
-        (r for r in rows if r["iceberg_snapshot_id"] is not None and not r["snapshot_expired"]),
+        (
+            r
+            for r in rows
+            if r["iceberg_snapshot_id"] is not None
+            and r["lake_table"] is not None
+            and not r["snapshot_expired"]
+        ),
         None,
     )
     if readable is not None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC
 from decimal import Decimal
@@ -30,6 +28,7 @@ from incremental_assets_tests.support.log_capture import (
     ICEBERG,
     LOGGED,
     drop_slot,
+    ia,
     slot_made,
     slot_of,
 )
@@ -348,15 +347,6 @@ def test_the_sensor_sees_the_log_kept_for_the_table_and_the_check_warns_past_its
         drop_slot(pg, slot)
 
 
-def _ia(loads: Loads, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`incremental-assets ...` in a subprocess, on the test's instance and project."""
-    program = str(Path(sys.executable).with_name("incremental-assets"))
-    env = cli_env(loads.cli_config(), loads.home)
-    return subprocess.run(
-        [program, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
     loads: Loads, pg: Schema, tmp_path: Path
 ) -> None:
@@ -364,29 +354,29 @@ def test_the_cli_validates_shows_sets_and_drops_a_log_tables_capture(
     pg.execute(DURABLE, "INSERT INTO items VALUES (1, 'a', 1)")
     loads.configure(pg, LOGGED, lake=ICEBERG)
     slot = slot_of(loads)
-    before = _ia(loads, tmp_path, "validate", "--connect")
+    before = ia(loads, tmp_path, "validate", "--connect")
     assert before.returncode == 0, before.stderr
     assert f"log: slot {slot} made by the first run" in before.stdout
     try:
         first = loads.run()
         assert first.success
-        shown = _ia(loads, tmp_path, "validate", "--connect")
+        shown = ia(loads, tmp_path, "validate", "--connect")
         assert f"log: slot {slot} (reserved" in shown.stdout, shown.stdout
 
         pg.execute(DURABLE, "INSERT INTO items VALUES (2, 'skipped by the cursor set', 2)")
         pg.execute(DURABLE, "CHECKPOINT")
         (now,) = pg.query("SELECT pg_current_wal_flush_lsn()::text")
-        moved = _ia(loads, tmp_path, "cursor", "set", "items", str(now[0]), "--reason", "skip")
+        moved = ia(loads, tmp_path, "cursor", "set", "items", str(now[0]), "--reason", "skip")
         assert moved.returncode == 0, moved.stderr
-        shown = _ia(loads, tmp_path, "status", "--json", "items")
+        shown = ia(loads, tmp_path, "status", "--json", "items")
         assert json.loads(shown.stdout)[0]["cursor"] == now[0]
-        backfill = _ia(loads, tmp_path, "backfill", "items", "--from", "0/0", "--to", now[0])
+        backfill = ia(loads, tmp_path, "backfill", "items", "--from", "0/0", "--to", now[0])
         assert backfill.returncode == 1 and "full refresh" in backfill.stderr, backfill.stderr
         pg.execute(DURABLE, "INSERT INTO items VALUES (3, 'after it', 3)")
         assert loads.run().success
         assert loads.rows(["id"]) == [(1,), (3,)]  # what the hand-set position skipped stays out
 
-        dropped = _ia(loads, tmp_path, "cdc", "drop", "items", "--reason", "decommissioned")
+        dropped = ia(loads, tmp_path, "cdc", "drop", "items", "--reason", "decommissioned")
         assert dropped.returncode == 0, dropped.stderr
         assert f"slot {slot} dropped" in dropped.stdout
         assert not slot_made(pg, slot)
@@ -410,7 +400,7 @@ def test_validate_names_what_the_server_lacks_for_log_capture(
     try:
         loads.configure(pg, LOGGED, lake=ICEBERG, source={"user": role, "password": "plain"})
 
-        checked = _ia(loads, tmp_path, "validate", "--connect")
+        checked = ia(loads, tmp_path, "validate", "--connect")
         run = loads.run()
 
         assert checked.returncode == 1
@@ -632,10 +622,10 @@ def test_validate_names_what_a_mariadb_server_lacks_for_log_capture(
 ) -> None:
     my.execute("CREATE TABLE items (id INT PRIMARY KEY, note TEXT, n INT)")
     loads.configure(my, LOGGED, lake=ICEBERG)
-    ready = _ia(loads, tmp_path, "validate", "--connect")
+    ready = ia(loads, tmp_path, "validate", "--connect")
     my.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
     try:
-        lacking = _ia(loads, tmp_path, "validate", "--connect")
+        lacking = ia(loads, tmp_path, "validate", "--connect")
         refused = loads.run()
     finally:
         my.execute("SET GLOBAL binlog_row_metadata = 'FULL'")

@@ -3,9 +3,13 @@ server's, not the test schema's), and writes that wait for the log's flush."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from incremental_assets.sources.pg_slot import names_of
+from incremental_assets_tests.support.cli import cli_env
 from incremental_assets_tests.support.loads import Loads
 from incremental_assets_tests.support.postgres import Schema
 
@@ -34,3 +38,12 @@ def drop_slot(pg: Schema, slot: str) -> None:
 def slot_made(pg: Schema, slot: str) -> bool:
     """Whether the server has the slot."""
     return bool(pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{slot}'"))
+
+
+def ia(loads: Loads, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`incremental-assets ...` in a subprocess, on the test's instance and project."""
+    program = str(Path(sys.executable).with_name("incremental-assets"))
+    env = cli_env(loads.cli_config(), loads.home)
+    return subprocess.run(
+        [program, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
