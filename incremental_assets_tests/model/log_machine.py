@@ -442,14 +442,15 @@ class LogMachine(LakeEventRules, RuleBasedStateMachine):
     # -- the example's table -----------------------------------------------------------------
 
     def setup(
-        self, config: TableConfig, identity: str = "default", limit: int | None = None
+        self, config: TableConfig, identity: str | None = None, limit: int | None = None
     ) -> None:
         """`identity`: the table's REPLICA IDENTITY, default (the key) or full (a delete's log
-        holds the old row, and an append table logs it)."""
+        holds the old row, and an append table logs it); None: the database's first."""
         env = self.env
         env.examples += 1
         self.config = config
         self.database = log_database(env.server)
+        identity = identity or self.database.identities[0]
         self.directory = env.workdir / f"log-example-{uuid.uuid4().hex[:8]}"
         source = self.stack.enter_context(open_source(env.server, config))
         self.source: SourceTable = source

@@ -136,14 +136,34 @@ FAMILIES = {
     # limit of changes. The first example is Hypothesis's simplest (a few columns added, rows
     # inserted, keys changed), cheap once Spark runs; the others are drawn: a transaction
     # committed while a run waits at its session, a run stopped at its limit, a TRUNCATE
-    # (merge); a column dropped twice, refused, rebuilt, a transaction left open (append).
+    # (merge); a column dropped, refused, rebuilt (append). Each disturbs its lake once and
+    # maintains it once at most: a new Dagster instance; the lake removed after a killed run,
+    # refused, rebuilt, then maintained (merge); the lake removed, and copied (append).
     # MariaDB's binary log: a new Dagster instance, keys changed (merge); another writer's
     # delete refused, a column dropped, a TRUNCATE (append); the lake moved, refused, rebuilt.
     "log_merge": Family(
-        "postgres", ("merge",), 20251213, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres",
+        ("merge",),
+        20251213,
+        3,
+        10,
+        kills=1,
+        lake_format="iceberg",
+        capture="log",
+        lake_events=1,
+        maintenance=1,
     ),
     "log_append": Family(
-        "postgres", ("append",), 20251214, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres",
+        ("append",),
+        20251214,
+        3,
+        10,
+        kills=1,
+        lake_format="iceberg",
+        capture="log",
+        lake_events=1,
+        maintenance=1,
     ),
     "log_mariadb": Family(
         "mariadb",
