@@ -760,7 +760,8 @@ class LogMachine(LakeEventRules, RuleBasedStateMachine):
         inserted: the next run is refused ("lost column") while the lake holds the column,
         whether the changes it would load came after the drop or before it (their values for
         the column are in the log, and the source's schema has lost it); a full refresh then
-        rebuilds the table."""
+        rebuilds the table. (Without a recorded position, a new instance's, the next run loads
+        the table whole.)"""
         self.schema_changes += 1
         if not self.env.drops_with_changes_waiting:
             self._read_all()
@@ -776,7 +777,7 @@ class LogMachine(LakeEventRules, RuleBasedStateMachine):
         )
         if insert or not waiting:
             self.insert_rows(1)
-        if held:
+        if held and self.positioned:  # else the next run loads the table whole anyway
             self._refused_until_rebuilt(f"{name} dropped", ["lost column", name, "--full"])
 
     def _read_all(self) -> None:

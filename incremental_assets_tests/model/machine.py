@@ -969,10 +969,11 @@ class LakeMachine(LakeEventRules, RuleBasedStateMachine):
         """The Iceberg table's maintenance, as a job of its own runs it between runs, with the
         retention the config now states (`lake.keep_snapshots` `keep`, `keep_snapshots_for` 0:
         the runs' own maintenance keeps to it too) and thresholds that make these small tables
-        due for compaction (`lake_events.maintenance_policy`). Readers see the same rows, at main and at
-        every recorded snapshot still kept, and snapshots expire only as the retention allows
-        (`Reference.check_maintenance`); then (`run_after`) the next run goes on from the stored
-        cursor, adding to the table (writing nothing if the source is as the last run left it).
+        due for compaction (`lake_events.maintenance_policy`). Readers see the same rows, at
+        main and at every recorded snapshot still kept, and snapshots expire only as the
+        retention allows (`Reference.check_maintenance`); then (`run_after`) the next run goes
+        on from the stored cursor, adding to the table (writing nothing if the source is as the
+        last run left it).
         """
         self.maintenances += 1
         keep = keep if keep in self.env.keep_snapshots else min(self.env.keep_snapshots)
