@@ -971,6 +971,7 @@ class LogMachine(LakeEventRules, RuleBasedStateMachine):
         compacted files."""
         self.insert_rows(1)
         if self._kill("committed", full_refresh=False):
+            self.did["maintained after a kill"] += 1
             self.maintain(keep, run_after=True)
 
     # -- runs --------------------------------------------------------------------------------
