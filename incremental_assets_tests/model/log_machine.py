@@ -1,5 +1,10 @@
-"""The state machine for `capture: log` tables: a PostgreSQL table read from the server's log into
-an Iceberg lake, merge or append, against a reference of its own (`LogReference`).
+"""The state machine for `capture: log` tables: a PostgreSQL or MariaDB table read from the
+server's log (PostgreSQL's WAL through a slot, MariaDB's binary log) into an Iceberg lake, merge or
+append, against a reference of its own (`LogReference`). What differs between the two is
+`LogDatabase`: the position (an LSN; `file:offset`), the REPLICA IDENTITY drawn (PostgreSQL; a
+binary log's rows are whole, as under FULL), whether a TRUNCATE can share a transaction (not on
+MariaDB, where it commits on its own), whether a run that loads the table whole waits for open
+transactions (PostgreSQL's slot), and whether the log can be purged under the position (MariaDB).
 
 Each example is one table (a fresh schema, a key of one or two columns of a drawn type, the
 cursor machine's value columns; with composites but without arrays, which log capture refuses:
@@ -13,6 +18,11 @@ runs stop part way through the log), as a full refresh, killed in a subprocess a
 ("session", "staged", "mid-commit", "committed"; or not killed, when it ends first), or until
 settled (everything committed, runs until none stops at its limit; the next reads nothing). The
 table's REPLICA IDENTITY is drawn too: default (a delete logs its key) or full (its old row).
+Between runs the lake is disturbed (`lake_events.py`: its table's folder removed, `lake.path`
+moved, the lake copied with its catalog, the folder restored from a copy taken after an earlier
+run, another writer's commit through PyIceberg, a new Dagster instance), MariaDB's binary logs are
+purged under the recorded position, and the table's maintenance compacts it (between runs, and
+between a killed run's commit and its record).
 
 The reference, after every successful run (the source is still while a run reads it, so its
 committed rows are those before the run's bound):
@@ -30,10 +40,20 @@ committed rows are those before the run's bound):
   (from after the drop or before it) with "lost column", changing nothing; a full refresh then
   rebuilds the table. A run that commits nothing leaves the lake's columns as they were (as a
   cursor table's): a column added joins at the next commit;
-* a run's position (`cursor`, type lsn) never moves back; a second run over a settled source
-  reads no change and writes nothing.
+* a run's position (`cursor`, type lsn or binlog) never moves back; a second run over a settled
+  source reads no change and writes nothing;
+* a lake that isn't the table the position was recorded for (removed, moved, copied, restored,
+  another writer's commit) and (MariaDB) a position whose binary log was purged refuse the next
+  run, with changes waiting or none, naming the stored position (or the file), the lake and
+  `--full`: nothing written, the position unmoved, no run recorded; the full refresh then
+  rebuilds the table exactly. A new Dagster instance's first run loads the table whole;
+* maintenance changes no row, and the next run goes on from the recorded position (a killed
+  run's unrecorded commit under it is redone in place);
+* MariaDB writes a text key in another case or with trailing spaces (which it holds equal): the
+  log and the lake don't, so an append table logs such an update as a move, the old spelling's
+  delete first.
 
-Every example drops its slot and publication at the end: slots are the server's.
+Every PostgreSQL example drops its slot and publication at the end: slots are the server's.
 """
 
 from __future__ import annotations
@@ -44,11 +64,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pymysql
 from hypothesis import HealthCheck, Phase, note, seed, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
@@ -60,17 +81,36 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from psycopg import sql
-from psycopg.rows import dict_row
 
-from incremental_assets.cursor import parse_lsn
+from incremental_assets.cursor import parse_binlog, parse_lsn
 from incremental_assets.pause_points import ENV as PAUSE_AT
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets.sources import log_changes
 from incremental_assets.sources.pg_slot import names_of
 from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state
+from incremental_assets_tests.model.lake_events import (
+    LAKE_EVENTS,
+    LakeCopies,
+    LakeEventRules,
+    another_writers_delete,
+    catalog_restored,
+    copy_lake,
+    maintain_table,
+    refusal_named,
+)
+from incremental_assets_tests.model.machine import KEEP_SNAPSHOTS, open_source
 from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Outcome, Runner
-from incremental_assets_tests.model.source import Clock, Key, LateWriter, Row, Snapshot
-from incremental_assets_tests.model.source_postgres import PostgresTable, open_postgres_table
+from incremental_assets_tests.model.source import (
+    Clock,
+    Key,
+    LateWriter,
+    Row,
+    Server,
+    Snapshot,
+    SourceTable,
+)
+from incremental_assets_tests.model.source_mariadb import MariaDbTable
+from incremental_assets_tests.model.source_postgres import PostgresTable
 from incremental_assets_tests.model.table import (
     CURSOR,
     CURSOR_TYPES,
@@ -80,6 +120,7 @@ from incremental_assets_tests.model.table import (
     frozen,
     next_cursor,
 )
+from incremental_assets_tests.support.mariadb import MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer
 
 LOG_MODES = ("merge", "append")
@@ -91,13 +132,50 @@ CHANGE_COLUMNS = (CHANGE_OP, CHANGE_LSN, CHANGE_SEQ)
 # The source's array columns, which log capture refuses: left out of every log table.
 ARRAYS = ("tags", "stamps", "grid", "pts")
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
+# What can happen to a log table's lake between runs: the cursor machine's events, and another
+# writer's commit (PyIceberg deleting a row).
+ANOTHER_WRITER = "another-writer"
+LOG_LAKE_EVENTS = (*LAKE_EVENTS, ANOTHER_WRITER)
+
+
+@dataclass(frozen=True)
+class LogDatabase:
+    """What differs between the databases whose logs the machine reads."""
+
+    name: str  # the config's `database`
+    cursor_type: str  # the position's: lsn, or binlog (`file:offset`)
+    # The REPLICA IDENTITY drawn (PostgreSQL); a binary log's row image is FULL: a delete logs
+    # its whole old row, as under REPLICA IDENTITY FULL.
+    identities: tuple[str, ...]
+    # Whether a transaction can hold a TRUNCATE and the inserts after it (MariaDB's TRUNCATE
+    # commits on its own: the inserts are a transaction after it).
+    truncate_in_transaction: bool
+    # Whether a run that loads the table whole waits for the transactions open (PostgreSQL's
+    # slot is made, or its position taken, once they end; MariaDB's snapshot needs no wait).
+    load_waits: bool
+    # Whether the log's files can be purged under a recorded position (a binary log).
+    purges: bool
+
+    def position(self, text: str) -> Any:
+        """A recorded position as a value that orders as the log does."""
+        return parse_lsn(text) if self.cursor_type == "lsn" else parse_binlog(text)
+
+
+LOG_DATABASES = {
+    "postgres": LogDatabase("postgres", "lsn", ("default", "full"), True, True, False),
+    "mariadb": LogDatabase("mariadb", "binlog", ("full",), False, False, True),
+}
+
+
+def log_database(server: Server) -> LogDatabase:
+    return LOG_DATABASES["postgres" if isinstance(server, PostgresServer) else "mariadb"]
 
 
 @dataclass
 class LogEnv:
     """What every example shares: the server, the Spark session, where to put files, limits."""
 
-    server: PostgresServer
+    server: PostgresServer | MariaDbServer
     spark_resource: IncrementalSparkResource
     workdir: Path
     connect: str | None = None  # a Spark Connect server for killed runs; None: no kills
@@ -119,6 +197,12 @@ class LogEnv:
     limits: tuple[int | None, ...] = (None,)
     schema_changes: int = 2  # per example, at most
     truncates: int = 1  # per example, at most
+    # Events of the lake between runs (`LOG_LAKE_EVENTS`), and (MariaDB) binary logs purged
+    # under the recorded position, per example, at most.
+    lake_events: int = 0
+    lake_event_kinds: tuple[str, ...] = LOG_LAKE_EVENTS
+    purges: int = 0
+    maintenance: int = 0  # the table's maintenance between runs per example, at most
     instance: Path | None = SHIPPED_INSTANCE
     run_timeout: float = RUN_TIMEOUT
     verbose: bool = False
@@ -128,15 +212,18 @@ class LogEnv:
 
 @st.composite
 def log_configs(
-    draw: st.DrawFn, modes: tuple[str, ...], key_types: tuple[str, ...] = KEY_TYPES
+    draw: st.DrawFn,
+    modes: tuple[str, ...],
+    key_types: tuple[str, ...] = KEY_TYPES,
+    database: str = "postgres",
 ) -> TableConfig:
     """A log table: its mode, key, key type, the type of `cur` (a value column here) and
-    whether it holds the composite column (its arrays left out)."""
+    whether it holds the composite column (its arrays left out; PostgreSQL's only)."""
     mode = draw(st.sampled_from(modes))
     key = draw(st.sampled_from([("id",), ("id",), ("id", "k2")]))
-    shapes = draw(st.booleans())
+    shapes = database == "postgres" and draw(st.booleans())
     return TableConfig(
-        database="postgres",
+        database=database,
         mode=mode,
         key=key,
         paired=len(key) > 1,
@@ -183,7 +270,7 @@ class LogReference:
     config: TableConfig
     loaded: tuple[Row, ...] | None = None  # append: the last full load's rows (None: none yet)
     changes: list[Change] = field(default_factory=list)  # append: committed since that load
-    position: int | None = None  # the position the last successful run recorded
+    position: Any = None  # the position the last successful run recorded
     # The source after each transaction since the last full load (the first: as it loaded),
     # and where the lake was among them after the last run (a run that stops at its limit of
     # changes, `log_more_waiting`, leaves the lake at one of them, whole transactions); append:
@@ -203,11 +290,13 @@ class LogReference:
             self.changes.extend(changes)
             self.history.append(after)
 
-    def check(self, snapshot: Snapshot, lake: LakeState, md: dict[str, Any]) -> list[str]:
+    def check(
+        self, snapshot: Snapshot, lake: LakeState, md: dict[str, Any], database: LogDatabase
+    ) -> list[str]:
         out = []
-        if md.get("cursor_type") != "lsn":
-            out.append(f"cursor_type {md.get('cursor_type')!r}, not lsn")
-        position = parse_lsn(str(md.get("cursor")))
+        if md.get("cursor_type") != database.cursor_type:
+            out.append(f"cursor_type {md.get('cursor_type')!r}, not {database.cursor_type}")
+        position = database.position(str(md.get("cursor")))
         if self.position is not None and position < self.position and not _whole(md):
             out.append(f"the position moved back: {self.position} -> {position}")
         self.position = position
@@ -329,7 +418,7 @@ class Writer:
     changes: list[Change] = field(default_factory=list)
 
 
-class LogMachine(RuleBasedStateMachine):
+class LogMachine(LakeEventRules, RuleBasedStateMachine):
     env: LogEnv  # set by `log_machine_class`
 
     def __init__(self) -> None:
@@ -338,6 +427,10 @@ class LogMachine(RuleBasedStateMachine):
         self.directory: Path | None = None
         self.writers: list[Writer] = []
         self.kills = self.schema_changes = self.truncates = self.runs = 0
+        self.lake_events = self.purges = self.maintenances = 0
+        # Whether a run recorded a position this instance's next run goes on from.
+        self.positioned = False
+        self.copies = LakeCopies()  # of the lake after runs, for "restored"
         self.frontier: Any = None  # the last explicit value written to `cur`
         # Keys deleted or changed away, with their key columns' values (`reinsert`).
         self.gone: dict[Key, dict[str, Any]] = {}
@@ -349,16 +442,18 @@ class LogMachine(RuleBasedStateMachine):
     # -- the example's table -----------------------------------------------------------------
 
     def setup(
-        self, config: TableConfig, identity: str = "default", limit: int | None = None
+        self, config: TableConfig, identity: str | None = None, limit: int | None = None
     ) -> None:
         """`identity`: the table's REPLICA IDENTITY, default (the key) or full (a delete's log
-        holds the old row, and an append table logs it)."""
+        holds the old row, and an append table logs it); None: the database's first."""
         env = self.env
         env.examples += 1
         self.config = config
+        self.database = log_database(env.server)
+        identity = identity or self.database.identities[0]
         self.directory = env.workdir / f"log-example-{uuid.uuid4().hex[:8]}"
-        source = self.stack.enter_context(open_postgres_table(env.server, config))
-        self.source: PostgresTable = source
+        source = self.stack.enter_context(open_source(env.server, config))
+        self.source: SourceTable = source
         self.runner = Runner(
             self.directory,
             source.source,
@@ -369,18 +464,19 @@ class LogMachine(RuleBasedStateMachine):
             instance=env.instance,
             timeout=env.run_timeout,
         )
-        names = names_of(self.runner.project.table(TABLE))
-        # Before the schema is dropped (the stack closes in reverse).
-        self.stack.callback(_drop_slot, env.server, names.slot, names.publication)
         self.reference = LogReference(config)
         self.identity = identity
         self.limit = limit
-        if identity == "full":
-            source.conn.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
-        self._say(
-            "table",
-            f"# {self.config}, replica identity {identity}, limit {limit}: slot {names.slot}",
-        )
+        where = f"database {source.schema}"
+        if isinstance(env.server, PostgresServer):
+            names = names_of(self.runner.project.table(TABLE))
+            # Before the schema is dropped (the stack closes in reverse).
+            self.stack.callback(_drop_slot, env.server, names.slot, names.publication)
+            assert isinstance(source, PostgresTable)
+            if identity == "full":
+                source.conn.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
+            where = f"slot {names.slot}"
+        self._say("table", f"# {self.config}, replica identity {identity}, limit {limit}: {where}")
 
     def teardown(self) -> None:
         try:
@@ -468,6 +564,15 @@ class LogMachine(RuleBasedStateMachine):
         key alone), so that the change log replayed in order leaves no row there."""
         return Change("delete", tuple(sorted((c, frozen(row[c])) for c in self.config.key)))
 
+    def _updated(self, row: Row, done: Row) -> list[Change]:
+        """An update's changes: a move when it respelled the key (MariaDB writes a text key in
+        another case or with trailing spaces, which the database holds equal and the log and the
+        lake do not)."""
+        update = self._change("update", done)
+        if all(row[c] == done[c] for c in self.config.key):
+            return [update]
+        return [self._moved_out(row), update]
+
     def _committed(self, changes: list[Change]) -> None:
         """One transaction committed: its changes, and the source's rows after it."""
         self.dirty = self.unread = True
@@ -492,7 +597,7 @@ class LogMachine(RuleBasedStateMachine):
         done = []
         for row in self._pick(rows, picks):
             done.append(self.source.update(self.source.key_of(row), self._stamp(touch, row)))
-            self._committed([self._change("update", done[-1])])
+            self._committed(self._updated(row, done[-1]))
         how = "" if touch else ", cur untouched"
         self._say("updated", f"# updated {[self._label(r) for r in done]}{how}")
 
@@ -514,8 +619,7 @@ class LogMachine(RuleBasedStateMachine):
         if not rows:
             return
         row = rows[pick % len(rows)]
-        key = self.source.new_key()
-        changed = self._update(self.source.conn, row, key)
+        changed = self.source.move(self.source.key_of(row), self.source.new_key())
         self.gone[self.source.key_of(row)] = {c: row[c] for c in ("id", "k2")}
         self._say("key changed", f"# key {self._label(row)} changed to {self._label(changed)}")
         self._committed([self._moved_out(row), self._change("update", changed)])
@@ -532,54 +636,43 @@ class LogMachine(RuleBasedStateMachine):
         self._say("reinserted", f"# reinserted {self._label(row)}")
         self._committed([self._change("insert", row)])
 
-    def _update(self, conn: Any, row: Row, values: dict[str, Any]) -> Row:
-        condition, params = self.source._where(self.source.key_of(row))
-        statement = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING *").format(
-            sql.Identifier(TABLE),
-            sql.SQL(", ").join(
-                sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder()) for c in values
-            ),
-            condition,
-        )
-        with conn.cursor(row_factory=dict_row) as cur:
-            changed = cur.execute(statement, [*values.values(), *params]).fetchone()
-        assert changed is not None
-        return dict(changed)
-
     @precondition(lambda self: not self.writers and self.truncates < self.env.truncates)
     @rule(then=st.integers(0, 2), together=st.booleans())
     def truncate(self, then: int, together: bool) -> None:
         """TRUNCATE, then `then` new rows: each its own transaction, or (`together`) all in
-        one, with the TRUNCATE first."""
+        one, with the TRUNCATE first (MariaDB: the TRUNCATE commits on its own, then the inserts
+        are one transaction)."""
         self.truncates += 1
         if not together:
-            self.source.conn.execute(f"TRUNCATE {TABLE}")
+            self.source.truncate()
             self._say("truncated", "# TRUNCATE")
             self._committed([self._change("truncate", None)])
             if then:
                 self.insert_rows(then)
             return
         late = self.source.open_writer()
-        late.conn.execute(f"TRUNCATE {TABLE}")
+        self.source.truncate(late.conn)
+        truncated = [self._change("truncate", None)]
+        if not self.database.truncate_in_transaction:
+            self._committed(truncated)
+            truncated = []
         rows = [self.source.insert(self._stamp(True), conn=late.conn) for _ in range(then)]
         late.conn.commit()
         late.conn.close()
         self._say("truncated", f"# TRUNCATE and {[self._label(r) for r in rows]}, one transaction")
-        self._committed(
-            [self._change("truncate", None), *(self._change("insert", r) for r in rows)]
-        )
+        self._committed([*truncated, *(self._change("insert", r) for r in rows)])
 
     # -- transactions left open --------------------------------------------------------------
 
-    @precondition(lambda self: self.runs > 0 and len(self.writers) < 2)
+    @precondition(lambda self: self.positioned and len(self.writers) < 2)
     @rule(
         inserts=st.integers(0, 2),
         picks=st.lists(st.integers(0, 99), max_size=2),
         delete=st.booleans(),
     )
     def open_transaction(self, inserts: int, picks: list[int], delete: bool) -> None:
-        """A transaction whose writes commit after a later run's bound (never before the first
-        run: making the slot waits for open transactions)."""
+        """A transaction whose writes commit after a later run's bound (never before a first
+        load: making the slot waits for open transactions)."""
         writer = Writer(self.source.open_writer())
         self.writers.append(writer)
         conn = writer.late.conn
@@ -594,22 +687,18 @@ class LogMachine(RuleBasedStateMachine):
             row = rows.pop(pick % len(rows))
             writer.late.keys.add(self.source.key_of(row))
             if n == 1 and not delete:  # the second row's key changed, in the transaction
-                changed = self._update(conn, row, self.source.new_key())
+                changed = self.source.move(self.source.key_of(row), self.source.new_key(), conn)
                 writer.late.keys.add(self.source.key_of(changed))
                 self.gone[self.source.key_of(row)] = {c: row[c] for c in ("id", "k2")}
                 writer.changes.extend([self._moved_out(row), self._change("update", changed)])
             elif delete and n == len(picks) - 1:
-                condition, params = self.source._where(self.source.key_of(row))
-                conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE {}").format(sql.Identifier(TABLE), condition),
-                    params,
-                )
+                self.source.delete(self.source.key_of(row), conn)
                 writer.changes.append(self._change("delete", row))
             else:
                 done = self.source.update(
                     self.source.key_of(row), self._stamp(n % 2 == 0, row, True), conn
                 )
-                writer.changes.append(self._change("update", done))
+                writer.changes.extend(self._updated(row, done))
         self.dirty = True
         self._say("opened", f"# transaction opened: {[c.op for c in writer.changes]}")
 
@@ -671,7 +760,8 @@ class LogMachine(RuleBasedStateMachine):
         inserted: the next run is refused ("lost column") while the lake holds the column,
         whether the changes it would load came after the drop or before it (their values for
         the column are in the log, and the source's schema has lost it); a full refresh then
-        rebuilds the table."""
+        rebuilds the table. (Without a recorded position, a new instance's, the next run loads
+        the table whole.)"""
         self.schema_changes += 1
         if not self.env.drops_with_changes_waiting:
             self._read_all()
@@ -687,9 +777,8 @@ class LogMachine(RuleBasedStateMachine):
         )
         if insert or not waiting:
             self.insert_rows(1)
-        if held:
-            self._expect_refusal(f"{name} dropped", ["lost column", name, "--full"])
-            self._run(full_refresh=True)
+        if held and self.positioned:  # else the next run loads the table whole anyway
+            self._refused_until_rebuilt(f"{name} dropped", ["lost column", name, "--full"])
 
     def _read_all(self) -> None:
         """Runs until no committed change waits for one."""
@@ -702,7 +791,10 @@ class LogMachine(RuleBasedStateMachine):
         return [c for c in self.source.droppable() if c not in ARRAYS]
 
     def _expect_refusal(self, what: str, named: list[str]) -> None:
+        """The next run fails with a message naming the table and `named`, and changes
+        nothing: not the lake, not the recorded position, nor records a run."""
         lake, count = self._lake(), self.runner.materializations()
+        recorded = self.runner.recorded_cursor()
         outcome = self.runner.run()
         message = (outcome.failure or "").strip()
         problems = []
@@ -718,21 +810,185 @@ class LogMachine(RuleBasedStateMachine):
             problems.append("the lake changed")
         if self.runner.materializations() != count:
             problems.append("a materialization was recorded")
+        if self.runner.recorded_cursor() != recorded:
+            problems.append(f"the position moved: {recorded} -> {self.runner.recorded_cursor()}")
         if problems:
             self._fail(f"a run after {what} was not refused cleanly", problems)
         self._say("refused", f"# refused: {message[:200]}")
 
+    def _refused_until_rebuilt(self, what: str, named: list[str], new_row: bool = False) -> None:
+        """The next run is refused (`_expect_refusal`), then (`new_row`) again with a change
+        waiting; a full refresh then rebuilds the table from the source."""
+        self._expect_refusal(what, named)
+        if new_row:
+            self.insert_rows(1)
+            self._expect_refusal(f"{what}, with a change waiting", named)
+        self._run(full_refresh=True)
+
+    # -- the lake between runs ---------------------------------------------------------------
+
+    def _can_disturb_lake(self, *kinds: str) -> bool:
+        """After a run recorded a position (not a killed one's: its commit may be in the lake),
+        as often as the budget allows, when the full refresh that follows may start."""
+        return (
+            self.positioned
+            and self.killed_at is None
+            and self.lake_events < self.env.lake_events
+            and self._can_load_whole()
+            and any(kind in self.env.lake_event_kinds for kind in kinds)
+        )
+
+    def _lake_disturbed(self, kind: str, what: str, new_row: bool) -> None:
+        """The lake is not the table the recorded position was recorded for: the next run is
+        refused before it reads the log (with changes waiting or none), naming the stored
+        position, the lake and the fix, writing nothing and moving nothing; `--full` rebuilds
+        the table from the source."""
+        self.lake_events += 1
+        self.dirty = True
+        self._say(kind, f"# {what}")
+        self._refused_until_rebuilt(what, refusal_named(self.runner), new_row)
+
+    @precondition(lambda self: self._can_disturb_lake("copied"))
+    @rule(new_row=st.booleans())
+    def copy_lake(self, new_row: bool) -> None:
+        """The whole lake copied with its catalog and `lake.path` pointed at the copy, whose
+        catalog names the original's table (Iceberg's locations are absolute): refused; the
+        full refresh rebuilds the table in the copy and leaves the original as it was."""
+        self.copies.drop()
+        was = self._lake()
+        original, target = copy_lake(self.runner)
+        what = f"the lake copied to {target}, and lake.path changed to it"
+        self._lake_disturbed("lake copied", what, new_row)
+        if not read_lake_state(original).unchanged(was):
+            self._fail("rebuilding a copied lake", [f"the original lake at {original} changed"])
+
+    @precondition(
+        lambda self: (
+            self._can_disturb_lake("restored", "restored-with-catalog") and bool(self.copies)
+        )
+    )
+    @rule(pick=st.integers(0, 99), with_catalog=st.booleans(), new_row=st.booleans())
+    def restore_lake(self, pick: int, with_catalog: bool, new_row: bool) -> None:
+        """The table's folder put back from a copy taken after an earlier run, and
+        (`with_catalog`) the catalog's file with it."""
+        with_catalog = catalog_restored(self.env.lake_event_kinds, with_catalog)
+        older = self.copies.older(self.runner.latest_metadata().get("lake_commit"))
+        if not older:
+            return
+        what = self.copies.restore(self.runner, older[pick % len(older)], with_catalog)
+        self._lake_disturbed("lake restored", what, new_row)
+
+    @precondition(lambda self: self._can_disturb_lake(ANOTHER_WRITER))
+    @rule(pick=st.integers(0, 99), new_row=st.booleans())
+    def another_writer(self, pick: int, new_row: bool) -> None:
+        """Another engine's commit to the lake's table after the position was recorded: a
+        row deleted through PyIceberg."""
+        notes = sorted({r["note"] for r in self._lake().rows if r.get("note") is not None})
+        if not notes:
+            return
+        what = another_writers_delete(self.runner, notes[pick % len(notes)])
+        self._lake_disturbed("another writer", what, new_row)
+
+    @precondition(lambda self: self._can_disturb_lake("new-instance"))
+    @rule()
+    def new_instance(self) -> None:
+        """A new, empty Dagster instance over the lake: its first run has no position to go
+        on from, and loads the table whole (the lake then is the source)."""
+        self.lake_events += 1
+        self.copies.drop()
+        self.runner.new_home()
+        self.positioned = False
+        self.dirty = True
+        self._say("new instance", f"# a new Dagster instance at {self.runner.home}")
+
+    @precondition(
+        lambda self: (
+            self.database.purges
+            and self.positioned
+            and self.killed_at is None
+            and self.purges < self.env.purges
+        )
+    )
+    @rule(new_row=st.booleans())
+    def purge_log(self, new_row: bool) -> None:
+        """The server's binary logs purged up to the one it writes now: the recorded
+        position's file is gone, so the next run is refused, naming it, until a full refresh
+        (the server may keep a file it still needs: then nothing is refused)."""
+        self.purges += 1
+        recorded = str(self.runner.recorded_cursor())
+        kept = _purge_binary_logs(self.source)
+        if recorded.split(":")[0] in kept:
+            self._say("log kept", f"# binary logs purged, but {recorded}'s file is kept: {kept}")
+            return
+        self.dirty = True
+        self._say("log purged", f"# binary logs purged up to {kept}, past {recorded}")
+        named = ["is gone", recorded, f"incremental-assets run {TABLE} --full"]
+        self._refused_until_rebuilt("the binary log purged", named, new_row)
+
+    @precondition(lambda self: self.positioned and self.maintenances < self.env.maintenance)
+    @rule(keep=KEEP_SNAPSHOTS, run_after=st.booleans())
+    def maintain(self, keep: int, run_after: bool) -> None:
+        """The table's maintenance, as a job of its own runs it between runs (after a run
+        killed past its commit too: `kill_then_maintain`), compacting these small tables and
+        expiring snapshots past `keep`: its rows stay as they were, and (`run_after`) the next
+        run goes on from the recorded position."""
+        self.maintenances += 1
+        before = self._lake()
+        if not before.exists:
+            return
+        done = maintain_table(self.runner, keep)
+        after = self._lake()
+        self._say(
+            "maintained",
+            f"# maintenance, keep_snapshots {keep}: {done or 'nothing due'} "
+            f"({len(before.files)} -> {len(after.files)} files)",
+        )
+        columns = before.columns
+        held = Counter(tuple(r.get(c) for c in columns) for r in after.rows)
+        problems = _diff(
+            "the rows before",
+            columns,
+            Counter(tuple(r.get(c) for c in columns) for r in before.rows),
+            held,
+        )
+        if after.columns != columns:
+            problems.append(f"the columns changed: {columns} -> {after.columns}")
+        if problems:
+            self._fail("maintenance between runs changed the table", problems)
+        self.dirty = True
+        if run_after:
+            self._run()
+
+    @precondition(
+        lambda self: (
+            self._can_kill() and self.positioned and self.maintenances < self.env.maintenance
+        )
+    )
+    @rule(keep=KEEP_SNAPSHOTS)
+    def kill_then_maintain(self, keep: int) -> None:
+        """A row inserted, a run killed past its commit (not recorded), then the table's
+        maintenance and the run that must recover: it reads the same changes again over the
+        compacted files."""
+        self.insert_rows(1)
+        if self._kill("committed", full_refresh=False):
+            self.did["maintained after a kill"] += 1
+            self.maintain(keep, run_after=True)
+
     # -- runs --------------------------------------------------------------------------------
 
-    @precondition(lambda self: self.dirty or self.unread)
+    @precondition(lambda self: (self.dirty or self.unread) and self._can_run())
     @rule()
     def run(self) -> None:
         self._run()
 
-    @precondition(lambda self: self.dirty and not self.writers)
+    def _can_load_whole(self) -> bool:
+        """Whether a run that loads the table whole may start: PostgreSQL's waits for the
+        transactions open (to make its slot, or take its position), so none may be."""
+        return not (self.writers and self.database.load_waits)
+
+    @precondition(lambda self: self.dirty and self._can_load_whole())
     @rule()
     def full_refresh_run(self) -> None:
-        """`--full` (making the slot again waits for open transactions: none is open)."""
         self._run(full_refresh=True)
 
     def _run(self, full_refresh: bool = False) -> Outcome:
@@ -757,16 +1013,26 @@ class LogMachine(RuleBasedStateMachine):
             f"change(s){more}, written {md.get('rows_written')}, "
             f"lake {md.get('dagster/row_count')} rows",
         )
-        problems = self.reference.check(snapshot, self._lake(), md)
+        lake = self._lake()
+        problems = self.reference.check(snapshot, lake, md, self.database)
         self.dirty = False
         self.unread = bool(md.get("log_more_waiting"))
         self.killed_at = None
+        self.positioned = True
         if problems:
             self._fail(f"run {self.runs} broke the guarantees", problems)
+        commit = md.get("lake_commit")
+        if commit is not None and self._can_disturb_lake("restored", "restored-with-catalog"):
+            self.copies.keep(self.runner, commit, lake.format_version)
+
+    def _can_run(self) -> bool:
+        """Whether the next run may start: a first load (no position) waits as `--full` does."""
+        return self.positioned or self._can_load_whole()
 
     def _can_kill(self) -> bool:
         return (
             (self.dirty or self.unread)
+            and self._can_run()
             and self.env.connect is not None
             and self.kills < self.env.kills
         )
@@ -775,8 +1041,13 @@ class LogMachine(RuleBasedStateMachine):
     @rule(point=st.sampled_from(LOG_PAUSE_POINTS), full_refresh=st.booleans())
     def killed_run(self, point: str, full_refresh: bool) -> None:
         """`dagster asset materialize` killed with SIGKILL at a pause point (a full refresh only
-        with no transaction open); the next run recovers."""
-        full_refresh = full_refresh and not self.writers and self.env.kill_full_refreshes
+        when it needn't wait for the transactions open); the next run recovers."""
+        self._kill(point, full_refresh)
+
+    def _kill(self, point: str, full_refresh: bool) -> bool:
+        """A killed run; whether it reached `point` and was killed there (else it is checked
+        as the run it was)."""
+        full_refresh = full_refresh and self._can_load_whole() and self.env.kill_full_refreshes
         self.kills += 1
         snapshot = self._snapshot()
         outcome = self.runner.killed_run(point, full_refresh)
@@ -785,16 +1056,17 @@ class LogMachine(RuleBasedStateMachine):
             self._say("killed", f"# {what} killed at {point}")
             self.killed_at = f"{point}, {what}"
             self.dirty = True
-            return
+            return True
         if not outcome.success:
             self._fail(f"the subprocess {what} failed", [outcome.describe()])
         self._say("not killed", f"# the {what} finished before reaching {point}")
         self._check(outcome, snapshot)
+        return False
 
     @precondition(
         lambda self: (
             bool(self.writers)
-            and self.runs > 0
+            and self.positioned
             and self.env.connect is not None
             and self.kills < self.env.kills
         )
@@ -884,15 +1156,32 @@ def _drop_slot(server: PostgresServer, slot: str, publication: str) -> None:
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
 
 
+def _purge_binary_logs(source: SourceTable) -> list[str]:
+    """The server's binary logs purged up to the one it writes now (a new one started first):
+    the files it keeps."""
+    assert isinstance(source, MariaDbTable)
+    with source.server.connect() as conn, conn.cursor() as cursor:
+        cursor.execute("FLUSH BINARY LOGS")
+        cursor.execute("SHOW MASTER STATUS")
+        current = cursor.fetchone()
+        assert current is not None
+        # A file the server still needs is kept (an error): what it keeps says so.
+        with suppress(pymysql.Error):
+            cursor.execute("PURGE BINARY LOGS TO %s", (current[0],))
+        cursor.execute("SHOW BINARY LOGS")
+        return [str(row[0]) for row in cursor.fetchall()]
+
+
 def log_machine_class(env: LogEnv) -> type[LogMachine]:
     class Machine(LogMachine):
         pass
 
     Machine.env = env
-    configs = log_configs(env.modes, env.key_types)
+    database = log_database(env.server)
+    configs = log_configs(env.modes, env.key_types, database.name)
     Machine.setup = initialize(  # type: ignore[method-assign]
         config=configs,
-        identity=st.sampled_from(("default", "full")),
+        identity=st.sampled_from(database.identities),
         limit=st.sampled_from(env.limits),
     )(LogMachine.setup)
     Machine.__name__ = Machine.__qualname__ = "LogMachine"

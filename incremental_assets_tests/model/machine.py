@@ -52,16 +52,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from incremental_assets.lake.iceberg.maintenance import Policy
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.model.lake import (
-    CATALOG,
-    LakeState,
-    as_read,
-    copy_catalog,
-    copy_lake_table,
-    read_lake_state,
-    rows_at,
+from incremental_assets_tests.model.lake import LakeState, as_read, read_lake_state, rows_at
+from incremental_assets_tests.model.lake_events import (
+    LAKE_EVENTS,
+    LakeCopies,
+    LakeEventRules,
+    catalog_restored,
+    copy_lake,
+    maintain_table,
+    refusal_named,
 )
 from incremental_assets_tests.model.reference import Reference, RunFacts
 from incremental_assets_tests.model.runner import (
@@ -100,11 +100,6 @@ from incremental_assets_tests.support.mariadb import MariaDbServer
 from incremental_assets_tests.support.postgres import PostgresServer
 
 MODES = ("append", "merge", "full_refresh")
-# What can happen to the lake between runs; "restored-with-catalog" puts back an Iceberg lake's
-# catalog file with the table's folder (a plain Parquet lake has none: the same as "restored");
-# "copied" points `lake.path` at a copy of the whole lake, its catalog included.
-LAKE_EVENTS = ("removed", "moved", "copied", "restored", "restored-with-catalog", "new-instance")
-COPIES = 3  # copies of the lake kept for "restored": those of the last commits
 PICKS = st.lists(st.integers(0, 99), min_size=1, max_size=3)
 BUMPS = st.integers(0, 2)  # 0: a tie with the frontier; else a new, higher cursor value
 _INT_WIDTH = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
@@ -112,18 +107,6 @@ _INT_WIDTH = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
 V3_WRITES = ("deletion_vectors", "copy_on_write")
 # How many snapshots maintenance between runs keeps (`lake.keep_snapshots`; none for a time).
 KEEP_SNAPSHOTS = st.integers(1, 3)
-
-
-def maintenance_policy(keep: int) -> Policy:
-    """A retention that expires snapshots at once past `keep` newer ones, and thresholds that
-    compact the model's small tables: any deleted row, any delete file, two data files."""
-    return Policy(
-        keep_snapshots=keep,
-        keep_snapshots_for=timedelta(0),
-        deleted_fraction=1e-9,
-        delete_files=1,
-        small_files=2,
-    )
 
 
 @dataclass
@@ -199,7 +182,7 @@ def open_source(
             yield table
 
 
-class LakeMachine(RuleBasedStateMachine):
+class LakeMachine(LakeEventRules, RuleBasedStateMachine):
     env: Env  # set by `machine_class`
 
     def __init__(self) -> None:
@@ -209,10 +192,7 @@ class LakeMachine(RuleBasedStateMachine):
         self.writers: list[LateWriter] = []
         self.kills = self.refusals = self.schema_changes = self.cursor_commands = 0
         self.settings_changes = self.lake_events = self.maintenances = 0
-        # Copies of the lake by the commit they were taken at, and the format version of each
-        # (Iceberg: a v3 copy restored under position_deletes would be refused for that too).
-        self.copies: dict[str, Path] = {}
-        self.copy_versions: dict[str, int | None] = {}
+        self.copies = LakeCopies()
         # The `lake:` settings of the retention maintenance set (`maintain`).
         self.retention: dict[str, Any] = {}
         self.after_kill = False
@@ -989,10 +969,11 @@ class LakeMachine(RuleBasedStateMachine):
         """The Iceberg table's maintenance, as a job of its own runs it between runs, with the
         retention the config now states (`lake.keep_snapshots` `keep`, `keep_snapshots_for` 0:
         the runs' own maintenance keeps to it too) and thresholds that make these small tables
-        due for compaction (`maintenance_policy`). Readers see the same rows, at main and at
-        every recorded snapshot still kept, and snapshots expire only as the retention allows
-        (`Reference.check_maintenance`); then (`run_after`) the next run goes on from the stored
-        cursor, adding to the table (writing nothing if the source is as the last run left it).
+        due for compaction (`lake_events.maintenance_policy`). Readers see the same rows, at
+        main and at every recorded snapshot still kept, and snapshots expire only as the
+        retention allows (`Reference.check_maintenance`); then (`run_after`) the next run goes
+        on from the stored cursor, adding to the table (writing nothing if the source is as the
+        last run left it).
         """
         self.maintenances += 1
         keep = keep if keep in self.env.keep_snapshots else min(self.env.keep_snapshots)
@@ -1003,10 +984,7 @@ class LakeMachine(RuleBasedStateMachine):
         if not before.exists:
             self._say("maintained", "# maintenance: no table to maintain")
             return
-        try:
-            done = self.runner.maintain(maintenance_policy(keep))
-        except Exception as exc:  # the product's maintenance, on the product's table
-            self._fail("the table's maintenance failed", [f"{type(exc).__name__}: {exc}"[:3000]])
+        done = maintain_table(self.runner, keep)
         after = self._lake()
         tasks = [part.split(":")[0] for part in done.split("; ")] if done else ["nothing due"]
         self._say(
@@ -1079,25 +1057,8 @@ class LakeMachine(RuleBasedStateMachine):
         """A copy of the lake as a run left it (`lake`), to restore later: the last `COPIES`
         commits."""
         commit = metadata.get("lake_commit")
-        wanted = self._can_disturb_lake("restored", "restored-with-catalog")
-        table_dir = self.runner.lake / TABLE
-        if not wanted or commit is None or commit in self.copies or not table_dir.is_dir():
-            return
-        copy = self.runner.directory / f"copy-{uuid.uuid4().hex[:8]}"
-        copy_lake_table(self.runner.lake, copy)
-        self.copies[commit] = copy
-        self.copy_versions[commit] = lake.format_version
-        while len(self.copies) > COPIES:
-            dropped = next(iter(self.copies))
-            shutil.rmtree(self.copies.pop(dropped))
-            self.copy_versions.pop(dropped, None)
-
-    def _drop_copies(self) -> None:
-        """Copies of another lake or of another instance's commits restore nothing of this one."""
-        for copy in self.copies.values():
-            shutil.rmtree(copy)
-        self.copies.clear()
-        self.copy_versions.clear()
+        if commit is not None and self._can_disturb_lake("restored", "restored-with-catalog"):
+            self.copies.keep(self.runner, commit, lake.format_version)
 
     def _lake_disturbed(self, kind: str, what: str, new_row: bool, kept: bool = True) -> None:
         """After the lake was removed, moved or restored, an incremental run is refused (with
@@ -1112,28 +1073,10 @@ class LakeMachine(RuleBasedStateMachine):
         if self.reference.full_refresh_expected(False, lake.holds_rows) != {False}:
             self.lake_behind = True
             return
-        named = [
-            "the stored cursor",
-            f"{self.runner.stored_cursor()!r}",
-            str(self.runner.lake / TABLE),
-            f"incremental-assets run {TABLE} --full",
-        ]
-        self._refused_until_rebuilt(what, named, new_row)
+        self._refused_until_rebuilt(what, refusal_named(self.runner), new_row)
 
-    @precondition(lambda self: self._can_disturb_lake("removed"))
-    @rule(new_row=st.booleans())
-    def remove_lake(self, new_row: bool) -> None:
-        """The table's folder deleted (rm -rf)."""
-        shutil.rmtree(self.runner.lake / TABLE, ignore_errors=True)
-        self._lake_disturbed("lake removed", "the lake table's folder removed", new_row)
-
-    @precondition(lambda self: self._can_disturb_lake("moved"))
-    @rule(new_row=st.booleans())
-    def move_lake(self, new_row: bool) -> None:
-        """`lake.path` changed to an empty place, the Dagster instance kept."""
-        self._drop_copies()
-        self.reference.lake = str(self.runner.move_lake())
-        self._lake_disturbed("lake moved", f"lake.path changed to {self.runner.lake}", new_row)
+    def _lake_moved(self, lake: Path) -> None:
+        self.reference.lake = str(lake)
 
     @precondition(lambda self: self._can_disturb_lake("copied"))
     @rule(new_row=st.booleans())
@@ -1146,16 +1089,9 @@ class LakeMachine(RuleBasedStateMachine):
         Iceberg table's metadata names absolute paths: the copied catalog's entry names the
         original's, so a run is refused; the full refresh rebuilds the table in the copy, and
         leaves the original as it was."""
-        self._drop_copies()
-        original = self.runner.lake
-        was = read_lake_state(original)
-        target = self.runner.move_lake()
-        if original.exists():
-            shutil.copytree(original, target, ignore=shutil.ignore_patterns(f"{CATALOG}*"))
-        else:  # a lake moved to a place no run has written yet: an empty copy
-            target.mkdir(parents=True, exist_ok=True)
-        if (original / CATALOG).exists():
-            copy_catalog(original / CATALOG, target / CATALOG)
+        self.copies.drop()
+        was = read_lake_state(self.runner.lake)
+        original, target = copy_lake(self.runner)
         self.reference.lake = str(target)
         what = f"the lake copied to {target}, and lake.path changed to it"
         if self.env.lake_format == "iceberg":
@@ -1178,28 +1114,15 @@ class LakeMachine(RuleBasedStateMachine):
         """The table's folder put back from a copy taken after an earlier run, and (Iceberg,
         `with_catalog`) the catalog's file with it; without it, the catalog names the newer
         metadata the folder no longer has."""
-        allowed = {"restored": False, "restored-with-catalog": True}
-        catalogs = [c for kind, c in allowed.items() if kind in self.env.lake_event_kinds]
-        with_catalog = with_catalog if len(catalogs) == 2 else catalogs[0]
+        with_catalog = catalog_restored(self.env.lake_event_kinds, with_catalog)
         now = self.runner.latest_metadata().get("lake_commit")
         # A format v3 copy under position_deletes would be refused for that first (and its full
         # refresh too): `change_merge_writes` has that refusal.
         refused = self.config.mode == "merge" and self.config.writes not in V3_WRITES
-        older = [
-            (commit, copy)
-            for commit, copy in self.copies.items()
-            if commit != now and not (refused and self.copy_versions.get(commit) == 3)
-        ]
+        older = self.copies.older(now, v3=not refused)
         if not older:
             return
-        commit, copy = older[pick % len(older)]
-        shutil.rmtree(self.runner.lake / TABLE, ignore_errors=True)
-        shutil.copytree(copy / TABLE, self.runner.lake / TABLE)
-        restored = "the lake table's folder"
-        if with_catalog and (copy / CATALOG).exists():
-            copy_catalog(copy / CATALOG, self.runner.lake / CATALOG)
-            restored += " and the catalog"
-        what = f"{restored} restored as commit {commit} left them"
+        what = self.copies.restore(self.runner, older[pick % len(older)], with_catalog)
         self._lake_disturbed("lake restored", what, new_row)
 
     @precondition(lambda self: self._can_disturb_lake("new-instance"))
@@ -1208,7 +1131,7 @@ class LakeMachine(RuleBasedStateMachine):
         """A new, empty Dagster instance (a new DAGSTER_HOME) over the existing lake: its first
         run has no stored cursor, so it replaces the table, which then equals the source."""
         self.lake_events += 1
-        self._drop_copies()
+        self.copies.drop()
         self.runner.new_home()
         self.reference.new_instance()
         self.dirty = True

@@ -6,6 +6,7 @@
     python -m incremental_assets_tests.model.soak --database files --steps 150
     python -m incremental_assets_tests.model.soak --format iceberg --steps 150
     python -m incremental_assets_tests.model.soak --format iceberg --capture log --steps 150
+    python -m incremental_assets_tests.model.soak --format iceberg --capture log --database mariadb
     make soak SEED=42 STEPS=2000 FORMAT=iceberg
 
 It starts its own PostgreSQL or MariaDB (or, with --database files, writes folders of Parquet
@@ -19,11 +20,13 @@ lake (removed, moved, copied with its catalog, restored from a copy, a new Dagst
 often as --settings-changes and --lake-events allow; on an Iceberg lake, a merge table draws its
 `merge_writes` (--merge-writes; the settings changes switch it), and its maintenance runs
 between runs (after a run killed past its commit too) as often as --maintenance allows. With
---capture log (PostgreSQL, an Iceberg lake) the tables are captured from the server's log instead
-(`log_machine.py`: merge and append as --modes draws them, --kills, --schema-changes, --truncates,
---key-types, --log-limits: the most changes a run in this process reads, drawn per example; the
---no-... flags keep clear of the failures test_regressions.py holds, to look past them; the
-cursor machine's other options don't apply). Batch i uses the seed SEED+i and prints it first
+--capture log (PostgreSQL or MariaDB, an Iceberg lake) the tables are captured from the server's
+log instead (`log_machine.py`: merge and append as --modes draws them, --kills, --schema-changes,
+--truncates, --key-types, --lake-events (of --lake-event-kinds, and another writer's commit),
+--maintenance, --purges (MariaDB's binary logs purged under the recorded position), --log-limits:
+the most changes a run in this process reads, drawn per example; the --no-... flags keep clear of
+the failures test_regressions.py holds, to look past them; the cursor machine's other options
+don't apply). Batch i uses the seed SEED+i and prints it first
 (on a plain Parquet lake, odd seeds patch merged buckets one job each, even seeds shuffle them,
 so both ways are tried); a failure prints the shrunk sequence of steps and the command that
 replays it (the same batch, alone, from its seed).
@@ -45,8 +48,14 @@ from incremental_assets.config import SparkSpec
 from incremental_assets.jvm import jar_folder
 from incremental_assets.resources import IncrementalSparkResource
 from incremental_assets_tests.model.lake import LAKE_FORMATS
-from incremental_assets_tests.model.log_machine import LOG_MODES, LogEnv, run_log_machine
-from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
+from incremental_assets_tests.model.lake_events import LAKE_EVENTS
+from incremental_assets_tests.model.log_machine import (
+    LOG_LAKE_EVENTS,
+    LOG_MODES,
+    LogEnv,
+    run_log_machine,
+)
+from incremental_assets_tests.model.machine import MODES, Env, run_machine
 from incremental_assets_tests.model.runner import RUN_TIMEOUT, SHIPPED_INSTANCE, Runner
 from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import CURSOR_TYPES, DATABASES, KEY_TYPES, MERGE_WRITES
@@ -68,10 +77,14 @@ KEY_NAMES = dict(
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.capture == "log":
-        if args.database != "postgres" or args.format != "iceberg":
-            raise SystemExit("soak: --capture log needs --database postgres --format iceberg")
+        if args.database == "files" or args.format != "iceberg":
+            raise SystemExit(
+                "soak: --capture log needs --database postgres or mariadb, and --format iceberg"
+            )
         if args.modes == ",".join(MODES):
             args.modes = ",".join(LOG_MODES)
+        if args.lake_event_kinds == ",".join(LAKE_EVENTS):
+            args.lake_event_kinds = ",".join(LOG_LAKE_EVENTS)
         unknown = set(args.modes.split(",")) - set(LOG_MODES)
         if unknown:
             raise SystemExit(f"soak: log tables are {list(LOG_MODES)}, not {sorted(unknown)}")
@@ -116,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             drops_with_changes_waiting=not args.no_drops_with_changes_waiting,
             adds_with_changes_waiting=not args.no_adds_with_changes_waiting,
             limits=tuple(None if n == "none" else int(n) for n in args.log_limits.split(",")),
+            lake_events=args.lake_events,
+            lake_event_kinds=_choices(LOG_LAKE_EVENTS, args.lake_event_kinds, "lake events"),
+            purges=args.purges,
+            maintenance=args.maintenance,
             instance=None if args.instance == "none" else Path(args.instance),
             run_timeout=args.run_timeout,
             verbose=True,
@@ -132,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             settings_changes=args.settings_changes,
             schema_changes=args.schema_changes,
             lake_events=args.lake_events,
-            lake_event_kinds=_choices(LAKE_EVENTS, args.lake_event_kinds, "lake events"),
+            lake_event_kinds=_choices(
+                LOG_LAKE_EVENTS if args.capture == "log" else LAKE_EVENTS,
+                args.lake_event_kinds,
+                "lake events",
+            ),
             merge_writes=_choices(MERGE_WRITES, args.merge_writes, "merge_writes")
             if args.merge_writes
             else (),
@@ -200,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         "--capture",
         choices=("cursor", "log"),
         default="cursor",
-        help="how tables are captured: a cursor column, or (PostgreSQL, Iceberg) the server's log",
+        help="how tables are captured: a cursor column, or (Iceberg) the database server's log",
     )
     parser.add_argument(
         "--schema-changes", type=int, default=3, help="schema changes per example, at most"
@@ -213,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
         default="none,5,12",
         help="log tables: comma-separated most changes a run in this process reads, drawn per "
         "example ('none': the product's own)",
+    )
+    parser.add_argument(
+        "--purges",
+        type=int,
+        default=1,
+        help="log tables on MariaDB: binary logs purged under the recorded position per example",
     )
     parser.add_argument(
         "--no-full-refresh-kills",
@@ -238,7 +265,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lake-event-kinds",
         default=",".join(LAKE_EVENTS),
-        help="comma-separated kinds of lake events to draw",
+        help="comma-separated kinds of lake events to draw (log tables: also "
+        f"{LOG_LAKE_EVENTS[-1]}, and all by default)",
     )
     parser.add_argument(
         "--merge-writes",
@@ -346,6 +374,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
             "capture",
             "schema_changes",
             "truncates",
+            "purges",
             "no_full_refresh_kills",
             "no_drops_with_changes_waiting",
             "no_adds_with_changes_waiting",
@@ -382,6 +411,7 @@ def _replay(args: argparse.Namespace, seed_value: int) -> str:
         f"--capture {args.capture}",
         f"--schema-changes {args.schema_changes}",
         f"--truncates {args.truncates}",
+        f"--purges {args.purges}",
         f"--log-limits {args.log_limits}",
         f"--modes {args.modes}",
         f"--cursor-types {args.cursor_types}",

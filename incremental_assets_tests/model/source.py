@@ -163,7 +163,7 @@ class SourceTable(ABC):
         flag as told (an update of a soft-deleted row brings it back). Returns the row written."""
 
     @abstractmethod
-    def delete(self, where: Key | RowRef) -> None: ...
+    def delete(self, where: Key | RowRef, conn: Any = None) -> None: ...
 
     @abstractmethod
     def duplicate(self, ref: RowRef, cursor: CursorValue) -> Row:
@@ -200,6 +200,14 @@ class SourceTable(ABC):
     def reorder_maps(self) -> None:
         """Every row written again, its maps' entries in the reverse order (where `MAPS`)."""
         raise NotImplementedError(f"{type(self).__name__} holds no maps")
+
+    def move(self, key: Key, values: dict[str, Any], conn: Any = None) -> Row:
+        """The row at `key` given the key columns' `values` (its key changed), nothing else:
+        the row written (the databases' tables)."""
+        raise NotImplementedError(f"{type(self).__name__} changes no key in place")
+
+    def truncate(self, conn: Any = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no TRUNCATE")
 
     def respell(self, value: Any) -> Any:
         """The value written for `value`: the same, or one the database holds equal to it."""

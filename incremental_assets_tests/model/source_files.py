@@ -247,7 +247,7 @@ class FilesTable(SourceTable):
         self._remove(name)
         return self._add(self._row({**keys, **values}, cursor))
 
-    def delete(self, where: Key | str) -> None:
+    def delete(self, where: Key | str, conn: Any = None) -> None:
         self._remove(self._find(where))
 
     def duplicate(self, ref: str, cursor: Any) -> Row:

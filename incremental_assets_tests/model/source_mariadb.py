@@ -135,15 +135,12 @@ class MariaDbTable(SourceTable):
         raise ValueError(f"no lake type known for {kind}")
 
     def rows(self) -> list[tuple[Row, Row]]:
-        instants = [name for name, kind in self.columns().items() if kind.startswith("timestamp")]
-        pairs = []
-        for raw in self._select(f"SELECT * FROM {TABLE}"):
-            row = dict(raw)
-            for name in instants:
-                if row[name] is not None:
-                    row[name] = row[name].replace(tzinfo=UTC)
-            pairs.append((raw, row))
-        return pairs
+        instants = self._instants()
+        return [(raw, _as_seen(raw, instants)) for raw in self._select(f"SELECT * FROM {TABLE}")]
+
+    def _instants(self) -> list[str]:
+        """The TIMESTAMP columns, whose values the model holds as the UTC instants they are."""
+        return [name for name, kind in self.columns().items() if kind.startswith("timestamp")]
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -160,10 +157,10 @@ class MariaDbTable(SourceTable):
         return (text.upper() if n % 2 else text.lower()) + " " * (n // 2 % 3)
 
     def _written(self, note: str, conn: Any) -> Row:
-        """The row a write left, found by its note (unique to each write)."""
+        """The row a write left, found by its note (unique to each write), as `rows` gives it."""
         rows = self._select(f"SELECT * FROM {TABLE} WHERE BINARY note = %s", (note,), conn)
         assert len(rows) == 1, f"{len(rows)} rows hold the note {note}"
-        return rows[0]
+        return _as_seen(rows[0], self._instants())
 
     def settle(self) -> None:
         # The cap counts its read of innodb_trx as READ_MARGIN_SECONDS older than the clock:
@@ -213,10 +210,28 @@ class MariaDbTable(SourceTable):
         assert changed == 1, f"{changed} rows updated for {where!r}"
         return self._written(values["note"], conn or self.conn)
 
-    def delete(self, where: Key | Row) -> None:
+    def delete(self, where: Key | Row, conn: Any = None) -> None:
         condition, params = self._where(where)
-        deleted = self._execute(f"DELETE FROM {TABLE} WHERE {condition}", params)
+        deleted = self._execute(f"DELETE FROM {TABLE} WHERE {condition}", params, conn)
         assert deleted == 1, f"{deleted} rows deleted for {where!r}"
+
+    def move(self, key: Key, values: dict[str, Any], conn: Any = None) -> Row:
+        """(No UPDATE ... RETURNING here: the row is read back at its new key.)"""
+        condition, params = self._where(key)
+        assignments = ", ".join(f"{name} = %s" for name in values)
+        moved = self._execute(
+            f"UPDATE {TABLE} SET {assignments} WHERE {condition}",
+            [*values.values(), *params],
+            conn,
+        )
+        assert moved == 1, f"{moved} rows moved from {key!r}"
+        condition, params = self._where(tuple(values[c] for c in self.config.key))
+        (row,) = self._select(f"SELECT * FROM {TABLE} WHERE {condition}", params, conn)
+        return _as_seen(row, self._instants())
+
+    def truncate(self, conn: Any = None) -> None:
+        """(It commits on its own, and a transaction open in `conn` before it.)"""
+        self._execute(f"TRUNCATE {TABLE}", conn=conn)
 
     def duplicate(self, ref: Row, cursor: CursorValue) -> Row:
         values = {name: value for name, value in ref.items() if name != CURSOR}
@@ -298,6 +313,14 @@ class MariaDbTable(SourceTable):
         self._execute(
             f"ALTER TABLE {TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY ({', '.join(columns)})"
         )
+
+
+def _as_seen(raw: Row, instants: list[str]) -> Row:
+    row = dict(raw)
+    for name in instants:
+        if row[name] is not None:
+            row[name] = row[name].replace(tzinfo=UTC)
+    return row
 
 
 def _mark(cursor: Any) -> str:

@@ -205,10 +205,27 @@ class PostgresTable(SourceTable):
         assert row is not None, f"no row {where!r} to update"
         return row
 
-    def delete(self, where: Key | str) -> None:
+    def delete(self, where: Key | str, conn: Any = None) -> None:
         condition, params = self._where(where)
         statement = sql.SQL("DELETE FROM {} WHERE {}").format(sql.Identifier(TABLE), condition)
-        self.conn.execute(statement, params)
+        (conn or self.conn).execute(statement, params)
+
+    def move(self, key: Key, values: dict[str, Any], conn: Any = None) -> Row:
+        condition, params = self._where(key)
+        statement = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING *").format(
+            sql.Identifier(TABLE),
+            sql.SQL(", ").join(
+                sql.SQL("{} = {}").format(sql.Identifier(c), sql.Placeholder()) for c in values
+            ),
+            condition,
+        )
+        with (conn or self.conn).cursor(row_factory=dict_row) as cur:
+            row = cur.execute(statement, [*values.values(), *params]).fetchone()
+        assert row is not None, f"no row {key!r} to move"
+        return row
+
+    def truncate(self, conn: Any = None) -> None:
+        (conn or self.conn).execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(TABLE)))
 
     def duplicate(self, ref: str, cursor: CursorValue) -> Row:
         """Copied by the database, so every value is the same (arrays and composites too)."""

@@ -1,8 +1,9 @@
 """The model-based test within `make test`'s budget: a few short examples per mode family, on
 PostgreSQL and on MariaDB, and families whose settings change and whose lake is disturbed between
 runs, on a plain Parquet and on an Iceberg lake, each on both databases; a files source (maps
-and arrays of structs) on an Iceberg lake; and `capture: log` tables on PostgreSQL into Iceberg,
-merge and append (`log_machine.py`).
+and arrays of structs) on an Iceberg lake; and `capture: log` tables on PostgreSQL and on MariaDB
+into Iceberg, merge and append (`log_machine.py`), their lake disturbed and maintained between
+runs.
 
 Fixed seeds keep it reproducible; `make soak` runs the same machine for as long as asked (and
 with runs killed in subprocesses in every family). A failure prints the steps that reproduce it,
@@ -18,8 +19,9 @@ from typing import Any
 import pytest
 
 from incremental_assets.resources import IncrementalSparkResource
-from incremental_assets_tests.model.log_machine import LogEnv, run_log_machine
-from incremental_assets_tests.model.machine import LAKE_EVENTS, MODES, Env, run_machine
+from incremental_assets_tests.model.lake_events import LAKE_EVENTS
+from incremental_assets_tests.model.log_machine import LOG_LAKE_EVENTS, LogEnv, run_log_machine
+from incremental_assets_tests.model.machine import MODES, Env, run_machine
 from incremental_assets_tests.model.runner import Runner
 from incremental_assets_tests.model.source_files import FilesRoot
 from incremental_assets_tests.model.table import (
@@ -55,9 +57,10 @@ class Family:
     keep_snapshots: tuple[int, ...] = (1, 2, 3)  # the retentions maintenance sets
     # Runs through `dagster asset materialize` per example (with kills: the Connect server).
     cli_runs: int = 0
-    # cursor: the cursor machine; log: `capture: log` tables (`log_machine.py`; PostgreSQL, an
-    # Iceberg lake, merge and append, as `modes` says).
+    # cursor: the cursor machine; log: `capture: log` tables (`log_machine.py`; an Iceberg
+    # lake, merge and append, as `modes` says).
     capture: str = "cursor"
+    purges: int = 0  # log tables on MariaDB: binary logs purged under the position per example
 
 
 # Iceberg families: merge tables draw merge_writes (settings changes switch it), and maintenance
@@ -133,12 +136,47 @@ FAMILIES = {
     # limit of changes. The first example is Hypothesis's simplest (a few columns added, rows
     # inserted, keys changed), cheap once Spark runs; the others are drawn: a transaction
     # committed while a run waits at its session, a run stopped at its limit, a TRUNCATE
-    # (merge); a column dropped twice, refused, rebuilt, a transaction left open (append).
+    # (merge); a column dropped, refused, rebuilt (append). Each disturbs its lake once and
+    # maintains it once at most: a new Dagster instance; the lake removed after a killed run,
+    # refused, rebuilt, then maintained (merge); the lake removed, and copied (append).
+    # MariaDB's binary log: a new Dagster instance, keys changed (merge); another writer's
+    # delete refused, a column dropped, a TRUNCATE (append); the lake moved, refused, rebuilt.
     "log_merge": Family(
-        "postgres", ("merge",), 20251213, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres",
+        ("merge",),
+        20251213,
+        3,
+        10,
+        kills=1,
+        lake_format="iceberg",
+        capture="log",
+        lake_events=1,
+        maintenance=1,
     ),
     "log_append": Family(
-        "postgres", ("append",), 20251214, 3, 10, kills=1, lake_format="iceberg", capture="log"
+        "postgres",
+        ("append",),
+        20251214,
+        3,
+        10,
+        kills=1,
+        lake_format="iceberg",
+        capture="log",
+        lake_events=1,
+        maintenance=1,
+    ),
+    "log_mariadb": Family(
+        "mariadb",
+        ("merge", "append"),
+        20251215,
+        3,
+        10,
+        kills=1,
+        lake_format="iceberg",
+        capture="log",
+        lake_events=1,
+        maintenance=1,
+        purges=1,
     ),
 }
 
@@ -168,7 +206,7 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
     )
     connect = request.getfixturevalue("connect") if f.kills else None
     if f.capture == "log":
-        assert isinstance(server, PostgresServer)
+        assert isinstance(server, PostgresServer | MariaDbServer)
         # Runs in this process read at most 8 changes in some examples: they stop part way.
         log_env = LogEnv(
             server,
@@ -178,6 +216,10 @@ def test_random_sequences_keep_the_lake_true_to_the_source(
             modes=f.modes,
             kills=f.kills,
             limits=(None, 8),
+            lake_events=f.lake_events,
+            lake_event_kinds=LOG_LAKE_EVENTS,
+            purges=f.purges,
+            maintenance=f.maintenance,
         )
         log_env.verbose = True
         run_log_machine(
