@@ -110,8 +110,13 @@ class JdbcSource:
         return {name: str(rows[0][name]) for name in named} if rows else {}
 
     def _weight(self, column: str) -> str | None:
-        """SQL for a merge key column's weight, where the database compares it by collation."""
-        if self.table.mode is not Mode.MERGE or column not in self.table.primary_key:
+        """SQL for a merge key column's weight, where the database compares it by collation.
+
+        None for a `capture: log` table: the log gives each key as stored, so its runs match
+        rows on the values, and its full load must too."""
+        table = self.table
+        logged = table.capture == "log"
+        if table.mode is not Mode.MERGE or column not in table.primary_key or logged:
             return None
         self.schema()
         return self.database.weight(self._driver_schema[column])

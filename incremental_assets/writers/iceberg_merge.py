@@ -236,7 +236,7 @@ def _matched_again(base: DataFrame, source: DataFrame, plan: WritePlan) -> DataF
     version, `REMOVED` if it deletes the key or reconcile found the key gone from the source, and
     whether it was in the lake (`IN_LAKE`) or changed there (`CHANGED`)."""
     key = list(plan.row_key)
-    delta = source.where(~F.col(GONE)).drop(DELETED, GONE)
+    delta = source.where(~F.col(GONE)).drop(GONE)  # a log's DELETED marks are the delta's own
     merged = latest_versions(delta, plan, conformed(base, plan))
     named = [column_named(c) for c in key]
     gone = source.where(F.col(GONE)).select(*named).withColumn(GONE, F.lit(True))

@@ -679,3 +679,26 @@ def test_a_log_that_cant_be_read_names_the_source_without_its_secrets(
         refused.failure
     )
     assert "s3cret" not in refused.failure and "hunter2" not in refused.failure
+
+
+# soak --capture log --database mariadb --seed 5126: a text key's full load matched rows on its
+# collation's weights, the log's runs on its values; each log run then rewrote the table, and a
+# delete became a row of NULLs under its key.
+def test_a_mariadb_text_key_takes_updates_and_deletes_from_the_log(
+    loads: Loads, my: Database
+) -> None:
+    my.execute("CREATE TABLE items (id VARCHAR(10) PRIMARY KEY, note TEXT)")
+    my.execute("INSERT INTO items VALUES ('K00001', 'a'), ('k00002', 'b')")
+    loads.configure(my, LOGGED, lake=ICEBERG)
+    assert loads.run().success
+    my.execute(
+        "DELETE FROM items WHERE id = 'K00001'",
+        "UPDATE items SET note = 'b2' WHERE id = 'k00002'",
+        "INSERT INTO items VALUES ('K00003', 'c')",
+    )
+
+    run = loads.run()
+
+    assert run.success, run.failure
+    assert run.metadata["merge_strategy"] != "rewrite table"
+    assert loads.rows(["id", "note"]) == sorted(my.query("SELECT id, note FROM items"))
