@@ -1,5 +1,6 @@
 """A run's progress lines over Spark Connect, as the `incremental-assets` command prints them
-from the run's log: the phase, the stages' tasks and the bytes the server reports read."""
+from the run's log: the phase and the bytes the server reports read (and the stages' tasks when
+one is running as a line is written)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ _LINE = re.compile(rf"orders: {MARK} [a-z][^;]* for \d+ s; .*so far .*\d (B|KiB|
 
 
 @pytest.mark.xdist_group("connect")
-def test_a_run_over_spark_connect_logs_its_phase_tasks_and_bytes_read(
+def test_a_run_over_spark_connect_logs_its_phase_and_bytes_read(
     tmp_path: Path, connect: str
 ) -> None:
     landing = tmp_path / "landing" / "orders"
@@ -39,4 +40,6 @@ def test_a_run_over_spark_connect_logs_its_phase_tasks_and_bytes_read(
 
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     lines = [line for line in run.stdout.splitlines() if f"orders: {MARK}" in line]
-    assert any(_LINE.search(line) and "tasks done" in line for line in lines), lines
+    # A stage's tasks show only when one runs at the moment a line is written: under load a
+    # short run's lines may all fall between stages, so they are not required here.
+    assert any(_LINE.search(line) for line in lines), lines
