@@ -164,13 +164,16 @@ def test_an_array_declared_with_two_dimensions_is_refused_before_reading(
     assert loads.files() == []
 
 
-def test_a_time_of_day_arrives_on_1970_01_01_and_a_timetz_in_utc(loads: Loads, pg: Schema) -> None:
+def test_a_time_of_day_arrives_on_1970_01_01_and_a_timetz_in_utc(
+    loads: Loads, pg: Schema, lake_format: LakeFormat
+) -> None:
+    """On both lake formats."""
     pg.execute(
         "CREATE TABLE items (id int PRIMARY KEY, t time, tz timetz, tzs timetz[])",
         "INSERT INTO items VALUES (1, '23:59:59.999999', '12:34:56.789+02', "
         "'{00:15:00-05:30,NULL}'), (2, NULL, NULL, NULL)",
     )
-    loads.configure(pg, DEFAULTS, lake={"format": "iceberg"})
+    loads.configure(pg, DEFAULTS)
 
     run = loads.run()
 
