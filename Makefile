@@ -71,7 +71,7 @@ test: install system
 # a MariaDB source, FORMAT=iceberg for an Iceberg lake). It prints its seed
 # first; a failure prints the steps that reproduce it and the command that replays it.
 soak: install java
-	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) $(if $(DATABASE),--database $(DATABASE)) $(if $(FORMAT),--format $(FORMAT)) --steps $(or $(STEPS),500)
+	$(BIN)/python -m incremental_assets_tests.model.soak $(if $(SEED),--seed $(SEED)) $(if $(DATABASE),--database $(DATABASE)) $(if $(FORMAT),--format $(FORMAT)) $(if $(CAPTURE),--capture $(CAPTURE)) --steps $(or $(STEPS),500)
 
 # What the tests need from the system: PostgreSQL's and MariaDB's binaries (the suite starts its own
 # servers), Maven (which fetches the jars) and Debian's chromium for the UI test (Playwright can't

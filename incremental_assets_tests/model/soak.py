@@ -8,6 +8,7 @@
     python -m incremental_assets_tests.model.soak --format iceberg --capture log --steps 150
     python -m incremental_assets_tests.model.soak --format iceberg --capture log --database mariadb
     make soak SEED=42 STEPS=2000 FORMAT=iceberg
+    make soak STEPS=2000 FORMAT=iceberg CAPTURE=log DATABASE=mariadb
 
 It starts its own PostgreSQL or MariaDB (or, with --database files, writes folders of Parquet
 files: the source with maps and arrays of structs), a local SparkSession and (unless --no-kills)
