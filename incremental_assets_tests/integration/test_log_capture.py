@@ -702,3 +702,24 @@ def test_a_mariadb_text_key_takes_updates_and_deletes_from_the_log(
     assert run.success, run.failure
     assert run.metadata["merge_strategy"] != "rewrite table"
     assert loads.rows(["id", "note"]) == sorted(my.query("SELECT id, note FROM items"))
+
+
+def test_a_log_tables_key_changed_with_a_delete_waiting_removes_the_row(
+    loads: Loads, my: Database
+) -> None:
+    """The table is matched again under its new key, and the log's delete in the same run still
+    removes its row (it used to come back as a row of NULLs under its key)."""
+    my.execute("CREATE TABLE items (id INT PRIMARY KEY, code VARCHAR(10) NOT NULL, note TEXT)")
+    my.execute("INSERT INTO items VALUES (1, 'a', 'x'), (2, 'b', 'y'), (3, 'c', 'z')")
+    loads.configure(my, LOGGED, lake=ICEBERG)
+    assert loads.run().success
+    my.execute("DELETE FROM items WHERE id = 2", "UPDATE items SET note = 'x2' WHERE id = 1")
+    loads.configure(my, {**LOGGED, "primary_key": ["code", "id"]}, lake=ICEBERG)
+
+    run = loads.run()
+
+    assert run.success, run.failure
+    assert run.metadata["merge_strategy"] == "rewrite table"
+    assert loads.rows(["id", "code", "note"]) == sorted(
+        my.query("SELECT id, code, note FROM items")
+    )
