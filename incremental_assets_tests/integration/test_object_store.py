@@ -5,7 +5,8 @@ Every mode loads exactly; a run killed before its commit leaves nothing readers 
 run loads what it would have; of two overlapping runs (no lock exists on an object store) the
 second to commit is refused; readers scanning while runs commit see whole snapshots only;
 maintenance expires snapshots, deleting their objects; and the orphan sweep lists the table's
-objects through Iceberg's own FileIO, as it lists a lake's files on a local disk.
+objects through Iceberg's own FileIO, as it lists a lake's files on a local disk; and a
+`capture: log` table takes each change once across a kill after its commit and compaction.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from incremental_assets.cursor import parse_lsn
 from incremental_assets.lake import open_lake
 from incremental_assets.lake.iceberg import IcebergLake
 from incremental_assets.lake.iceberg.maintenance import (
@@ -32,6 +34,7 @@ from incremental_assets.lake.iceberg.maintenance import (
 from incremental_assets.lake.iceberg.table import now
 from incremental_assets.lake.lock import LOCK
 from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
+from incremental_assets_tests.support.log_capture import DURABLE, LOGGED, drop_slot, slot_of
 from incremental_assets_tests.support.orders import change_orders, create_orders, orders_held
 from incremental_assets_tests.support.postgres import Schema
 from incremental_assets_tests.support.project import rows_by
@@ -282,3 +285,41 @@ class _TableFiles:
         for key in bucket.keys.values():
             if key.name.startswith(f"{self.prefix}/"):
                 key.last_modified = then.replace(tzinfo=None)  # moto keeps naive UTC
+
+
+@pytest.mark.xdist_group("connect")
+def test_a_log_table_on_an_object_store_takes_each_change_once_across_a_kill_and_compaction(
+    loads: Loads, tmp_path: Path, pg: Schema, s3: S3Server, connect: str
+) -> None:
+    """`capture: log` into a lake on S3: a run killed after its commit, before its record, then
+    compaction, then the next run: every change once, the slot's position recorded."""
+    pg.execute(
+        DURABLE,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, note text)",
+        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 40) i",
+    )
+    lake = _lake(s3, tmp_path)
+    loads.configure(pg, {**LOGGED, "name": "orders"}, lake=lake)
+    slot = slot_of(loads, "orders")
+    try:
+        assert loads.run().success
+        pg.execute(
+            DURABLE,
+            "UPDATE orders SET note = 'x' WHERE id <= 5",
+            "DELETE FROM orders WHERE id > 35",
+            "INSERT INTO orders VALUES (41, 'new')",
+        )
+        process, _ = loads.paused_run("committed", remote=connect)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        assert _rows(lake) == orders_held(pg)  # committed, not recorded
+        loads.compact()
+        pg.execute(DURABLE, "UPDATE orders SET note = 'y' WHERE id = 41")
+
+        rerun = loads.run()
+
+        assert rerun.success, rerun.failure
+        assert _rows(lake) == orders_held(pg)
+        assert parse_lsn(rerun.metadata["cursor"]) > 0
+    finally:
+        drop_slot(pg, slot)
