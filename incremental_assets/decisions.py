@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from incremental_assets.config import JdbcSourceSpec, Mode, TableSpec
-from incremental_assets.errors import ConfigError, TableProblem, WriteError
+from incremental_assets.errors import ConcurrentRunError, ConfigError, TableProblem, WriteError
 from incremental_assets.lake import LakeFacts
-from incremental_assets.lake.facts import files_digest
+from incremental_assets.lake.facts import LakeHead, files_digest
 from incremental_assets.lake.iceberg.properties import writes_allowed
 from incremental_assets.results import StoredState
 from incremental_assets.settings import changed_settings
@@ -337,6 +337,29 @@ def check_lake_matches(table: TableSpec, stored: StoredState, lake: LakeFacts) -
         f"its last commit is {head.txn} (batch {head.batch}), but {recorded} after commit "
         f"{stored.lake_commit} (batch {stored.batch}): the lake was restored from an older copy, "
         "or another Dagster instance writes to it",
+    )
+
+
+def check_still_last(table: TableSpec, ended_at: LakeHead | None, now: LakeHead | None) -> None:
+    """The lake's last commit is still the one the run ended at, as it is about to record it.
+
+    Where no lock keeps two runs of the table apart (an object store, `lake.lock: false`) and no
+    pool does either, a run that overlapped this one may have committed after it, repeating or
+    following its batch; recording this run after that one's would leave a record that is not
+    the lake's last commit, and the table refused until a full refresh.
+    """
+    if ended_at is None or now is None or now.txn == ended_at.txn:
+        return
+    raise ConcurrentRunError(
+        TableProblem(
+            table.name,
+            f"another run committed to the lake after this run's commit {ended_at.txn}: the "
+            f"lake's last commit is now {now.txn} (batch {now.batch}). Two runs of the table "
+            "overlapped, and the later commit is the lake's. This run records nothing, so the "
+            "cursor stays where that run leaves it.",
+            fix="run again if the other run failed; keep the shipped dagster.yaml's pool limit "
+            "(one run per table) on every Dagster instance that runs the table.",
+        )
     )
 
 

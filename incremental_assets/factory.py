@@ -22,6 +22,7 @@ from incremental_assets import checks
 from incremental_assets.backfill import check_backfill_window
 from incremental_assets.config import Project, TableSpec
 from incremental_assets.cursor import CursorValue, format_cursor
+from incremental_assets.decisions import check_still_last
 from incremental_assets.errors import (
     ConfigError,
     IncrementalAssetsError,
@@ -120,6 +121,7 @@ def build_table_asset(
                     context.log.info(f"{table.name}: {skipped}")
                 metadata = metadata_for(result, checks_not_run=skipped)
                 refuse_if_freed(context.instance, context.run_id, table.name)
+                check_still_last(table, result.head, lake.facts(with_files=False).head)
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata, check_results=check_results
                 )

@@ -144,28 +144,42 @@ def test_a_run_killed_before_its_commit_leaves_nothing_readers_see(
 # another engine) are what overlap.
 @pytest.mark.pools_off
 @pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize(
+    ("point", "refusal"),
+    [
+        ("staged", "Two runs of the table overlapped"),
+        ("committed", "another run committed to the lake after this run's commit"),
+    ],
+)
 def test_of_two_overlapping_runs_the_second_to_commit_is_refused(
     loads: Loads,
     tmp_path: Path,
     pg: Schema,
     s3: S3Server,
     connect: str,
+    point: str,
+    refusal: str,
 ) -> None:
+    """Paused after its commit, the first run is overtaken by the second's: it records nothing,
+    and the next run goes on from the second's record."""
     create_orders(pg, 40)
     lake = _lake(s3, tmp_path)
     loads.configure(pg, ORDERS_APPEND, lake=lake)
     assert loads.run().success
     _change(pg, 1)
-    process, marker = loads.paused_run("staged", remote=connect)
+    process, marker = loads.paused_run(point, remote=connect)
 
     b = loads.run()
     marker.unlink()
     _, stderr = process.communicate(timeout=300)
+    _change(pg, 2)
+    after = loads.run()
 
     assert b.success, b.failure
-    assert process.returncode != 0 and "Two runs of the table overlapped" in stderr
+    assert process.returncode != 0 and refusal in stderr, stderr[-3000:]
+    assert after.success, after.failure
     held = rows_by(_table(lake).scan().to_arrow(), ["id", "note", "updated_at"])
-    assert len(held) == len(set(held))  # the batch once
+    assert len(held) == len(set(held))  # each batch once
 
 
 def test_readers_see_whole_snapshots_and_maintenance_expires_objects(
@@ -321,5 +335,72 @@ def test_a_log_table_on_an_object_store_takes_each_change_once_across_a_kill_and
         assert rerun.success, rerun.failure
         assert _rows(lake) == orders_held(pg)
         assert parse_lsn(rerun.metadata["cursor"]) > 0
+    finally:
+        drop_slot(pg, slot)
+
+
+def _logged_orders(pg: Schema, loads: Loads, lake: dict[str, Any], mode: str = "merge") -> str:
+    """A `capture: log` table of 40 rows on `lake`, loaded once: its slot."""
+    pg.execute(
+        DURABLE,
+        "CREATE TABLE orders (id bigint PRIMARY KEY, note text)",
+        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 40) i",
+    )
+    loads.configure(pg, {**LOGGED, "name": "orders", "mode": mode}, lake=lake)
+    assert loads.run().success
+    return slot_of(loads, "orders")
+
+
+# Two instances' runs of a log table on an object store (no lock, no pool between them), the
+# first paused where a second writer hurts most: before its commit, and after it, before its
+# record. The second to commit is refused; a run overtaken after its commit records nothing
+# (it used to record after the other run, and the table was refused until a full refresh).
+@pytest.mark.pools_off
+@pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize(
+    ("point", "mode", "refusal"),
+    [
+        ("mid-commit", "merge", "Two runs of the table overlapped"),
+        ("committed", "merge", "another run committed to the lake after this run's commit"),
+        ("committed", "append", "another run committed to the lake after this run's commit"),
+    ],
+)
+def test_two_overlapping_runs_of_a_log_table_take_each_change_once(
+    loads: Loads,
+    tmp_path: Path,
+    pg: Schema,
+    s3: S3Server,
+    connect: str,
+    point: str,
+    mode: str,
+    refusal: str,
+) -> None:
+    lake = _lake(s3, tmp_path)
+    slot = _logged_orders(pg, loads, lake, mode)
+    try:
+        pg.execute(
+            DURABLE,
+            "UPDATE orders SET note = 'x' WHERE id <= 5",
+            "DELETE FROM orders WHERE id = 40",
+        )
+        first, marker = loads.paused_run(point, remote=connect)
+        pg.execute(DURABLE, "INSERT INTO orders VALUES (41, 'new')")
+        second = loads.run()
+        marker.unlink()
+        _, stderr = first.communicate(timeout=300)
+        pg.execute(DURABLE, "UPDATE orders SET note = 'y' WHERE id = 41")
+
+        after = loads.run()
+
+        assert second.success, second.failure
+        assert first.returncode != 0 and refusal in stderr, stderr[-3000:]
+        assert after.success, after.failure
+        assert after.metadata["log_changes"] == 1
+        logged = _table(lake).scan().to_arrow().to_pylist()
+        if mode == "merge":
+            assert _rows(lake) == orders_held(pg)
+        else:  # the first load's 40 rows, then each of the 8 changes once
+            changes = [(r["change_lsn"], r["change_op"], r["id"]) for r in logged]
+            assert len(changes) == len(set(changes)) == 48
     finally:
         drop_slot(pg, slot)

@@ -18,10 +18,11 @@ from incremental_assets.decisions import (
     SourceFacts,
     changed_delete_column,
     check_lake_fits,
+    check_still_last,
     key_enforced,
     kind_of_run,
 )
-from incremental_assets.errors import ConfigError, WriteError
+from incremental_assets.errors import ConcurrentRunError, ConfigError, WriteError
 from incremental_assets.lake.facts import LakeFacts, LakeHead, files_digest
 from incremental_assets.lake.names import DataFile, data_file, data_file_name
 from incremental_assets.lake.parquet import layout_of
@@ -176,6 +177,32 @@ def test_without_the_sources_facts_the_weights_are_left_to_the_run_that_reads_it
     table = table_spec()
     kind = kind_of_run(table, request(table), stored(table), lake(), None)
     assert not kind.replace_all
+
+
+# -- whether the run's commit is still the lake's last as it records ------------------------------
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        LakeHead(table_id=TABLE_ID, txn=TXN, batch=2),
+        # Maintenance after the commit makes snapshots, not commits of a run: the head stays.
+        LakeHead(table_id=TABLE_ID, txn=TXN, batch=2, snapshot_id=7),
+        None,
+    ],
+)
+def test_a_run_whose_commit_is_still_the_last_records(now: LakeHead | None) -> None:
+    check_still_last(table_spec(), LakeHead(table_id=TABLE_ID, txn=TXN, batch=2), now)
+    check_still_last(table_spec(), None, now)  # nothing in the lake to record
+
+
+def test_a_run_overtaken_by_another_runs_commit_records_nothing() -> None:
+    ended = LakeHead(table_id=TABLE_ID, txn=TXN, batch=2)
+    with pytest.raises(ConcurrentRunError) as raised:
+        check_still_last(table_spec(), ended, LakeHead(table_id=TABLE_ID, txn=NEXT_TXN, batch=2))
+    said = str(raised.value)
+    assert f"after this run's commit {TXN}: the lake's last commit is now {NEXT_TXN}" in said
+    assert "records nothing" in said and "pool limit" in said
 
 
 # -- whether the lake fits ----------------------------------------------------------------------
