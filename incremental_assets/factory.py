@@ -10,7 +10,7 @@ they examine the table as it is, or nothing (`checks.py` says which).
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from incremental_assets.errors import (
     TableProblem,
 )
 from incremental_assets.lake import LakeTable, open_lake
+from incremental_assets.lake.facts import LakeHead
 from incremental_assets.load import LoadRequest, load_without_spark, run_incremental_load
 from incremental_assets.log_load import run_log_load
 from incremental_assets.metadata import metadata_for
@@ -121,12 +122,28 @@ def build_table_asset(
                     context.log.info(f"{table.name}: {skipped}")
                 metadata = metadata_for(result, checks_not_run=skipped)
                 refuse_if_freed(context.instance, context.run_id, table.name)
-                check_still_last(table, result.head, lake.facts(with_files=False).head)
+                check_still_last(
+                    table, result.written.head, _last_commit(lake, table, context.log.warning)
+                )
                 yield dg.MaterializeResult(
                     asset_key=spec.key, metadata=metadata, check_results=check_results
                 )
 
     return load_table
+
+
+def _last_commit(lake: LakeTable, table: TableSpec, warn: Callable[[str], None]) -> LakeHead | None:
+    """The lake's last commit as a run that committed is about to record it; None where the lake
+    can't be read then, with a warning: a catalog or store that stops answering after the
+    commit must not make a committed run look failed."""
+    try:
+        return lake.facts(with_files=False).head
+    except (IncrementalAssetsError, OSError) as exc:
+        warn(
+            f"{table.name}: could not read the lake's last commit to check that no overlapping "
+            f"run committed after this one ({exc}); the run's commit is recorded as usual"
+        )
+        return None
 
 
 def _checks_alone(

@@ -33,6 +33,7 @@ from incremental_assets.lake.iceberg.maintenance import (
 )
 from incremental_assets.lake.iceberg.table import now
 from incremental_assets.lake.lock import LOCK
+from incremental_assets_tests.support.cli import materializations
 from incremental_assets_tests.support.loads import ORDERS_APPEND, ORDERS_MERGE, Loads
 from incremental_assets_tests.support.log_capture import DURABLE, LOGGED, drop_slot, slot_of
 from incremental_assets_tests.support.orders import change_orders, create_orders, orders_held
@@ -385,3 +386,60 @@ def test_two_overlapping_runs_of_a_log_table_take_each_change_once(
             assert len(changes) == len(set(changes)) == 48
     finally:
         drop_slot(pg, slot)
+
+
+def _catalog_unreadable(catalog: Path) -> dict[Path, bytes]:
+    """The SQLite catalog's files garbled in place, as a catalog that stops answering: what they
+    held, to put back."""
+    files = [
+        catalog,
+        catalog.with_name(f"{catalog.name}-wal"),
+        catalog.with_name(f"{catalog.name}-shm"),
+    ]
+    saved = {f: f.read_bytes() for f in files if f.exists()}
+    for f in saved:
+        with f.open("r+b") as file:
+            file.write(b"\xffnot a database" * 8)
+    return saved
+
+
+# What happens between a run's commit and its record must not make a committed run look failed:
+# compaction by another process (a snapshot that is no run's commit), or the catalog not
+# answering as the run checks no other run committed after it (the check read the lake and
+# failed the run, saying nothing was written).
+@pytest.mark.xdist_group("connect")
+@pytest.mark.parametrize("meanwhile", ["compaction", "catalog not answering"])
+def test_a_run_paused_after_its_commit_records_it_whatever_happens_meanwhile(
+    loads: Loads, tmp_path: Path, pg: Schema, s3: S3Server, connect: str, meanwhile: str
+) -> None:
+    create_orders(pg, 40)
+    lake = _lake(s3, tmp_path)
+    loads.configure(pg, ORDERS_APPEND, lake=lake)
+    for run in range(3):
+        if run:
+            _change(pg, run)
+        assert loads.run().success
+    _change(pg, 3)
+    process, marker = loads.paused_run("committed", remote=connect)
+    saved: dict[Path, bytes] = {}
+    if meanwhile == "compaction":
+        compacted = loads.compact()
+        assert not compacted.startswith("compact: 0 data"), compacted
+    else:
+        saved = _catalog_unreadable(tmp_path / "catalog.db")
+    try:
+        marker.unlink()
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        for f, held in saved.items():
+            f.write_bytes(held)
+
+    assert process.returncode == 0, stderr[-3000:]
+    if saved:
+        assert "could not read the lake's last commit" in stderr
+    assert len(materializations(loads.home, "orders")) == 4
+    _change(pg, 4)
+    after = loads.run()
+    assert after.success, after.failure
+    held = rows_by(_table(lake).scan().to_arrow(), ["id", "note", "updated_at"])
+    assert len(held) == len(set(held))
