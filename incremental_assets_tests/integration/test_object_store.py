@@ -431,8 +431,8 @@ def test_a_run_paused_after_its_commit_records_it_whatever_happens_meanwhile(
         marker.unlink()
         _, stderr = process.communicate(timeout=300)
     finally:
-        for f, held in saved.items():
-            f.write_bytes(held)
+        for f, content in saved.items():
+            f.write_bytes(content)
 
     assert process.returncode == 0, stderr[-3000:]
     if saved:
