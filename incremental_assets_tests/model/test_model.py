@@ -67,6 +67,15 @@ class Family:
 # runs between runs, keeping 1 to 3 snapshots.
 ICEBERG_UPKEEP: dict[str, Any] = {"merge_writes": MERGE_WRITES, "maintenance": 2}
 
+# `capture: log` families: runs killed, an Iceberg lake disturbed and maintained once at most.
+LOG_FAMILY: dict[str, Any] = {
+    "kills": 1,
+    "lake_format": "iceberg",
+    "capture": "log",
+    "lake_events": 1,
+    "maintenance": 1,
+}
+
 # Under a minute each on two busy cores (make test's whole budget is 15 minutes); only the
 # PostgreSQL merge families and the Iceberg one start the Spark Connect server killed runs (and
 # runs through `dagster asset materialize`) need, and one of them patches merged buckets a job
@@ -141,43 +150,9 @@ FAMILIES = {
     # refused, rebuilt, then maintained (merge); the lake removed, and copied (append).
     # MariaDB's binary log: a new Dagster instance, keys changed (merge); another writer's
     # delete refused, a column dropped, a TRUNCATE (append); the lake moved, refused, rebuilt.
-    "log_merge": Family(
-        "postgres",
-        ("merge",),
-        20251213,
-        3,
-        10,
-        kills=1,
-        lake_format="iceberg",
-        capture="log",
-        lake_events=1,
-        maintenance=1,
-    ),
-    "log_append": Family(
-        "postgres",
-        ("append",),
-        20251214,
-        3,
-        10,
-        kills=1,
-        lake_format="iceberg",
-        capture="log",
-        lake_events=1,
-        maintenance=1,
-    ),
-    "log_mariadb": Family(
-        "mariadb",
-        ("merge", "append"),
-        20251215,
-        3,
-        10,
-        kills=1,
-        lake_format="iceberg",
-        capture="log",
-        lake_events=1,
-        maintenance=1,
-        purges=1,
-    ),
+    "log_merge": Family("postgres", ("merge",), 20251213, 3, 10, **LOG_FAMILY),
+    "log_append": Family("postgres", ("append",), 20251214, 3, 10, **LOG_FAMILY),
+    "log_mariadb": Family("mariadb", ("merge", "append"), 20251215, 3, 10, **LOG_FAMILY, purges=1),
 }
 
 
