@@ -457,23 +457,37 @@ def _orders(pg: Schema) -> list[tuple[Any, ...]]:
     return sorted(pg.query("SELECT id, note FROM orders"))
 
 
-# 12. A full refresh killed before its commit: the next run should redo it (docs: "a run killed
-#     anywhere ... is redone"), but the killed run already dropped and made the slot again.
-def test_a_full_refresh_killed_before_its_commit_is_redone(loads: Loads, pg: Schema) -> None:
+def _five_orders(pg: Schema) -> None:
     pg.execute(
         DURABLE,
         "CREATE TABLE orders (id int PRIMARY KEY, note text)",
         "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
     )
+
+
+def _killed_at(loads: Loads, point: str, full_refresh: bool = False) -> None:
+    """`dagster asset materialize` of `orders` SIGKILLed at the pause point `point`."""
+    process, _ = loads.paused_run(point, full_refresh=full_refresh)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def _full_refresh_killed_at(loads: Loads, pg: Schema, point: str) -> None:
+    """Row 6 inserted, a --full killed at `point`, then row 7 inserted."""
+    pg.execute(DURABLE, "INSERT INTO orders VALUES (6, 'six')")
+    _killed_at(loads, point, full_refresh=True)
+    pg.execute(DURABLE, "INSERT INTO orders VALUES (7, 'seven')")
+
+
+# 12. A full refresh killed before its commit: the next run should redo it (docs: "a run killed
+#     anywhere ... is redone"), but the killed run already dropped and made the slot again.
+def test_a_full_refresh_killed_before_its_commit_is_redone(loads: Loads, pg: Schema) -> None:
+    _five_orders(pg)
     loads.configure(pg, ORDERS, lake=ICEBERG)
     slot = slot_of(loads, "orders")
     try:
         assert loads.run().success
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (6, 'six')")
-        process, _ = loads.paused_run("session", full_refresh=True)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (7, 'seven')")
+        _full_refresh_killed_at(loads, pg, "session")
         rerun = loads.run()
         assert rerun.success, rerun.failure
         assert loads.rows(["id", "note"]) == _orders(pg)
@@ -508,11 +522,7 @@ def test_a_generated_column_is_refused_until_it_is_left_out(loads: Loads, pg: Sc
 
 # 16. Maintenance (compaction) between a killed run's commit and its record.
 def test_compaction_between_a_commit_and_its_record(loads: Loads, pg: Schema) -> None:
-    pg.execute(
-        DURABLE,
-        "CREATE TABLE orders (id int PRIMARY KEY, note text)",
-        "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i",
-    )
+    _five_orders(pg)
     loads.configure(pg, ORDERS, lake=ICEBERG)
     slot = slot_of(loads, "orders")
     try:
@@ -520,9 +530,7 @@ def test_compaction_between_a_commit_and_its_record(loads: Loads, pg: Schema) ->
         pg.execute(
             DURABLE, "UPDATE orders SET note = 'x' WHERE id <= 2", "DELETE FROM orders WHERE id = 5"
         )
-        process, _ = loads.paused_run("committed")
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        _killed_at(loads, "committed")
         loads.compact()
         pg.execute(DURABLE, "INSERT INTO orders VALUES (9, 'after')")
         rerun = loads.run()
@@ -588,6 +596,7 @@ def test_same_key_many_times_and_interleaved_transactions(loads: Loads, pg: Sche
         ):
             for conn in (one, two):
                 conn.execute(f"SET search_path TO {pg.name}")
+                conn.execute(DURABLE)
             one.execute("UPDATE items SET id = 10 WHERE id = 1")
             two.execute("INSERT INTO items VALUES (20, 'two')")
             one.execute("UPDATE items SET id = 11 WHERE id = 10")
@@ -660,6 +669,7 @@ def test_a_latin1_database(loads: Loads, pg: Schema) -> None:
         first = loads.run()
         assert first.success, first.failure
         with pg.server.connect(dbname=db) as conn:
+            conn.execute(DURABLE)  # the run reads the log to its flush point
             conn.execute("INSERT INTO items VALUES (2, 'naïve')")
         run = loads.run()
         assert run.success, run.failure
@@ -757,17 +767,12 @@ def test_infinity_from_the_log_is_refused_naming_the_column(
 def test_a_full_refresh_killed_after_its_commit_is_repeated_by_the_next_run(
     loads: Loads, pg: Schema, mode: str
 ) -> None:
-    pg.execute(DURABLE, "CREATE TABLE orders (id int PRIMARY KEY, note text)")
-    pg.execute(DURABLE, "INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 5) i")
-    loads.configure(pg, {**LOGGED, "name": "orders", "mode": mode}, lake=ICEBERG)
+    _five_orders(pg)
+    loads.configure(pg, {**ORDERS, "mode": mode}, lake=ICEBERG)
     slot = slot_of(loads, "orders")
     try:
         assert loads.run().success
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (6, 'six')")
-        process, _ = loads.paused_run("committed", full_refresh=True)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        pg.execute(DURABLE, "INSERT INTO orders VALUES (7, 'seven')")
+        _full_refresh_killed_at(loads, pg, "committed")
         run = loads.run()
         assert run.success, run.failure
         assert sorted({r["id"] for r in loads.lake().to_pylist()}) == [1, 2, 3, 4, 5, 6, 7]
