@@ -443,3 +443,33 @@ def test_a_run_paused_after_its_commit_records_it_whatever_happens_meanwhile(
     assert after.success, after.failure
     held = rows_by(_table(lake).scan().to_arrow(), ["id", "note", "updated_at"])
     assert len(held) == len(set(held))
+
+
+# A run that committed nothing makes no check as it records (no read of the lake on the no-JVM
+# path): overtaken by one that committed, its record comes last, and the next run takes the
+# commit after it for an unrecorded one and repeats it, every change once.
+@pytest.mark.pools_off
+@pytest.mark.xdist_group("connect")
+def test_a_log_run_that_found_nothing_overtaken_by_one_that_committed_loses_nothing(
+    loads: Loads, tmp_path: Path, pg: Schema, s3: S3Server, connect: str
+) -> None:
+    lake = _lake(s3, tmp_path)
+    slot = _logged_orders(pg, loads, lake)
+    try:
+        first, marker = loads.paused_run("committed", remote=connect)
+        pg.execute(
+            DURABLE, "INSERT INTO orders VALUES (41, 'new')", "DELETE FROM orders WHERE id = 3"
+        )
+        second = loads.run()
+        marker.unlink()
+        _, stderr = first.communicate(timeout=300)
+        pg.execute(DURABLE, "UPDATE orders SET note = 'y' WHERE id = 41")
+
+        after = loads.run()
+
+        assert second.success, second.failure
+        assert first.returncode == 0, stderr[-3000:]
+        assert after.success, after.failure
+        assert _rows(lake) == orders_held(pg)
+    finally:
+        drop_slot(pg, slot)
